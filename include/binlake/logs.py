@@ -1,0 +1,63 @@
+"""Logging set-up with secret redaction.
+
+Secrets are kept out of log calls by construction (``SecretStr``, ``enable_logging=False`` for
+python-mysql-replication); the redacting filter is the second line of defence, for a secret that
+reaches a message through a library's text (an echoed connection string, an error).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+REDACTED = "***"
+
+_lock = threading.Lock()
+_secrets: set[str] = set()
+
+
+def register_secret(value: str) -> None:
+    """Make every later log record hide ``value`` (values shorter than 4 characters are ignored,
+    since redacting them would mangle ordinary words)."""
+    if len(value) >= 4:
+        with _lock:
+            _secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced by ``***``."""
+    with _lock:
+        found = [s for s in _secrets if s in text]
+    for secret in sorted(found, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record whose rendered message, or traceback, holds a registered secret."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info:
+            formatted = logging.Formatter().formatException(record.exc_info)
+            if redact(formatted) != formatted:
+                record.exc_info, record.exc_text = None, redact(formatted)
+        return True
+
+
+def setup_logging(level: str = "INFO") -> None:
+    """Log to stderr with timestamps, redacting secrets on every handler of the root logger."""
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    if not any(getattr(h, "_binlake", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        handler._binlake = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    for handler in root.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

@@ -1,0 +1,1 @@
+"""The MySQL/MariaDB side: connections, validation, discovery, chunking and the binlog."""

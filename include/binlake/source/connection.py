@@ -1,0 +1,141 @@
+"""Connections to the source server, and what the server says about itself."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pymysql
+import pymysql.cursors
+
+from binlake.config import SourceConfig
+from binlake.errors import SourceConnectionError
+
+log = logging.getLogger(__name__)
+
+Flavor = Literal["mysql", "mariadb"]
+
+# pymysql / server error codes that a user can fix, and how.
+_CANNOT_CONNECT = {2003, 2005, 2006, 2013}
+_ACCESS_DENIED = 1045
+_HOST_NOT_ALLOWED = 1130
+_HOST_BLOCKED = 1129
+_UNKNOWN_DATABASE = 1049
+
+
+@dataclass(frozen=True, order=True)
+class ServerVersion:
+    """The source server's flavor and version (``MariaDB 10.11.19``)."""
+
+    flavor: Flavor
+    major: int
+    minor: int
+    patch: int
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> ServerVersion:
+        match = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+        if not match:
+            raise ValueError(f"cannot read a version from `{text}`")
+        flavor: Flavor = "mariadb" if "mariadb" in text.lower() else "mysql"
+        major, minor, patch = (int(g) for g in match.groups())
+        return cls(flavor, major, minor, patch, text)
+
+    @property
+    def number(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
+    def __str__(self) -> str:
+        name = "MariaDB" if self.flavor == "mariadb" else "MySQL"
+        return f"{name} {self.major}.{self.minor}.{self.patch}"
+
+
+def connect(
+    source: SourceConfig,
+    database: str | None = None,
+    *,
+    streaming: bool = False,
+    **kwargs: Any,
+) -> pymysql.Connection[Any]:
+    """Open a connection to the source as the configured user.
+
+    Args:
+        source: the pipeline's source section.
+        database: default database for the session.
+        streaming: use an unbuffered cursor class (rows streamed, not held in memory).
+
+    Raises:
+        SourceConnectionError: the server is unreachable or refuses the login; the message says
+            which and how to fix it, and never holds the password.
+    """
+    where = f"{source.hostname}:{source.port}"
+    try:
+        return pymysql.connect(
+            host=source.hostname,
+            port=source.port,
+            user=source.username,
+            password=source.password.get_secret_value(),
+            database=database,
+            connect_timeout=source.connect_timeout_s,
+            autocommit=True,
+            charset="utf8mb4",
+            cursorclass=pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor,
+            **kwargs,
+        )
+    except pymysql.err.OperationalError as e:
+        code = e.args[0] if e.args else None
+        reason = str(e.args[1]) if len(e.args) > 1 else str(e)
+        raise SourceConnectionError(
+            _connection_message(code, reason, where, source.username, database),
+            source.hostname,
+            source.port,
+            source.username,
+        ) from None
+
+
+def _connection_message(code: Any, reason: str, where: str, user: str, database: str | None) -> str:
+    attempted = f"Could not connect to the source MySQL/MariaDB at {where} as `{user}`"
+    if code in _CANNOT_CONNECT:
+        return (
+            f"{attempted}: the server is unreachable ({reason}). Fix: check `source.hostname` "
+            f"and `source.port`, that the server is running, and that it listens on TCP at {where} "
+            "(bind-address, firewall)."
+        )
+    if code == _ACCESS_DENIED:
+        return (
+            f"{attempted}: access denied: wrong user name or password ({reason}). Fix: check "
+            "`source.username` and `source.password` (or the environment variable it refers to), "
+            f"and that the user exists for the host binlake connects from."
+        )
+    if code in (_HOST_NOT_ALLOWED, _HOST_BLOCKED):
+        return (
+            f"{attempted}: the server refuses this client host ({reason}). Fix: create the user "
+            f"for this host (`CREATE USER '{user}'@'<host>' …`) or unblock it (`FLUSH HOSTS`)."
+        )
+    if code == _UNKNOWN_DATABASE:
+        return f"{attempted}: the database `{database}` does not exist ({reason})."
+    return f"{attempted}: {reason} (error {code})."
+
+
+def server_version(conn: pymysql.Connection[Any]) -> ServerVersion:
+    """The server's flavor and version."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        row = cur.fetchone()
+    return ServerVersion.parse(str(row[0]))
+
+
+def global_variables(conn: pymysql.Connection[Any], *names: str) -> dict[str, str | None]:
+    """The named global variables (lower-case names); an absent variable maps to None."""
+    with conn.cursor() as cur:
+        # SHOW works on MySQL 5.7–8.4 and MariaDB alike (information_schema.GLOBAL_VARIABLES
+        # is gone from MySQL 8.0).
+        cur.execute(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN (" + ", ".join(["%s"] * len(names)) + ")",
+            [n.lower() for n in names],
+        )
+        found = {str(k).lower(): (None if v is None else str(v)) for k, v in cur.fetchall()}
+    return {name: found.get(name.lower()) for name in names}

@@ -1,0 +1,281 @@
+"""Checks that a source server and a pipeline config can work together, before anything runs.
+
+Each check gives one line: ok, warning or error, and for anything not ok the fix (the my.cnf
+line, the GRANT statement, the config key). ``binlake validate`` prints them; ``plan`` runs them
+first and stops on an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import pymysql
+
+from binlake.config import PipelineConfig
+from binlake.errors import SourceConnectionError
+from binlake.source.connection import ServerVersion, connect, global_variables, server_version
+from binlake.source.discovery import TableId, TableSelector, column_names, list_tables, primary_keys
+from binlake.source.privileges import Grants, current_grants
+
+Status = Literal["ok", "warning", "error"]
+
+MIN_MYSQL = (5, 7, 0)
+MIN_MARIADB = (10, 5, 0)
+#: Binlog retention below this risks the binlog being purged during a long snapshot.
+MIN_RETENTION_S = 24 * 3600
+
+#: Privileges binlake needs, and why (shown in the message when missing).
+REQUIRED_PRIVILEGES = {
+    "REPLICATION SLAVE": "read the binlog",
+    "REPLICATION CLIENT": "read binlog positions (SHOW MASTER STATUS / SHOW BINARY LOG STATUS)",
+}
+#: Privileges in the documented grant that binlake itself does not use (it never locks).
+ADVISED_PRIVILEGES = {
+    "SHOW DATABASES": "discover databases the user has no other grant on",
+    "RELOAD": "kept in the documented grant for parity with Debezium/Flink CDC set-ups",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """The result of one check."""
+
+    name: str
+    status: Status
+    message: str
+    fix: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _my_cnf(line: str, restart: bool = True) -> str:
+    tail = " and restart the server" if restart else ""
+    return f"add `{line}` under [mysqld] in the server's my.cnf{tail}"
+
+
+def validate(config: PipelineConfig) -> list[Check]:
+    """Run every check against the configured source; never raises for a failed check."""
+    source = config.source
+    try:
+        conn = connect(source)
+    except SourceConnectionError as e:
+        return [Check("connection", "error", str(e))]
+    with contextlib.closing(conn):
+        checks = [
+            Check(
+                "connection",
+                "ok",
+                f"connected to {source.hostname}:{source.port} as `{source.username}`",
+            )
+        ]
+        version = server_version(conn)
+        checks.append(_check_version(version))
+        variables = global_variables(
+            conn,
+            "log_bin",
+            "binlog_format",
+            "binlog_row_image",
+            "binlog_row_metadata",
+            "binlog_expire_logs_seconds",
+            "expire_logs_days",
+        )
+        checks.extend(_check_binlog(variables))
+        grants = current_grants(conn)
+        checks.append(_check_privileges(grants))
+        checks.extend(_check_tables(conn, config, grants))
+    return checks
+
+
+def _check_version(version: ServerVersion) -> Check:
+    minimum = MIN_MARIADB if version.flavor == "mariadb" else MIN_MYSQL
+    if version.number >= minimum:
+        return Check("version", "ok", f"{version} ({version.text})")
+    wanted = ".".join(map(str, minimum[:2]))
+    return Check(
+        "version",
+        "error",
+        f"{version} is too old: binlake needs {'MariaDB' if version.flavor == 'mariadb' else 'MySQL'} "
+        f"{wanted} or newer",
+        "upgrade the server (binlake supports MySQL 5.7, 8.0, 8.4 and MariaDB 10.5+)",
+    )
+
+
+def _check_binlog(v: dict[str, str | None]) -> list[Check]:
+    checks: list[Check] = []
+    if (v["log_bin"] or "").upper() not in ("ON", "1"):
+        checks.append(
+            Check(
+                "log_bin",
+                "error",
+                "the binary log is off, so there are no changes to capture",
+                _my_cnf("log_bin = binlog") + " (log_bin cannot be turned on at runtime; "
+                "also set `server_id` to a unique non-zero value)",
+            )
+        )
+        return checks  # the format checks mean nothing without a binlog
+    checks.append(Check("log_bin", "ok", "the binary log is on"))
+    checks.append(
+        _expect(v, "binlog_format", "ROW", "rows are needed to capture changes, not statements",
+                "SET GLOBAL binlog_format = 'ROW' also works until restart, for new sessions only")
+    )
+    checks.append(
+        _expect(v, "binlog_row_image", "FULL", "the full before and after image of every row is needed "
+                "to apply updates and deletes exactly", "SET GLOBAL binlog_row_image = 'FULL' also "
+                "works until restart, for new sessions only")
+    )
+    metadata = (v["binlog_row_metadata"] or "").upper()
+    if metadata == "FULL":
+        checks.append(Check("binlog_row_metadata", "ok", "FULL: row events carry column names"))
+    else:
+        found = metadata or "absent (server older than MySQL 8.0.1 / MariaDB 10.5)"
+        checks.append(
+            Check(
+                "binlog_row_metadata",
+                "warning",
+                f"found {found}: row events do not carry column names, so binlake decodes them "
+                "from its schema history alone",
+                _my_cnf("binlog_row_metadata = FULL", restart=False)
+                + " (or `SET GLOBAL binlog_row_metadata = 'FULL'`)",
+            )
+        )
+    checks.append(_check_retention(v))
+    return checks
+
+
+def _expect(v: dict[str, str | None], name: str, wanted: str, why: str, runtime: str) -> Check:
+    found = (v[name] or "").upper()
+    if found == wanted:
+        return Check(name, "ok", wanted)
+    return Check(
+        name,
+        "error",
+        f"found {found or 'nothing'}, binlake needs {wanted}: {why}",
+        f"{_my_cnf(f'{name} = {wanted}')}; {runtime}",
+    )
+
+
+def _check_retention(v: dict[str, str | None]) -> Check:
+    seconds = int(v["binlog_expire_logs_seconds"] or 0)
+    if not seconds and v["expire_logs_days"]:
+        seconds = int(float(v["expire_logs_days"]) * 86400)
+    if seconds == 0:
+        return Check("binlog_retention", "ok", "binlogs are kept until purged by hand")
+    if seconds >= MIN_RETENTION_S:
+        return Check("binlog_retention", "ok", f"binlogs are kept {seconds / 86400:g} days")
+    return Check(
+        "binlog_retention",
+        "warning",
+        f"binlogs are kept only {seconds / 3600:g} hours: a snapshot or a stopped stream that "
+        "takes longer loses its position and must start over",
+        _my_cnf("binlog_expire_logs_seconds = 604800", restart=False) + " (7 days)",
+    )
+
+
+def _check_privileges(grants: Grants) -> Check:
+    missing = [p for p in REQUIRED_PRIVILEGES if not grants.has_global(p)]
+    advised = [p for p in ADVISED_PRIVILEGES if not grants.has_global(p)]
+    grant = "GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '<user>'@'<host>'"
+    if missing:
+        needs = "; ".join(f"{p} to {REQUIRED_PRIVILEGES[p]}" for p in missing)
+        return Check(
+            "privileges",
+            "error",
+            f"the user lacks {', '.join(missing)}: binlake needs {needs}",
+            f"as an admin, run `{grant}`",
+        )
+    if advised:
+        reasons = "; ".join(f"{p}: {ADVISED_PRIVILEGES[p]}" for p in advised)
+        return Check("privileges", "warning", f"the user lacks {', '.join(advised)} ({reasons})",
+                     f"as an admin, run `{grant}`")
+    return Check("privileges", "ok", "REPLICATION SLAVE, REPLICATION CLIENT, SHOW DATABASES, RELOAD")
+
+
+def _check_tables(conn: pymysql.Connection[Any], config: PipelineConfig, grants: Grants) -> list[Check]:
+    source = config.source
+    visible = list_tables(conn)
+    selector = TableSelector(source.tables, source.tables_exclude)
+    tables = selector.select(visible)
+    if not tables:
+        shown = ", ".join(t.name for t in visible[:10]) + (" …" if len(visible) > 10 else "")
+        return [
+            Check(
+                "tables",
+                "error",
+                f"`source.tables` {list(source.tables)} (minus `source.tables_exclude`) matches no "
+                f"table the user can see; visible tables: {shown or 'none'}",
+                "fix the regexes (each is matched in full against `database.table`, e.g. "
+                "`shop\\.orders` or `shop\\..*`), or grant the user SELECT on the tables",
+            )
+        ]
+    checks = [Check("tables", "ok", f"{len(tables)} tables match: " + _names(tables))]
+    unmatched = selector.unmatched_patterns(visible)
+    if unmatched:
+        checks.append(
+            Check(
+                "tables",
+                "warning",
+                f"these `source.tables` patterns match no table: {unmatched}",
+                "remove them or fix a typo",
+            )
+        )
+    checks.append(_check_select(tables, grants))
+    checks.append(_check_keys(conn, config, tables))
+    return checks
+
+
+def _check_select(tables: list[TableId], grants: Grants) -> Check:
+    denied = [t for t in tables if not grants.can_select(t.database, t.table)]
+    if denied:
+        return Check(
+            "select",
+            "error",
+            f"the user cannot SELECT from {_names(denied)}, needed for the snapshot",
+            "as an admin, run `GRANT SELECT ON <database>.* TO '<user>'@'<host>'` for each database",
+        )
+    return Check("select", "ok", f"the user can SELECT from all {len(tables)} tables")
+
+
+def _check_keys(conn: pymysql.Connection[Any], config: PipelineConfig, tables: list[TableId]) -> Check:
+    chunk_keys = config.source.chunk_key_columns
+    keys = primary_keys(conn, tables)
+    columns = column_names(conn, tables)
+    keyless = [t for t in tables if not keys[t] and t.name not in chunk_keys]
+    bad_chunk_keys = [
+        f"`{t.name}`: column `{chunk_keys[t.name]}` does not exist (columns: {', '.join(columns[t])})"
+        for t in tables
+        if t.name in chunk_keys and chunk_keys[t.name] not in columns[t]
+    ]
+    problems: list[str] = []
+    fixes: list[str] = []
+    if keyless:
+        problems.append(
+            f"{_names(keyless)} {'has' if len(keyless) == 1 else 'have'} no primary key and no "
+            "chunk key, so binlake cannot split or apply changes by key"
+        )
+        example = keyless[0]
+        fixes.append(
+            f"add a primary key, or set `source.chunk_key_columns: {{\"{example.name}\": <column>}}` "
+            "(an indexed column; rows are then matched by whole-row identity), or exclude the "
+            "table with `source.tables_exclude`"
+        )
+    if bad_chunk_keys:
+        problems.append("`source.chunk_key_columns` names missing columns: " + "; ".join(bad_chunk_keys))
+        fixes.append("name an existing column in `source.chunk_key_columns`")
+    if problems:
+        return Check("keys", "error", "; ".join(problems), "; ".join(fixes))
+    with_chunk_key = sum(1 for t in tables if not keys[t])
+    detail = f" ({with_chunk_key} by configured chunk key)" if with_chunk_key else ""
+    return Check("keys", "ok", f"every table has a primary key or a chunk key{detail}")
+
+
+def _names(tables: list[TableId], limit: int = 8) -> str:
+    shown = ", ".join(f"`{t.name}`" for t in tables[:limit])
+    return shown + (f" and {len(tables) - limit} more" if len(tables) > limit else "")
+
+
+def has_errors(checks: list[Check]) -> bool:
+    return any(c.status == "error" for c in checks)
+

@@ -1,0 +1,47 @@
+"""``python -m binlake.testing``: the demo server and workload, for ``make demo`` and benchmarks.
+
+    python -m binlake.testing up [--rows N] [--reload]   start the demo MariaDB and load `shop`
+    python -m binlake.testing down                         stop it
+    python -m binlake.testing workload --rate R --seconds S   write to `shop` while a pipeline runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from binlake.testing import demo_server
+from binlake.testing.workload import Workload
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m binlake.testing")
+    parser.add_argument("--dir", type=Path, default=Path(".binlake/demo"), help="demo server folder")
+    commands = parser.add_subparsers(dest="command", required=True)
+    up = commands.add_parser("up", help="start the demo MariaDB and load the demo database")
+    up.add_argument("--rows", type=int, default=100_000, help="rows over all demo tables")
+    up.add_argument("--reload", action="store_true", help="drop and reload the demo database")
+    commands.add_parser("down", help="stop the demo MariaDB")
+    work = commands.add_parser("workload", help="run inserts/updates/deletes against the demo database")
+    work.add_argument("--rate", type=float, default=200.0, help="statements per second")
+    work.add_argument("--seconds", type=float, default=30.0)
+    work.add_argument("--txn-size", type=int, default=1)
+    work.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    if args.command == "up":
+        demo_server.up(args.dir, args.rows, args.reload)
+    elif args.command == "down":
+        print("demo MariaDB stopped" if demo_server.down(args.dir) else "demo MariaDB was not running")
+    else:
+        workload = Workload(lambda: demo_server.connect_admin(args.dir), rate=args.rate,
+                            txn_size=args.txn_size, seed=args.seed)
+        print(json.dumps(workload.run(args.seconds).as_dict()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
