@@ -58,6 +58,6 @@ def setup_logging(level: str = "INFO") -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
         handler._binlake = True  # type: ignore[attr-defined]
         root.addHandler(handler)
-    for handler in root.handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+    for existing in root.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in existing.filters):
+            existing.addFilter(RedactingFilter())

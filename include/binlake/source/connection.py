@@ -72,6 +72,7 @@ def connect(
             which and how to fix it, and never holds the password.
     """
     where = f"{source.hostname}:{source.port}"
+    log.debug("connecting to %s as %s (database %s)", where, source.username, database)
     try:
         return pymysql.connect(
             host=source.hostname,

@@ -30,7 +30,9 @@ def _unquote(name: str) -> str:
 
 def _split_privileges(text: str) -> list[str]:
     """Split ``SELECT (a, b), INSERT`` at top-level commas, dropping column lists."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1

@@ -84,7 +84,7 @@ def validate(config: PipelineConfig) -> list[Check]:
         )
         checks.extend(_check_binlog(variables))
         grants = current_grants(conn)
-        checks.append(_check_privileges(grants))
+        checks.append(_check_privileges(grants, _account(conn)))
         checks.extend(_check_tables(conn, config, grants))
     return checks
 
@@ -118,13 +118,22 @@ def _check_binlog(v: dict[str, str | None]) -> list[Check]:
         return checks  # the format checks mean nothing without a binlog
     checks.append(Check("log_bin", "ok", "the binary log is on"))
     checks.append(
-        _expect(v, "binlog_format", "ROW", "rows are needed to capture changes, not statements",
-                "SET GLOBAL binlog_format = 'ROW' also works until restart, for new sessions only")
+        _expect(
+            v,
+            "binlog_format",
+            "ROW",
+            "rows are needed to capture changes, not statements",
+            "SET GLOBAL binlog_format = 'ROW' also works until restart, for new sessions only",
+        )
     )
     checks.append(
-        _expect(v, "binlog_row_image", "FULL", "the full before and after image of every row is needed "
-                "to apply updates and deletes exactly", "SET GLOBAL binlog_row_image = 'FULL' also "
-                "works until restart, for new sessions only")
+        _expect(
+            v,
+            "binlog_row_image",
+            "FULL",
+            "the full before and after image of every row is needed to apply updates and deletes exactly",
+            "SET GLOBAL binlog_row_image = 'FULL' also works until restart, for new sessions only",
+        )
     )
     metadata = (v["binlog_row_metadata"] or "").upper()
     if metadata == "FULL":
@@ -174,10 +183,18 @@ def _check_retention(v: dict[str, str | None]) -> Check:
     )
 
 
-def _check_privileges(grants: Grants) -> Check:
+def _account(conn: pymysql.Connection[Any]) -> str:
+    """The account the server matched the login to, quoted for a GRANT (`'cdc'@'%'`)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT CURRENT_USER()")
+        user, _, host = str(cur.fetchone()[0]).rpartition("@")
+    return f"'{user}'@'{host}'"
+
+
+def _check_privileges(grants: Grants, account: str) -> Check:
     missing = [p for p in REQUIRED_PRIVILEGES if not grants.has_global(p)]
     advised = [p for p in ADVISED_PRIVILEGES if not grants.has_global(p)]
-    grant = "GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO '<user>'@'<host>'"
+    grant = f"GRANT SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO {account}"
     if missing:
         needs = "; ".join(f"{p} to {REQUIRED_PRIVILEGES[p]}" for p in missing)
         return Check(
@@ -188,8 +205,12 @@ def _check_privileges(grants: Grants) -> Check:
         )
     if advised:
         reasons = "; ".join(f"{p}: {ADVISED_PRIVILEGES[p]}" for p in advised)
-        return Check("privileges", "warning", f"the user lacks {', '.join(advised)} ({reasons})",
-                     f"as an admin, run `{grant}`")
+        return Check(
+            "privileges",
+            "warning",
+            f"the user lacks {', '.join(advised)} ({reasons})",
+            f"as an admin, run `{grant}`",
+        )
     return Check("privileges", "ok", "REPLICATION SLAVE, REPLICATION CLIENT, SHOW DATABASES, RELOAD")
 
 
@@ -221,19 +242,19 @@ def _check_tables(conn: pymysql.Connection[Any], config: PipelineConfig, grants:
                 "remove them or fix a typo",
             )
         )
-    checks.append(_check_select(tables, grants))
+    checks.append(_check_select(tables, grants, _account(conn)))
     checks.append(_check_keys(conn, config, tables))
     return checks
 
 
-def _check_select(tables: list[TableId], grants: Grants) -> Check:
+def _check_select(tables: list[TableId], grants: Grants, account: str) -> Check:
     denied = [t for t in tables if not grants.can_select(t.database, t.table)]
     if denied:
         return Check(
             "select",
             "error",
             f"the user cannot SELECT from {_names(denied)}, needed for the snapshot",
-            "as an admin, run `GRANT SELECT ON <database>.* TO '<user>'@'<host>'` for each database",
+            f"as an admin, run `GRANT SELECT ON <database>.* TO {account}` for each database",
         )
     return Check("select", "ok", f"the user can SELECT from all {len(tables)} tables")
 
@@ -257,7 +278,7 @@ def _check_keys(conn: pymysql.Connection[Any], config: PipelineConfig, tables: l
         )
         example = keyless[0]
         fixes.append(
-            f"add a primary key, or set `source.chunk_key_columns: {{\"{example.name}\": <column>}}` "
+            f'add a primary key, or set `source.chunk_key_columns: {{"{example.name}": <column>}}` '
             "(an indexed column; rows are then matched by whole-row identity), or exclude the "
             "table with `source.tables_exclude`"
         )
@@ -278,4 +299,3 @@ def _names(tables: list[TableId], limit: int = 8) -> str:
 
 def has_errors(checks: list[Check]) -> bool:
     return any(c.status == "error" for c in checks)
-

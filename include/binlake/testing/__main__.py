@@ -1,8 +1,8 @@
 """``python -m binlake.testing``: the demo server and workload, for ``make demo`` and benchmarks.
 
-    python -m binlake.testing up [--rows N] [--reload]   start the demo MariaDB and load `shop`
-    python -m binlake.testing down                         stop it
-    python -m binlake.testing workload --rate R --seconds S   write to `shop` while a pipeline runs
+python -m binlake.testing up [--rows N] [--reload]   start the demo MariaDB and load `shop`
+python -m binlake.testing down                         stop it
+python -m binlake.testing workload --rate R --seconds S   write to `shop` while a pipeline runs
 """
 
 from __future__ import annotations
@@ -37,8 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "down":
         print("demo MariaDB stopped" if demo_server.down(args.dir) else "demo MariaDB was not running")
     else:
-        workload = Workload(lambda: demo_server.connect_admin(args.dir), rate=args.rate,
-                            txn_size=args.txn_size, seed=args.seed)
+        workload = Workload(
+            lambda: demo_server.connect_admin(args.dir),
+            rate=args.rate,
+            txn_size=args.txn_size,
+            seed=args.seed,
+        )
         print(json.dumps(workload.run(args.seconds).as_dict()))
     return 0
 

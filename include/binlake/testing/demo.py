@@ -141,10 +141,45 @@ SHARES: dict[str, float] = {
 
 U64_MAX = 2**64 - 1
 _EPOCH = dt.datetime(2024, 1, 1)
-_NAMES = ["Ana", "Bjørn", "Chloé", "Dmitri", "Eun-ji", "Fatima", "György", "Hiro", "Inés", "Jürgen",
-          "Kwame", "Łukasz", "Mei 美", "Noor", "Olúwa", "Priya", "Quinn", "Raúl", "Søren", "Zoë"]
-_SURNAMES = ["Silva", "Müller", "Nguyễn", "O'Brien", "Kowalski", "Tanaka 田中", "Smith", "García",
-             "Ivanov", "Dubois", "Rossi", "Ahmed", "Kim", "Johansson", "Costa"]
+_NAMES = [
+    "Ana",
+    "Bjørn",
+    "Chloé",
+    "Dmitri",
+    "Eun-ji",
+    "Fatima",
+    "György",
+    "Hiro",
+    "Inés",
+    "Jürgen",
+    "Kwame",
+    "Łukasz",
+    "Mei 美",
+    "Noor",
+    "Olúwa",
+    "Priya",
+    "Quinn",
+    "Raúl",
+    "Søren",
+    "Zoë",
+]
+_SURNAMES = [
+    "Silva",
+    "Müller",
+    "Nguyễn",
+    "O'Brien",
+    "Kowalski",
+    "Tanaka 田中",
+    "Smith",
+    "García",
+    "Ivanov",
+    "Dubois",
+    "Rossi",
+    "Ahmed",
+    "Kim",
+    "Johansson",
+    "Costa",
+]
 _EMOJI = ["🎉", "🚀", "🌿", "🍕", "❤️", "👩‍💻", "🐙", "☕", ""]
 _COUNTRIES = ["DE", "FR", "US", "BR", "JP", "IN", "NG", "PL", "SE", "ES"]
 _CATEGORIES = ["books", "electronics", "garden", "toys", "grocery", "fashion"]
@@ -185,28 +220,41 @@ class _Rows:
     def customer(self, i: int) -> tuple[Any, ...]:
         r = self.rng
         name = f"{r.choice(_NAMES)} {r.choice(_SURNAMES)} {r.choice(_EMOJI)}".strip()
-        prefs = {"newsletter": r.random() < 0.5, "lang": r.choice(["en", "de", "pt", "ja"]),
-                 "sizes": r.sample(["S", "M", "L", "XL"], k=r.randint(0, 3))}
+        prefs = {
+            "newsletter": r.random() < 0.5,
+            "lang": r.choice(["en", "de", "pt", "ja"]),
+            "sizes": r.sample(["S", "M", "L", "XL"], k=r.randint(0, 3)),
+        }
         created = _EPOCH + dt.timedelta(seconds=r.randint(0, 60_000_000), microseconds=r.randint(0, 999_999))
         return (
-            i, f"customer{i}@example.com", name, r.choice(_COUNTRIES),
+            i,
+            f"customer{i}@example.com",
+            name,
+            r.choice(_COUNTRIES),
             None if r.random() < 0.1 else dt.date(1940, 1, 1) + dt.timedelta(days=r.randint(0, 25_000)),
-            r.random() < 0.9, r.randint(-500, 100_000),
+            r.random() < 0.9,
+            r.randint(-500, 100_000),
             None if r.random() < 0.3 else Decimal(r.randint(0, 9_999_999_999)) / 100,
             None if r.random() < 0.2 else json.dumps(prefs, ensure_ascii=False),
-            created, created + dt.timedelta(days=r.randint(0, 300)),
+            created,
+            created + dt.timedelta(days=r.randint(0, 300)),
         )
 
     def product(self, i: int) -> tuple[Any, ...]:
         r = self.rng
         tags = ",".join(t for t in _TAGS if r.random() < 0.25)
         return (
-            i, f"SKU{i:09d}", f"Product {i} {r.choice(_EMOJI)}".strip(),
+            i,
+            f"SKU{i:09d}",
+            f"Product {i} {r.choice(_EMOJI)}".strip(),
             None if r.random() < 0.2 else "Lorem ipsum dolor sit amet. " * r.randint(1, 6),
-            r.choice(_CATEGORIES), tags, Decimal(r.randint(1, 99_999_999)) / 100,
+            r.choice(_CATEGORIES),
+            tags,
+            Decimal(r.randint(1, 99_999_999)) / 100,
             None if r.random() < 0.1 else round(r.uniform(0.01, 80.0), 3),
             None if r.random() < 0.1 else r.uniform(0.0, 5.0),
-            r.randint(-100, 32_767), r.randint(0, 255),
+            r.randint(-100, 32_767),
+            r.randint(0, 255),
             None if r.random() < 0.2 else r.randint(1990, 2030),
             r.randint(0, 255),
             None if r.random() < 0.5 else r.randbytes(r.randint(0, 64)),
@@ -217,31 +265,49 @@ class _Rows:
         r = self.rng
         ordered = _EPOCH + dt.timedelta(seconds=r.randint(0, 60_000_000), microseconds=r.randint(0, 999_999))
         status = r.choice(_STATUSES)
-        shipped = ordered + dt.timedelta(hours=r.randint(1, 200)) if status in ("shipped", "delivered") else None
+        shipped = (
+            ordered + dt.timedelta(hours=r.randint(1, 200)) if status in ("shipped", "delivered") else None
+        )
         # TIME spans -838:59:59 .. 838:59:59: keep some negative and > 24 h values.
         window = dt.timedelta(seconds=r.randint(-3_000_000, 3_000_000)) if r.random() < 0.5 else None
         ref = r.choice([None, r.randint(0, 2**32), U64_MAX - r.randint(0, 1000)])
         return (
-            i, r.randint(1, self.size.customers), status, Decimal(r.randint(0, 10**12)) / 100,
-            r.choice(["EUR", "USD", "BRL", "JPY"]), ordered, shipped, window, ref,
+            i,
+            r.randint(1, self.size.customers),
+            status,
+            Decimal(r.randint(0, 10**12)) / 100,
+            r.choice(["EUR", "USD", "BRL", "JPY"]),
+            ordered,
+            shipped,
+            window,
+            ref,
             None if r.random() < 0.7 else f"Leave at door 🚪 #{i}",
         )
 
     def order_item(self, order_id: int, line_no: int) -> tuple[Any, ...]:
         r = self.rng
         return (
-            order_id, line_no, r.randint(1, self.size.products), r.randint(1, 50),
-            Decimal(r.randint(1, 9_999_999)) / 100, Decimal(r.randint(0, 5000)) / 10_000, r.random() < 0.05,
+            order_id,
+            line_no,
+            r.randint(1, self.size.products),
+            r.randint(1, 50),
+            Decimal(r.randint(1, 9_999_999)) / 100,
+            Decimal(r.randint(0, 5000)) / 10_000,
+            r.random() < 0.05,
         )
 
     def page_view(self, _i: int) -> tuple[Any, ...]:
         r = self.rng
         url = r.choice(_URLS).format(r.randint(1, 10_000))
-        viewed = _EPOCH + dt.timedelta(seconds=r.randint(0, 60_000_000), microseconds=r.randint(0, 999) * 1000)
+        viewed = _EPOCH + dt.timedelta(
+            seconds=r.randint(0, 60_000_000), microseconds=r.randint(0, 999) * 1000
+        )
         return (
-            None if r.random() < 0.15 else r.randint(1, self.size.customers), url,
+            None if r.random() < 0.15 else r.randint(1, self.size.customers),
+            url,
             None if r.random() < 0.5 else "https://search.example/?q=" + r.choice(_NAMES),
-            viewed, None if r.random() < 0.1 else r.randint(0, 600_000),
+            viewed,
+            None if r.random() < 0.1 else r.randint(0, 600_000),
         )
 
     def coupon(self, i: int) -> tuple[Any, ...]:
@@ -250,10 +316,15 @@ class _Rows:
         # Case varies, but the number makes each code unique under the case-insensitive collation.
         code = "".join(c.upper() if r.random() < 0.5 else c for c in f"save{i:06d}x")
         return (
-            code, None if r.random() < 0.3 else f"{r.randint(5, 50)}% off 🎁",
-            r.randint(1, 100), None if r.random() < 0.5 else r.randint(1, 16_777_215),
-            start, None if r.random() < 0.3 else start + dt.timedelta(days=r.randint(1, 365)),
-            None if r.random() < 0.5 else dt.timedelta(seconds=r.randint(0, 86_399), milliseconds=r.randint(0, 999)),
+            code,
+            None if r.random() < 0.3 else f"{r.randint(5, 50)}% off 🎁",
+            r.randint(1, 100),
+            None if r.random() < 0.5 else r.randint(1, 16_777_215),
+            start,
+            None if r.random() < 0.3 else start + dt.timedelta(days=r.randint(1, 365)),
+            None
+            if r.random() < 0.5
+            else dt.timedelta(seconds=r.randint(0, 86_399), milliseconds=r.randint(0, 999)),
         )
 
     def gift_card(self, i: int) -> tuple[Any, ...]:
@@ -263,19 +334,58 @@ class _Rows:
         number = 2**63 + i * span + r.randint(0, span - 1)
         issued = dt.datetime(2020, 1, 1) + dt.timedelta(seconds=r.randint(0, 150_000_000))
         return (
-            number, Decimal(r.randint(0, 100_000)) / 100, issued,
+            number,
+            Decimal(r.randint(0, 100_000)) / 100,
+            issued,
             None if r.random() < 0.3 else issued.date() + dt.timedelta(days=730),
-            hashlib.sha256(str(number).encode()).digest(), r.randint(-128, 127),
+            hashlib.sha256(str(number).encode()).digest(),
+            r.randint(-128, 127),
         )
 
 
 COLUMNS: dict[str, tuple[str, ...]] = {
-    "customers": ("id", "email", "full_name", "country", "birth_date", "is_active", "loyalty_points",
-                  "credit_limit", "preferences", "created_at", "updated_at"),
-    "products": ("id", "sku", "name", "description", "category", "tags", "price", "weight_kg", "rating",
-                 "stock", "min_age", "launch_year", "flags", "thumbnail", "checksum"),
-    "orders": ("id", "customer_id", "status", "total", "currency", "ordered_at", "shipped_at",
-               "delivery_window", "external_ref", "note"),
+    "customers": (
+        "id",
+        "email",
+        "full_name",
+        "country",
+        "birth_date",
+        "is_active",
+        "loyalty_points",
+        "credit_limit",
+        "preferences",
+        "created_at",
+        "updated_at",
+    ),
+    "products": (
+        "id",
+        "sku",
+        "name",
+        "description",
+        "category",
+        "tags",
+        "price",
+        "weight_kg",
+        "rating",
+        "stock",
+        "min_age",
+        "launch_year",
+        "flags",
+        "thumbnail",
+        "checksum",
+    ),
+    "orders": (
+        "id",
+        "customer_id",
+        "status",
+        "total",
+        "currency",
+        "ordered_at",
+        "shipped_at",
+        "delivery_window",
+        "external_ref",
+        "note",
+    ),
     "order_items": ("order_id", "line_no", "product_id", "quantity", "unit_price", "discount", "is_gift"),
     "page_views": ("customer_id", "url", "referrer", "viewed_at", "duration_ms"),
     "coupons": ("code", "description", "percent_off", "max_uses", "valid_from", "valid_to", "daily_start"),
@@ -372,4 +482,3 @@ def _insert_batches(cur: Any, table: str, rows: Iterator[tuple[Any, ...]], batch
         cur.executemany(sql, chunk)
         count += len(chunk)
     return count
-

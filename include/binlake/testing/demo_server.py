@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
@@ -104,7 +105,7 @@ def down(directory: Path) -> bool:
     return True
 
 
-def connect_admin(directory: Path) -> pymysql.Connection[object]:
+def connect_admin(directory: Path) -> pymysql.Connection[Any]:
     """A root connection to the running demo server."""
     env = _read_env(directory)
     if not env:

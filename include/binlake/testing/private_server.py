@@ -46,11 +46,11 @@ _INSTALL_BINARIES = ("mariadb-install-db", "mysql_install_db")
 _SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin")
 
 
-class ServerBinaryMissing(BinlakeError):
+class ServerBinaryMissingError(BinlakeError):
     """The MariaDB server binaries are not installed."""
 
 
-class ServerStartFailed(BinlakeError):
+class ServerStartError(BinlakeError):
     """The private server did not start."""
 
 
@@ -136,7 +136,7 @@ class PrivateMariaDB:
         server = find_binary(_SERVER_BINARIES)
         installer = find_binary(_INSTALL_BINARIES)
         if server is None or installer is None:
-            raise ServerBinaryMissing(
+            raise ServerBinaryMissingError(
                 "Could not start a private MariaDB: the server binaries (mariadbd and "
                 "mariadb-install-db) are not installed. Fix: run `apt-get install -y "
                 "mariadb-server` as root (or `make setup`, which does it when run as root)."
@@ -241,7 +241,7 @@ class PrivateMariaDB:
         ]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise ServerStartFailed(
+            raise ServerStartError(
                 f"Could not initialise a MariaDB datadir in {self.datadir}: "
                 f"{installer} exited with {result.returncode}: {result.stderr.strip()[-2000:]}"
             )
@@ -293,7 +293,7 @@ class PrivateMariaDB:
                 return
             self.stop(timeout=5)
         tail = self.error_log.read_text(errors="replace")[-3000:] if self.error_log.exists() else ""
-        raise ServerStartFailed(
+        raise ServerStartError(
             f"The private MariaDB in {self._base} did not start within {timeout:.0f} s. "
             f"Its error log ends with:\n{tail}"
         )

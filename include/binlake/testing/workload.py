@@ -73,8 +73,15 @@ class Workload:
     rate: float = 100.0
     txn_size: int = 1
     seed: int = 7
-    tables: Sequence[str] = ("customers", "products", "orders", "order_items", "page_views",
-                             "coupons", "gift_cards")
+    tables: Sequence[str] = (
+        "customers",
+        "products",
+        "orders",
+        "order_items",
+        "page_views",
+        "coupons",
+        "gift_cards",
+    )
     ddl: Sequence[tuple[float, str]] = ()
     stats: WorkloadStats = field(default_factory=WorkloadStats, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
@@ -141,8 +148,13 @@ class Workload:
         catalog: dict[str, list[tuple[str, Callable[[Any, random.Random, _Keys], None]]]] = {
             "customers": [("insert", _insert_customer), ("update", _update_customer)],
             "products": [("update", _update_product)],
-            "orders": [("insert", _insert_order), ("insert", _insert_order), ("update", _update_order),
-                       ("update", _update_order), ("delete", _delete_order)],
+            "orders": [
+                ("insert", _insert_order),
+                ("insert", _insert_order),
+                ("update", _update_order),
+                ("update", _update_order),
+                ("delete", _delete_order),
+            ],
             "order_items": [("update", _update_item), ("delete", _delete_item)],
             "page_views": [("insert", _insert_view), ("delete", _delete_view)],
             "coupons": [("insert", _insert_coupon), ("update", _update_coupon), ("delete", _delete_coupon)],
@@ -185,10 +197,29 @@ def _insert_customer(cur: Any, rng: random.Random, keys: _Keys) -> None:
     keys.max_customer += 1
     i = keys.max_customer
     cur.execute(
-        insert_sql("customers", ("id", "email", "full_name", "country", "is_active", "loyalty_points",
-                                 "preferences", "created_at")),
-        (i, f"new{i}.{rng.randint(0, 10**9)}@example.com", f"New customer {i} ✨", "PT", True, 0,
-         json.dumps({"source": "workload"}), _now(rng)),
+        insert_sql(
+            "customers",
+            (
+                "id",
+                "email",
+                "full_name",
+                "country",
+                "is_active",
+                "loyalty_points",
+                "preferences",
+                "created_at",
+            ),
+        ),
+        (
+            i,
+            f"new{i}.{rng.randint(0, 10**9)}@example.com",
+            f"New customer {i} ✨",
+            "PT",
+            True,
+            0,
+            json.dumps({"source": "workload"}),
+            _now(rng),
+        ),
     )
 
 
@@ -202,8 +233,12 @@ def _update_customer(cur: Any, rng: random.Random, keys: _Keys) -> None:
 def _update_product(cur: Any, rng: random.Random, keys: _Keys) -> None:
     cur.execute(
         "UPDATE products SET price = %s, stock = %s, tags = %s WHERE id = %s",
-        (Decimal(rng.randint(1, 9_999_999)) / 100, rng.randint(0, 32_000), rng.choice(["", "sale", "new,eco"]),
-         rng.randint(1, max(1, keys.max_product))),
+        (
+            Decimal(rng.randint(1, 9_999_999)) / 100,
+            rng.randint(0, 32_000),
+            rng.choice(["", "sale", "new,eco"]),
+            rng.randint(1, max(1, keys.max_product)),
+        ),
     )
 
 
@@ -211,16 +246,30 @@ def _insert_order(cur: Any, rng: random.Random, keys: _Keys) -> None:
     keys.max_order += 1
     i = keys.max_order
     cur.execute(
-        insert_sql("orders", ("id", "customer_id", "status", "total", "ordered_at", "delivery_window",
-                              "external_ref")),
-        (i, rng.randint(1, max(1, keys.max_customer)), "pending", Decimal(rng.randint(0, 10**8)) / 100,
-         _now(rng), dt.timedelta(hours=rng.randint(-30, 30)), U64_MAX - rng.randint(0, 10)),
+        insert_sql(
+            "orders",
+            ("id", "customer_id", "status", "total", "ordered_at", "delivery_window", "external_ref"),
+        ),
+        (
+            i,
+            rng.randint(1, max(1, keys.max_customer)),
+            "pending",
+            Decimal(rng.randint(0, 10**8)) / 100,
+            _now(rng),
+            dt.timedelta(hours=rng.randint(-30, 30)),
+            U64_MAX - rng.randint(0, 10),
+        ),
     )
     for line in range(1, rng.randint(1, 3) + 1):
         cur.execute(
             insert_sql("order_items", ("order_id", "line_no", "product_id", "quantity", "unit_price")),
-            (i, line, rng.randint(1, max(1, keys.max_product)), rng.randint(1, 5),
-             Decimal(rng.randint(100, 99_999)) / 100),
+            (
+                i,
+                line,
+                rng.randint(1, max(1, keys.max_product)),
+                rng.randint(1, 5),
+                Decimal(rng.randint(100, 99_999)) / 100,
+            ),
         )
 
 
@@ -228,8 +277,11 @@ def _update_order(cur: Any, rng: random.Random, keys: _Keys) -> None:
     cur.execute(
         "UPDATE orders SET status = %s, shipped_at = IF(%s IN ('shipped', 'delivered'), NOW(6), shipped_at) "
         "WHERE id = %s",
-        (status := rng.choice(["paid", "shipped", "delivered", "cancelled"]), status,
-         rng.randint(1, max(1, keys.max_order))),
+        (
+            status := rng.choice(["paid", "shipped", "delivered", "cancelled"]),
+            status,
+            rng.randint(1, max(1, keys.max_order)),
+        ),
     )
 
 
@@ -248,20 +300,27 @@ def _update_item(cur: Any, rng: random.Random, keys: _Keys) -> None:
 
 def _delete_item(cur: Any, rng: random.Random, keys: _Keys) -> None:
     cur.execute(
-        "DELETE FROM order_items WHERE order_id = %s AND line_no > 1", (rng.randint(1, max(1, keys.max_order)),)
+        "DELETE FROM order_items WHERE order_id = %s AND line_no > 1",
+        (rng.randint(1, max(1, keys.max_order)),),
     )
 
 
 def _insert_view(cur: Any, rng: random.Random, keys: _Keys) -> None:
     cur.execute(
         insert_sql("page_views", ("customer_id", "url", "viewed_at", "duration_ms")),
-        (None if rng.random() < 0.2 else rng.randint(1, max(1, keys.max_customer)), "/p/workload",
-         _now(rng).replace(microsecond=0), rng.randint(0, 60_000)),
+        (
+            None if rng.random() < 0.2 else rng.randint(1, max(1, keys.max_customer)),
+            "/p/workload",
+            _now(rng).replace(microsecond=0),
+            rng.randint(0, 60_000),
+        ),
     )
 
 
 def _delete_view(cur: Any, rng: random.Random, keys: _Keys) -> None:
-    cur.execute("DELETE FROM page_views WHERE customer_id = %s LIMIT 1", (rng.randint(1, max(1, keys.max_customer)),))
+    cur.execute(
+        "DELETE FROM page_views WHERE customer_id = %s LIMIT 1", (rng.randint(1, max(1, keys.max_customer)),)
+    )
 
 
 def _coupon_code(n: int, rng: random.Random) -> str:
@@ -285,13 +344,15 @@ def _update_coupon(cur: Any, rng: random.Random, keys: _Keys) -> None:
 
 
 def _delete_coupon(cur: Any, rng: random.Random, keys: _Keys) -> None:
-    cur.execute("DELETE FROM coupons WHERE code = %s", (_coupon_code(rng.randint(1_000_001, keys.next_coupon), rng),))
+    cur.execute(
+        "DELETE FROM coupons WHERE code = %s", (_coupon_code(rng.randint(1_000_001, keys.next_coupon), rng),)
+    )
 
 
 def _update_gift_card(cur: Any, rng: random.Random, keys: _Keys) -> None:
     cur.execute(
-        "UPDATE gift_cards SET balance = %s, reissues = reissues + 1 WHERE card_number >= %s AND reissues < 100 "
-        "ORDER BY card_number LIMIT 1",
+        "UPDATE gift_cards SET balance = %s, reissues = reissues + 1 "
+        "WHERE card_number >= %s AND reissues < 100 ORDER BY card_number LIMIT 1",
         (Decimal(rng.randint(0, 100_000)) / 100, rng.randint(2**63, U64_MAX)),
     )
 

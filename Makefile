@@ -1,0 +1,81 @@
+# binlake — the two commands are `make demo` and `make test`; everything else is set-up they call.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+UV_VERSION := 0.13.9
+TOOLS      := .tools
+UV         := $(TOOLS)/bin/uv
+VENV       := .venv
+BIN        := $(VENV)/bin
+DEMO_DIR   ?= .binlake/demo
+DEMO_ROWS  ?= 100000
+CONFIG     ?= include/pipelines/demo.yaml
+PYTEST_ARGS ?=
+
+# uv must use the machine's Python 3.11 and this project's venv, never download an interpreter.
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
+# Spark's Python workers must run the venv's interpreter (pyspark, pyarrow, binlake live there).
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
+
+.PHONY: help demo demo-stop test test-fast lint setup system-deps lock clean
+
+help:
+	@echo "make demo       run binlake on the embedded defaults (private MariaDB with the demo database)"
+	@echo "make test       run the whole test suite (lint, types, tests)"
+	@echo "make test-fast  the tests without the slow end-to-end ones"
+	@echo "make demo-stop  stop the demo MariaDB"
+
+## The main job on embedded defaults.
+demo: setup
+	$(BIN)/python -m binlake.testing --dir $(DEMO_DIR) up --rows $(DEMO_ROWS)
+	set -a; source $(DEMO_DIR)/demo.env; set +a; \
+	  $(BIN)/binlake --config $(CONFIG) validate
+	@echo "The demo MariaDB keeps running for the next steps; stop it with 'make demo-stop'."
+
+demo-stop: setup
+	$(BIN)/python -m binlake.testing --dir $(DEMO_DIR) down
+
+## The test suite: lint, types, then every test (CI runs exactly this).
+test: setup lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## Set-up: system packages, uv at a pinned version, the venv exactly as uv.lock says.
+setup: system-deps $(UV)
+	$(UV) sync --locked --quiet
+
+$(UV):
+	python3 -m venv $(TOOLS)
+	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+# MariaDB server binaries (for the private test/demo server) and Java 17 (for Spark), from Debian.
+system-deps:
+	@missing=""; \
+	command -v mariadbd >/dev/null || command -v mysqld >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || missing="$$missing mariadb-server"; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v python3.11 >/dev/null || python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || missing="$$missing python3.11 python3.11-venv"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing from Debian:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else \
+	    echo "binlake needs:$$missing. Run: sudo apt-get update && sudo apt-get install -y$$missing" >&2; exit 1; \
+	  fi; \
+	fi
+
+## Regenerate uv.lock after changing dependencies in pyproject.toml.
+lock: $(UV)
+	$(UV) lock
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache
