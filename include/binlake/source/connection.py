@@ -37,7 +37,10 @@ class ServerVersion:
 
     @classmethod
     def parse(cls, text: str) -> ServerVersion:
-        match = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+        # MariaDB behind some proxies reports "5.5.5-10.6.12-MariaDB" (a replication-protocol
+        # compatibility prefix); the real version follows it.
+        bare = text[len("5.5.5-") :] if text.startswith("5.5.5-") and "mariadb" in text.lower() else text
+        match = re.match(r"(\d+)\.(\d+)\.(\d+)", bare)
         if not match:
             raise ValueError(f"cannot read a version from `{text}`")
         flavor: Flavor = "mariadb" if "mariadb" in text.lower() else "mysql"
