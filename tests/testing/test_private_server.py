@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -83,3 +84,14 @@ def test_free_port_is_bindable() -> None:
     port = free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
+
+
+def test_relative_and_deep_base_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `make demo` passes a relative folder; deep folders would overflow the unix socket path.
+    deep = tmp_path / ("very-long-folder-name-" * 4) / "nested"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    with PrivateMariaDB(base_dir=Path("rel/server")) as server:
+        assert server.datadir == deep / "rel" / "server" / "data"
+        assert len(str(server.socket_path)) < 108
+        assert server.query("SELECT 1") == [(1,)]

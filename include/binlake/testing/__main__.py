@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from binlake.errors import BinlakeError
 from binlake.testing import demo_server
 from binlake.testing.workload import Workload
 
@@ -32,18 +33,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
 
-    if args.command == "up":
-        demo_server.up(args.dir, args.rows, args.reload)
-    elif args.command == "down":
-        print("demo MariaDB stopped" if demo_server.down(args.dir) else "demo MariaDB was not running")
-    else:
-        workload = Workload(
-            lambda: demo_server.connect_admin(args.dir),
-            rate=args.rate,
-            txn_size=args.txn_size,
-            seed=args.seed,
-        )
-        print(json.dumps(workload.run(args.seconds).as_dict()))
+    try:
+        if args.command == "up":
+            demo_server.up(args.dir, args.rows, args.reload)
+        elif args.command == "down":
+            print("demo MariaDB stopped" if demo_server.down(args.dir) else "demo MariaDB was not running")
+        else:
+            workload = Workload(
+                lambda: demo_server.connect_admin(args.dir),
+                rate=args.rate,
+                txn_size=args.txn_size,
+                seed=args.seed,
+            )
+            print(json.dumps(workload.run(args.seconds).as_dict()))
+    except BinlakeError as e:
+        print(f"python -m binlake.testing {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
     return 0
 
 

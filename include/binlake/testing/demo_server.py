@@ -17,6 +17,7 @@ from typing import Any
 
 import pymysql
 
+from binlake.errors import BinlakeError
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
 
@@ -109,5 +110,5 @@ def connect_admin(directory: Path) -> pymysql.Connection[Any]:
     """A root connection to the running demo server."""
     env = _read_env(directory)
     if not env:
-        raise SystemExit(f"no demo server in {directory}: run `make demo` first")
+        raise BinlakeError(f"there is no demo server in {directory}: start it with `make demo` first")
     return _server(directory, env).admin_connection()

@@ -9,6 +9,7 @@ broken server to check that binlake refuses it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
@@ -44,6 +45,7 @@ CDC_OPTIONS: Mapping[str, str | None] = {
 _SERVER_BINARIES = ("mariadbd", "mysqld")
 _INSTALL_BINARIES = ("mariadb-install-db", "mysql_install_db")
 _SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/usr/local/mysql/bin")
+_MAX_SOCKET_PATH = 100
 
 
 class ServerBinaryMissingError(BinlakeError):
@@ -113,7 +115,14 @@ class PrivateMariaDB:
 
     @property
     def socket_path(self) -> Path:
-        return self._base / "mysqld.sock"
+        path = self._base / "mysqld.sock"
+        if len(str(path)) < _MAX_SOCKET_PATH:
+            return path
+        # A unix socket path must fit in 108 bytes: deep folders get a short one in /tmp.
+        digest = hashlib.sha1(str(self._base).encode()).hexdigest()[:12]
+        short = Path(tempfile.gettempdir()) / f"binlake-sock-{digest}"
+        short.mkdir(mode=0o700, exist_ok=True)
+        return short / "mysqld.sock"
 
     @property
     def error_log(self) -> Path:
@@ -145,6 +154,8 @@ class PrivateMariaDB:
             # Short path: a unix socket path must stay under ~100 bytes.
             self.base_dir = Path(tempfile.mkdtemp(prefix="binlake-mdb-"))
             self._owns_base_dir = True
+        # The installer and the server change directory: relative paths would point elsewhere.
+        self.base_dir = self.base_dir.resolve()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         first_start = not (self.datadir / "mysql").is_dir()
         if first_start:
