@@ -63,7 +63,7 @@ system-deps:
 	@missing=""; \
 	command -v mariadbd >/dev/null || command -v mysqld >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || missing="$$missing mariadb-server"; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
-	command -v python3.11 >/dev/null || python3 -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || missing="$$missing python3.11 python3.11-venv"; \
+	python3 -c 'import sys, ensurepip; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || python3.11 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3.11 python3.11-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing from Debian:$$missing"; \

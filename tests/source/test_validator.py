@@ -74,26 +74,28 @@ def test_binlog_off(mariadb_factory: ServerFactory, write_config: WriteConfig, t
     assert "my.cnf" in line
 
 
-def test_binlog_format_statement(
-    mariadb_factory: ServerFactory, write_config: WriteConfig, tmp_path: Path
+@pytest.mark.parametrize(
+    ("option", "value", "expected", "fix"),
+    [
+        ("binlog-format", "STATEMENT", "found STATEMENT, binlake needs ROW", "binlog_format = ROW"),
+        ("binlog-row-image", "MINIMAL", "found MINIMAL, binlake needs FULL", "binlog_row_image = FULL"),
+    ],
+)
+def test_wrong_binlog_settings(
+    mariadb_factory: ServerFactory,
+    write_config: WriteConfig,
+    tmp_path: Path,
+    option: str,
+    value: str,
+    expected: str,
+    fix: str,
 ) -> None:
-    server = mariadb_factory(**{"binlog-format": "STATEMENT"})
+    server = mariadb_factory(**{option: value})
     result = validate(write_config, pipeline_dict(server, [r"x\.y"], tmp_path))
     assert result.returncode == 1
-    line = check_line(result, "binlog_format")
-    assert "found STATEMENT, binlake needs ROW" in line
-    assert "binlog_format = ROW" in line
-
-
-def test_binlog_row_image_minimal(
-    mariadb_factory: ServerFactory, write_config: WriteConfig, tmp_path: Path
-) -> None:
-    server = mariadb_factory(**{"binlog-row-image": "MINIMAL"})
-    result = validate(write_config, pipeline_dict(server, [r"x\.y"], tmp_path))
-    assert result.returncode == 1
-    line = check_line(result, "binlog_row_image")
-    assert "found MINIMAL, binlake needs FULL" in line
-    assert "binlog_row_image = FULL" in line
+    line = check_line(result, option.replace("-", "_"))
+    assert expected in line
+    assert fix in line
 
 
 def test_binlog_row_metadata_minimal_is_a_warning(

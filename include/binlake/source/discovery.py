@@ -67,34 +67,34 @@ def list_tables(conn: pymysql.Connection[Any]) -> list[TableId]:
 
 def primary_keys(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> dict[TableId, list[str]]:
     """Primary-key columns in key order for each table (an empty list: no primary key)."""
-    keys: dict[TableId, list[str]] = {t: [] for t in tables}
-    if not tables:
-        return keys
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
-            "WHERE CONSTRAINT_NAME = 'PRIMARY' AND TABLE_SCHEMA IN %s "
-            "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
-            (tuple({t.database for t in tables}),),
-        )
-        for db, table, column in cur.fetchall():
-            key = TableId(str(db), str(table))
-            if key in keys:
-                keys[key].append(str(column))
-    return keys
+    return _columns_by_table(
+        conn,
+        tables,
+        "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE "
+        "WHERE CONSTRAINT_NAME = 'PRIMARY' AND TABLE_SCHEMA IN %s "
+        "ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+    )
 
 
 def column_names(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> dict[TableId, list[str]]:
     """Column names in table order for each table."""
+    return _columns_by_table(
+        conn,
+        tables,
+        "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA IN %s ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
+    )
+
+
+def _columns_by_table(
+    conn: pymysql.Connection[Any], tables: Sequence[TableId], sql: str
+) -> dict[TableId, list[str]]:
+    """Run ``sql`` (schema, table, column rows; one ``%s`` for the schemas) grouped by table."""
     columns: dict[TableId, list[str]] = {t: [] for t in tables}
     if not tables:
         return columns
     with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA IN %s ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION",
-            (tuple({t.database for t in tables}),),
-        )
+        cur.execute(sql, (tuple({t.database for t in tables}),))
         for db, table, column in cur.fetchall():
             key = TableId(str(db), str(table))
             if key in columns:
