@@ -15,8 +15,9 @@ import pymysql
 
 from binlake.config import PipelineConfig
 from binlake.errors import SourceConnectionError
+from binlake.events import TableId
 from binlake.source.connection import ServerVersion, connect, global_variables, server_version
-from binlake.source.discovery import TableId, TableSelector, column_names, list_tables, primary_keys
+from binlake.source.discovery import TableSelector, column_names, list_tables, primary_keys
 from binlake.source.privileges import Grants, current_grants
 
 Status = Literal["ok", "warning", "error"]

@@ -1,0 +1,195 @@
+"""binlake's change events: a small closed set of frozen dataclasses.
+
+``SchemaChange`` is the union of table-level changes (Flink CDC's SchemaChangeEvent family);
+``DataChange`` is one row change. Library events (python-mysql-replication's) are converted into
+these at once, in ``source/binlog_reader.py``, so nothing else depends on the library's shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from binlake.offsets import BinlogOffset
+
+Operation = Literal["insert", "update", "delete"]
+
+
+@dataclass(frozen=True, order=True)
+class TableId:
+    """A source table: database and table name."""
+
+    database: str
+    table: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @classmethod
+    def parse(cls, name: str) -> TableId:
+        database, sep, table = name.partition(".")
+        if not sep or not database or not table:
+            raise ValueError(f"`{name}` is not `database.table`")
+        return cls(database, table)
+
+    def quoted(self) -> str:
+        return f"{quote(self.database)}.{quote(self.table)}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def quote(identifier: str) -> str:
+    """Quote a MySQL identifier (backquotes doubled inside)."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A source column with its full MySQL type.
+
+    Attributes:
+        data_type: the base type, lower case (``bigint``, ``varchar``, ``enum``, ``json``).
+        column_type: the full type as the server shows it (``bigint(20) unsigned``).
+        precision: numeric precision (DECIMAL, integers) or None.
+        scale: numeric scale (DECIMAL) or None.
+        fsp: fractional seconds precision (DATETIME, TIMESTAMP, TIME) or None.
+        length: maximum length in characters (CHAR, VARCHAR, TEXT) or bytes (BINARY…).
+        values: the members of an ENUM or SET, in definition order.
+    """
+
+    name: str
+    data_type: str
+    column_type: str
+    nullable: bool = True
+    unsigned: bool = False
+    precision: int | None = None
+    scale: int | None = None
+    fsp: int | None = None
+    length: int | None = None
+    charset: str | None = None
+    collation: str | None = None
+    values: tuple[str, ...] = ()
+    default: str | None = None
+    auto_increment: bool = False
+
+    @property
+    def is_integral(self) -> bool:
+        return self.data_type in ("tinyint", "smallint", "mediumint", "int", "bigint")
+
+    @property
+    def is_text(self) -> bool:
+        return self.collation is not None
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    """A table and its schema: discovered at plan time, or created in the binlog."""
+
+    table: TableId
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    comment: str | None = None
+
+    def column(self, name: str) -> Column:
+        for column in self.columns:
+            if column.name == name:
+                return column
+        raise KeyError(f"`{self.table}` has no column `{name}` (columns: {', '.join(self.column_names)})")
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    table: TableId
+    column: Column
+    position: Literal["first", "after", "last"] = "last"
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    table: TableId
+    name: str
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    table: TableId
+    old_name: str
+    new_name: str
+
+
+@dataclass(frozen=True)
+class AlterColumnType:
+    table: TableId
+    column: Column
+
+
+@dataclass(frozen=True)
+class TruncateTable:
+    table: TableId
+
+
+@dataclass(frozen=True)
+class DropTable:
+    table: TableId
+
+
+@dataclass(frozen=True)
+class RenameTable:
+    table: TableId
+    new_table: TableId
+
+
+SchemaChange = (
+    CreateTable
+    | AddColumn
+    | DropColumn
+    | RenameColumn
+    | AlterColumnType
+    | TruncateTable
+    | DropTable
+    | RenameTable
+)
+
+
+@dataclass(frozen=True)
+class DataChange:
+    """One row change at a binlog offset; ``before``/``after`` are column → value (None if absent)."""
+
+    table: TableId
+    op: Operation
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    offset: BinlogOffset
+    timestamp: int = 0
+    """Event time, epoch seconds (the binlog's resolution)."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def insert(
+        cls, table: TableId, after: dict[str, Any], offset: BinlogOffset, timestamp: int = 0
+    ) -> DataChange:
+        return cls(table, "insert", None, after, offset, timestamp)
+
+    @classmethod
+    def update(
+        cls,
+        table: TableId,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        offset: BinlogOffset,
+        timestamp: int = 0,
+    ) -> DataChange:
+        return cls(table, "update", before, after, offset, timestamp)
+
+    @classmethod
+    def delete(
+        cls, table: TableId, before: dict[str, Any], offset: BinlogOffset, timestamp: int = 0
+    ) -> DataChange:
+        return cls(table, "delete", before, None, offset, timestamp)

@@ -1,0 +1,329 @@
+"""The lock-free chunk reader: a chunk's exact content at its high watermark, without any lock.
+
+1. low watermark  — the current binlog offset;
+2. select         — the chunk's key range, streamed ``fetch_size`` rows at a time;
+3. high watermark — the current binlog offset again;
+4. binlog         — if the offset moved, the changes of this table between the two watermarks whose
+   key lies in the range are applied to the selected rows by key (insert and update replace the row,
+   delete removes it), which gives exactly the range's content at the high watermark.
+
+No ``LOCK TABLES``, ``FLUSH TABLES WITH READ LOCK`` or ``LOCK INSTANCE``, ever: the SELECT is an
+ordinary consistent read. Test hooks run between the steps (Flink CDC's SnapshotPhaseHooks), so
+tests can write to the table exactly where it hurts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pymysql
+import pymysql.cursors
+
+from binlake.config import SourceConfig
+from binlake.errors import BinlakeError
+from binlake.events import Column, CreateTable, DataChange, quote
+from binlake.offsets import BinlogOffset
+from binlake.schema.type_mapping import RowConverter, select_converter
+from binlake.source.binlog_reader import BinlogPurgedError, BinlogReader
+from binlake.source.chunk_splitter import Chunk, ChunkRange
+from binlake.source.connection import ServerVersion, connect, server_version
+from binlake.source.watermarks import current_offset
+
+log = logging.getLogger(__name__)
+
+Hook = Callable[[Chunk], None]
+Row = tuple[Any, ...]
+
+_ER_NO_SUCH_TABLE = 1146
+_ER_BAD_FIELD = 1054
+_IDENTIFIER = re.compile(r"^\w+$")
+
+
+class ChunkReadError(BinlakeError):
+    """A chunk could not be read; nothing of it was recorded."""
+
+    def __init__(self, message: str, chunk: Chunk) -> None:
+        self.chunk = chunk
+        super().__init__(message)
+
+
+@dataclass
+class SnapshotHooks:
+    """Callables run between the steps of a chunk read (for tests)."""
+
+    before_low_watermark: Hook | None = None
+    after_low_watermark: Hook | None = None
+    after_select: Hook | None = None
+    after_high_watermark: Hook | None = None
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """A chunk's rows at its high watermark."""
+
+    chunk: Chunk
+    data: pa.Table
+    low: BinlogOffset
+    high: BinlogOffset
+    selected_rows: int
+    binlog_changes: int
+    seconds: float
+
+    @property
+    def row_count(self) -> int:
+        return int(self.data.num_rows)
+
+
+class ChunkReader:
+    """Reads chunks of one table over one connection, in order (not thread-safe).
+
+    Args:
+        source: the pipeline's source section.
+        table: the table's schema (from discovery).
+        server_id: replica id for this reader's binlog reads (unique among concurrent readers).
+        hooks: test hooks between the steps.
+    """
+
+    def __init__(
+        self,
+        source: SourceConfig,
+        table: CreateTable,
+        server_id: int,
+        hooks: SnapshotHooks | None = None,
+    ) -> None:
+        self.source = source
+        self.table = table
+        self.server_id = server_id
+        self.hooks = hooks or SnapshotHooks()
+        self.converter = RowConverter(table)
+        self._conn: pymysql.Connection[Any] | None = None
+        self._version: ServerVersion | None = None
+
+    def __enter__(self) -> ChunkReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(pymysql.err.Error):
+                self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> tuple[pymysql.Connection[Any], ServerVersion]:
+        if self._conn is None or self._version is None:
+            conn = connect(self.source)
+            with conn.cursor() as cur:
+                # TIMESTAMP values come back in UTC, as the binlog holds them.
+                cur.execute("SET SESSION time_zone = '+00:00'")
+            self._conn, self._version = conn, server_version(conn)
+        return self._conn, self._version
+
+    def read(self, chunk: Chunk) -> ChunkResult:
+        """Read ``chunk`` as it is at its high watermark (see the module docstring)."""
+        started = time.monotonic()
+        conn, version = self._connection()
+        _run(self.hooks.before_low_watermark, chunk)
+        low = current_offset(conn, version)
+        log.info("snapshot step 1/4: low watermark %s for chunk %s %s", low, chunk.name, chunk.range)
+        _run(self.hooks.after_low_watermark, chunk)
+        rows = self._select(conn, chunk)
+        log.info("snapshot step 2/4: selected %d rows of chunk %s %s", len(rows), chunk.name, chunk.range)
+        _run(self.hooks.after_select, chunk)
+        high = current_offset(conn, version)
+        log.info("snapshot step 3/4: high watermark %s for chunk %s", high, chunk.name)
+        _run(self.hooks.after_high_watermark, chunk)
+        columns = self.converter.select_columns(rows)
+        changes: list[DataChange] = []
+        if high > low:
+            changes = self._binlog_changes(chunk, low, high)
+            if changes:
+                columns = self._apply(conn, chunk, columns, changes)
+            log.info(
+                "snapshot step 4/4: %d changes of %s between %s and %s applied to chunk %s",
+                len(changes), self.table.table, low, high, chunk.name,
+            )  # fmt: skip
+        else:
+            log.info("snapshot step 4/4: no binlog between the watermarks of chunk %s", chunk.name)
+        data = pa.Table.from_batches([self.converter.batch(columns)])
+        return ChunkResult(chunk, data, low, high, len(rows), len(changes), time.monotonic() - started)
+
+    # -- step 2 -------------------------------------------------------------------------------
+
+    def _select(self, conn: pymysql.Connection[Any], chunk: Chunk) -> list[Row]:
+        where, params = chunk.where()
+        names = ", ".join(quote(c) for c in self.table.column_names)
+        sql = f"SELECT {names} FROM {self.table.table.quoted()} WHERE {where}"
+        rows: list[Row] = []
+        try:
+            with conn.cursor(pymysql.cursors.SSCursor) as cur:  # rows stream, fetch_size at a time
+                cur.execute(sql, params)
+                while batch := cur.fetchmany(self.source.fetch_size):
+                    rows.extend(batch)
+        except pymysql.err.ProgrammingError as e:
+            raise self._select_error(e, chunk) from None
+        except pymysql.err.OperationalError as e:
+            if e.args and e.args[0] == _ER_BAD_FIELD:
+                raise self._select_error(e, chunk) from None
+            raise
+        return rows
+
+    def _select_error(self, error: pymysql.err.Error, chunk: Chunk) -> ChunkReadError:
+        code = error.args[0] if error.args else None
+        what = f"Could not read chunk {chunk.name} {chunk.range} of `{self.table.table}`"
+        if code == _ER_NO_SUCH_TABLE:
+            return ChunkReadError(
+                f"{what}: the table no longer exists (dropped or renamed after planning). "
+                "Fix: plan again with `binlake plan --replan`.",
+                chunk,
+            )
+        if code == _ER_BAD_FIELD:
+            return ChunkReadError(
+                f"{what}: a column changed after planning ({error.args[1]}). "
+                "Fix: plan again with `binlake plan --replan`.",
+                chunk,
+            )
+        return ChunkReadError(f"{what}: {error.args[-1]} (error {code}).", chunk)
+
+    # -- step 4 -------------------------------------------------------------------------------
+
+    def _binlog_changes(self, chunk: Chunk, low: BinlogOffset, high: BinlogOffset) -> list[DataChange]:
+        reader = BinlogReader(
+            self.source, self.server_id, low, high, {self.table.table}, lambda _: self.converter
+        )
+        try:
+            return list(reader.changes())
+        except BinlogPurgedError as e:
+            raise ChunkReadError(
+                f"Could not correct chunk {chunk.name} of `{self.table.table}` from the binlog "
+                f"between {low} and {high}: {e} Nothing of the chunk was recorded; reading it again "
+                "starts from new watermarks.",
+                chunk,
+            ) from None
+
+    def _apply(
+        self, conn: pymysql.Connection[Any], chunk: Chunk, columns: list[list[Any]], changes: list[DataChange]
+    ) -> list[list[Any]]:
+        key_column = self.table.column(chunk.key_column)
+        in_range = _RangeTest(conn, key_column, chunk.range)
+        in_range.prepare(
+            image[chunk.key_column] for c in changes for image in (c.before, c.after) if image is not None
+        )
+        names = self.table.column_names
+        rows: list[Row] = list(zip(*columns, strict=True)) if columns and columns[0] else []
+        if self.table.primary_key:
+            result = _apply_by_key(rows, changes, names, self.table.primary_key, chunk.key_column, in_range)
+        else:
+            result = _apply_by_identity(rows, changes, names, chunk.key_column, in_range)
+        return [list(col) for col in zip(*result, strict=True)] if result else [[] for _ in names]
+
+
+def _run(hook: Hook | None, chunk: Chunk) -> None:
+    if hook is not None:
+        hook(chunk)
+
+
+def _apply_by_key(
+    rows: list[Row],
+    changes: Sequence[DataChange],
+    names: Sequence[str],
+    primary_key: Sequence[str],
+    key_column: str,
+    in_range: _RangeTest,
+) -> list[Row]:
+    positions = [names.index(k) for k in primary_key]
+    buffer: dict[Row, Row] = {tuple(r[i] for i in positions): r for r in rows}
+    for change in changes:
+        if change.before is not None and in_range(change.before[key_column]):
+            buffer.pop(tuple(change.before[k] for k in primary_key), None)
+        if change.after is not None and in_range(change.after[key_column]):
+            buffer[tuple(change.after[k] for k in primary_key)] = tuple(change.after[n] for n in names)
+    return list(buffer.values())
+
+
+def _apply_by_identity(
+    rows: list[Row],
+    changes: Sequence[DataChange],
+    names: Sequence[str],
+    key_column: str,
+    in_range: _RangeTest,
+) -> list[Row]:
+    # No primary key: a row is identified by all its values; duplicates are kept exactly.
+    bag: Counter[Row] = Counter(rows)
+    for change in changes:
+        if change.before is not None and in_range(change.before[key_column]):
+            before = tuple(change.before[n] for n in names)
+            if bag[before] > 0:
+                bag[before] -= 1
+        if change.after is not None and in_range(change.after[key_column]):
+            bag[tuple(change.after[n] for n in names)] += 1
+    return list(bag.elements())
+
+
+class _RangeTest:
+    """Whether a (normalised) key value lies in a chunk's range.
+
+    Text keys are compared by the server in the column's collation — the same rule the splitter
+    and the SELECT use — since Python's string order differs from e.g. ``utf8mb4_general_ci``.
+    Other keys compare in Python after the same normalisation as the rows.
+    """
+
+    def __init__(self, conn: pymysql.Connection[Any], column: Column, chunk_range: ChunkRange) -> None:
+        self.conn = conn
+        self.column = column
+        self.range = chunk_range
+        convert = select_converter(column)
+        self.start = chunk_range.start if convert is None else convert(chunk_range.start)
+        self.end = chunk_range.end if convert is None else convert(chunk_range.end)
+        self._text_results: dict[Any, bool] = {}
+
+    def prepare(self, values: Iterable[Any]) -> None:
+        """Ask the server about all text values at once (one round trip per 500 values)."""
+        if not self.column.is_text or self.range.is_all:
+            return
+        pending = sorted({v for v in values if v is not None and v not in self._text_results}, key=repr)
+        for i in range(0, len(pending), 500):
+            self._ask_server(pending[i : i + 500])
+
+    def __call__(self, value: Any) -> bool:
+        if self.range.is_all:
+            return True
+        if value is None:
+            return self.range.start is None
+        if self.column.is_text:
+            if value not in self._text_results:
+                self._ask_server([value])
+            return self._text_results[value]
+        return (self.start is None or value >= self.start) and (self.end is None or value < self.end)
+
+    def _ask_server(self, values: Sequence[Any]) -> None:
+        charset, collation = self.column.charset or "utf8mb4", self.column.collation or "utf8mb4_bin"
+        if not (_IDENTIFIER.match(charset) and _IDENTIFIER.match(collation)):
+            raise ValueError(f"unexpected charset/collation {charset}/{collation}")
+
+        def typed(placeholder: str) -> str:
+            return f"CONVERT({placeholder} USING {charset}) COLLATE {collation}"
+
+        tests, params = [], []
+        for i, value in enumerate(values):
+            conditions = []
+            if self.range.start is not None:
+                conditions.append(f"{typed('%s')} >= {typed('%s')}")
+                params += [value, self.range.start]
+            if self.range.end is not None:
+                conditions.append(f"{typed('%s')} < {typed('%s')}")
+                params += [value, self.range.end]
+            tests.append(f"SELECT {i}, {' AND '.join(conditions)}")
+        with self.conn.cursor() as cur:
+            cur.execute(" UNION ALL ".join(tests), params)
+            for index, inside in cur.fetchall():
+                self._text_results[values[int(index)]] = bool(inside)

@@ -1,0 +1,1 @@
+"""binlake's own metadata: plans, chunk progress, offsets (SQLAlchemy; SQLite or Postgres)."""

@@ -1,0 +1,243 @@
+"""The state store: what binlake has planned and done, in a SQL database through SQLAlchemy.
+
+SQLite under ``work_dir`` by default, Postgres at scale (``pipeline.state_uri``). Every method is
+one transaction, so a crash leaves either the old state or the new one, never half of a plan.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.engine.url import make_url
+
+from binlake.events import TableId
+from binlake.offsets import BinlogOffset
+from binlake.source.chunk_splitter import Chunk, ChunkRange, SplitPlan, Strategy
+from binlake.state.codec import decode_key, encode_key
+
+ChunkStatus = Literal["planned", "finished"]
+
+metadata = MetaData()
+
+plans_table = Table(
+    "binlake_plans",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("key_column", String(200), nullable=False),
+    Column("strategy", String(20), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("chunk_count", Integer, nullable=False),
+    Column("estimated_rows", BigInteger, nullable=False),
+    Column("min_key", Text),
+    Column("max_key", Text),
+    Column("planned_at", DateTime(timezone=True), nullable=False),
+)
+
+chunks_table = Table(
+    "binlake_chunks",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("chunk_id", Integer, primary_key=True),
+    Column("key_column", String(200), nullable=False),
+    Column("start_key", Text),
+    Column("end_key", Text),
+    Column("status", String(20), nullable=False, default="planned"),
+    Column("low_watermark", Text),
+    Column("high_watermark", Text),
+    Column("row_count", BigInteger),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class ChunkState:
+    """A planned chunk and what has happened to it."""
+
+    chunk: Chunk
+    status: ChunkStatus
+    low_watermark: BinlogOffset | None = None
+    high_watermark: BinlogOffset | None = None
+    row_count: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    """A table's plan as stored, with its chunks' states."""
+
+    table: TableId
+    key_column: str
+    strategy: Strategy
+    reason: str
+    estimated_rows: int
+    min_key: Any
+    max_key: Any
+    planned_at: dt.datetime
+    chunks: tuple[ChunkState, ...]
+
+    @property
+    def finished(self) -> int:
+        return sum(c.status == "finished" for c in self.chunks)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _offset_text(offset: BinlogOffset | None) -> str | None:
+    return None if offset is None else json.dumps(offset.to_dict())
+
+
+def _offset(text: str | None) -> BinlogOffset | None:
+    return None if text is None else BinlogOffset.from_dict(json.loads(text))
+
+
+class StateStore:
+    """binlake's metadata tables in one SQL database (created on first use)."""
+
+    def __init__(self, uri: str) -> None:
+        url = make_url(uri)
+        if url.drivername.startswith("sqlite") and url.database:
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(uri, future=True)
+        metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- plans -----------------------------------------------------------------------------------
+
+    def save_plans(self, pipeline: str, plans: Sequence[SplitPlan]) -> None:
+        """Store (or replace) the plans of these tables, all in one transaction."""
+        now = _now()
+        with self.engine.begin() as conn:
+            for plan in plans:
+                where_plan = and_(
+                    plans_table.c.pipeline == pipeline, plans_table.c.table_name == plan.table.name
+                )
+                where_chunks = and_(
+                    chunks_table.c.pipeline == pipeline, chunks_table.c.table_name == plan.table.name
+                )
+                conn.execute(delete(chunks_table).where(where_chunks))
+                conn.execute(delete(plans_table).where(where_plan))
+                conn.execute(
+                    insert(plans_table).values(
+                        pipeline=pipeline,
+                        table_name=plan.table.name,
+                        key_column=plan.key_column,
+                        strategy=plan.strategy,
+                        reason=plan.reason,
+                        chunk_count=len(plan.chunks),
+                        estimated_rows=plan.estimated_rows,
+                        min_key=encode_key(plan.min_key),
+                        max_key=encode_key(plan.max_key),
+                        planned_at=now,
+                    )
+                )
+                if plan.chunks:
+                    conn.execute(
+                        insert(chunks_table),
+                        [
+                            {
+                                "pipeline": pipeline,
+                                "table_name": plan.table.name,
+                                "chunk_id": c.chunk_id,
+                                "key_column": c.key_column,
+                                "start_key": encode_key(c.range.start),
+                                "end_key": encode_key(c.range.end),
+                                "status": "planned",
+                                "updated_at": now,
+                            }
+                            for c in plan.chunks
+                        ],
+                    )
+
+    def load_plans(self, pipeline: str, tables: Iterable[TableId] | None = None) -> list[StoredPlan]:
+        """The stored plans of ``pipeline`` (of the given tables only, if given), by table name."""
+        wanted = None if tables is None else {t.name for t in tables}
+        with self.engine.connect() as conn:
+            plan_rows = conn.execute(
+                select(plans_table)
+                .where(plans_table.c.pipeline == pipeline)
+                .order_by(plans_table.c.table_name)
+            ).all()
+            chunk_rows = conn.execute(
+                select(chunks_table)
+                .where(chunks_table.c.pipeline == pipeline)
+                .order_by(chunks_table.c.table_name, chunks_table.c.chunk_id)
+            ).all()
+        by_table: dict[str, list[ChunkState]] = {}
+        for row in chunk_rows:
+            table = TableId.parse(row.table_name)
+            chunk = Chunk(
+                table,
+                row.chunk_id,
+                row.key_column,
+                ChunkRange(decode_key(row.start_key), decode_key(row.end_key)),
+            )
+            by_table.setdefault(row.table_name, []).append(
+                ChunkState(
+                    chunk, row.status, _offset(row.low_watermark), _offset(row.high_watermark), row.row_count
+                )
+            )
+        return [
+            StoredPlan(
+                TableId.parse(row.table_name),
+                row.key_column,
+                row.strategy,
+                row.reason,
+                row.estimated_rows,
+                decode_key(row.min_key),
+                decode_key(row.max_key),
+                row.planned_at,
+                tuple(by_table.get(row.table_name, ())),
+            )
+            for row in plan_rows
+            if wanted is None or row.table_name in wanted
+        ]
+
+    def finish_chunk(
+        self, pipeline: str, chunk: Chunk, low: BinlogOffset, high: BinlogOffset, row_count: int
+    ) -> None:
+        """Record that ``chunk`` was read (and committed) at these watermarks."""
+        with self.engine.begin() as conn:
+            result = conn.execute(
+                update(chunks_table)
+                .where(
+                    chunks_table.c.pipeline == pipeline,
+                    chunks_table.c.table_name == chunk.table.name,
+                    chunks_table.c.chunk_id == chunk.chunk_id,
+                )
+                .values(
+                    status="finished",
+                    low_watermark=_offset_text(low),
+                    high_watermark=_offset_text(high),
+                    row_count=row_count,
+                    updated_at=_now(),
+                )
+            )
+            if result.rowcount != 1:
+                raise KeyError(f"chunk {chunk.name} of pipeline `{pipeline}` is not in the plan")
