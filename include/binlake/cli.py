@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from binlake import __version__
 from binlake.config import PipelineConfig, load_config
@@ -50,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
         "validate", help="check the config and the source server; exit 0 when nothing is an error"
     )
     validate.add_argument("--json", action="store_true", help="print the checks as JSON")
+    plan = commands.add_parser(
+        "plan", help="validate, discover the tables and split them into chunks (kept in the state store)"
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument("--replan", action="store_true", help="split again, forgetting earlier progress")
     return parser
 
 
@@ -60,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args.config, as_json=args.json)
+        if args.command == "plan":
+            return _plan(_load(args.config), as_json=args.json, replan=args.replan)
     except BinlakeError as e:
         print(f"binlake {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -108,6 +116,51 @@ def _print_checks(checks: list[Check]) -> None:
         print(f"FAILED: {errors} error(s), {warnings} warning(s); fix the errors above and run again")
     else:
         print(f"OK: all checks passed ({warnings} warning(s))")
+
+
+def _plan(config: PipelineConfig, as_json: bool, replan: bool) -> int:
+    from binlake.planner import plan
+
+    plans = plan(
+        config, replan=replan, progress=lambda t, n: log.info("splitting %s: %d chunks so far", t, n)
+    )
+    rows: list[dict[str, Any]] = [
+        {
+            "table": p.table.name,
+            "key_column": p.key_column,
+            "strategy": p.strategy,
+            "reason": p.reason,
+            "chunks": len(p.chunks),
+            "finished_chunks": p.finished,
+            "min_key": _show(p.min_key),
+            "max_key": _show(p.max_key),
+            "estimated_rows": p.estimated_rows,
+        }
+        for p in plans
+    ]
+    if as_json:
+        print(json.dumps({"pipeline": config.pipeline.name, "tables": rows}, indent=2))
+        return EXIT_OK
+    width = max([len(r["table"]) for r in rows] + [5])
+    print(f"{'table':<{width}}  {'split':<7} {'chunks':>7} {'done':>5}  {'est. rows':>11}  key range")
+    for r in rows:
+        print(
+            f"{r['table']:<{width}}  {r['strategy']:<7} {r['chunks']:>7} {r['finished_chunks']:>5}  "
+            f"{r['estimated_rows']:>11,}  `{r['key_column']}` {r['min_key']} … {r['max_key']}"
+        )
+        print(f"{'':<{width}}  why: {r['reason']}")
+    total = sum(r["chunks"] for r in rows)
+    print(f"{len(rows)} tables, {total} chunks, plan stored in {config.pipeline.resolved_state_uri}")
+    return EXIT_OK
+
+
+def _show(value: object) -> str:
+    """A key value for people (and JSON): bytes in hex, everything else as text."""
+    if value is None:
+        return "∅"
+    if isinstance(value, bytes | bytearray):
+        return "0x" + bytes(value).hex()
+    return str(value)
 
 
 if __name__ == "__main__":

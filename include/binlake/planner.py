@@ -1,0 +1,79 @@
+"""``binlake plan``: validate the source, discover the tables, split them into chunks, store the plan.
+
+A table that already has a plan keeps it (a rerun resumes rather than re-splitting, so finished
+chunks stay finished), unless ``replan`` is asked for. Every table is split before anything is
+stored, and the plan is stored in one transaction: a failure leaves the state store as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
+from binlake.events import CreateTable, TableId
+from binlake.source.chunk_splitter import ChunkSplitter, SplitPlan
+from binlake.source.connection import connect
+from binlake.source.discovery import TableSelector, discover, list_tables
+from binlake.source.validator import Check, has_errors, validate
+from binlake.state.store import StateStore, StoredPlan
+
+log = logging.getLogger(__name__)
+
+
+class ValidationFailedError(BinlakeError):
+    """The source failed validation; the failed checks are attached."""
+
+    def __init__(self, checks: list[Check]) -> None:
+        self.checks = checks
+        failed = [c for c in checks if c.status == "error"]
+        lines = "\n".join(f"  - {c.name}: {c.message}" + (f" Fix: {c.fix}" if c.fix else "") for c in failed)
+        super().__init__(f"the source failed {len(failed)} check(s); nothing was planned:\n{lines}")
+
+
+def discover_tables(config: PipelineConfig) -> list[CreateTable]:
+    """The schemas of the tables the pipeline captures, as they are now."""
+    source = config.source
+    with contextlib.closing(connect(source)) as conn:
+        tables = TableSelector(source.tables, source.tables_exclude).select(list_tables(conn))
+        return discover(conn, tables)
+
+
+def plan(
+    config: PipelineConfig,
+    replan: bool = False,
+    progress: Callable[[TableId, int], None] | None = None,
+) -> list[StoredPlan]:
+    """Plan every captured table that has no plan yet (all of them with ``replan``).
+
+    Returns:
+        The stored plans of all captured tables.
+
+    Raises:
+        ValidationFailedError: the source fails a check.
+        ChunkKeyError: a table cannot be split.
+    """
+    checks = validate(config)
+    if has_errors(checks):
+        raise ValidationFailedError(checks)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        name = config.pipeline.name
+        schemas = discover_tables(config)
+        planned = {p.table for p in store.load_plans(name)}
+        todo = [s for s in schemas if replan or s.table not in planned]
+        plans: list[SplitPlan] = []
+        if todo:
+            with contextlib.closing(connect(config.source)) as conn:
+                splitter = ChunkSplitter(conn, config.source.chunk_size, progress=progress)
+                for schema in todo:
+                    plans.append(
+                        splitter.split(schema, config.source.chunk_key_columns.get(schema.table.name))
+                    )
+            store.save_plans(name, plans)
+        log.info("planned %d tables (%d kept their earlier plan)", len(plans), len(schemas) - len(plans))
+        return store.load_plans(name, [s.table for s in schemas])
+    finally:
+        store.close()
