@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from binlake.config import SourceConfig
 from binlake.testing.private_server import PrivateMariaDB
 
 BIN = Path(sys.executable).parent
@@ -57,3 +58,15 @@ def pipeline_dict(
             **source,
         },
     }
+
+
+def source_config(server: PrivateMariaDB, database: str, **options: Any) -> SourceConfig:
+    """A source section for ``database`` on a private server, as the CDC user."""
+    return SourceConfig(
+        hostname="127.0.0.1",
+        port=server.port,
+        username=server.user,
+        password=server.password,  # type: ignore[arg-type]
+        tables=[rf"{database}\..*"],
+        **options,
+    )

@@ -235,7 +235,9 @@ class ChunkSplitter:
             cur.execute(
                 f"SELECT MAX(k), MAX(k) > %s, MAX(k) >= %s FROM "
                 f"(SELECT {k} AS k FROM {table.quoted()} WHERE {k} >= %s ORDER BY {k} LIMIT %s) AS chunk",
-                (previous, max_key, previous, self.chunk_size),
+                # The border is the (chunk_size + 1)-th key: ends are exclusive, so the chunk
+                # then holds chunk_size rows (Flink CDC's LIMIT chunk_size gives one fewer).
+                (previous, max_key, previous, self.chunk_size + 1),
             )
             end, after_previous, at_max = cur.fetchone()
             if end is not None and not after_previous:
