@@ -93,7 +93,7 @@ class BinlogReader:
                 "host": self.source.hostname,
                 "port": self.source.port,
                 "user": self.source.username,
-                "passwd": self.source.password.get_secret_value(),
+                "password": self.source.password.get_secret_value(),
                 "connect_timeout": self.source.connect_timeout_s,
             },
             server_id=self.server_id,

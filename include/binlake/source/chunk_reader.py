@@ -10,6 +10,16 @@
 No ``LOCK TABLES``, ``FLUSH TABLES WITH READ LOCK`` or ``LOCK INSTANCE``, ever: the SELECT is an
 ordinary consistent read. Test hooks run between the steps (Flink CDC's SnapshotPhaseHooks), so
 tests can write to the table exactly where it hurts.
+
+Tables without a primary key (split by a configured chunk key) cannot be corrected that way:
+re-applying a change the SELECT already saw is harmless by key, but by whole-row identity it
+counts the row twice. Their chunks are read instead
+
+- on MariaDB, inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, whose exact binlog position
+  MariaDB reports (``binlog_snapshot_file`` / ``binlog_snapshot_position``) without any lock: the
+  chunk is exact at that position, which is both its low and high watermark;
+- elsewhere, with the watermarks as above, read again (up to ``KEYLESS_ATTEMPTS`` times) until no
+  change of the table touched the range between them.
 """
 
 from __future__ import annotations
@@ -18,7 +28,6 @@ import contextlib
 import logging
 import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +51,8 @@ log = logging.getLogger(__name__)
 Hook = Callable[[Chunk], None]
 Row = tuple[Any, ...]
 
+#: Reads of a keyless chunk before giving up when writes keep hitting its range (non-MariaDB).
+KEYLESS_ATTEMPTS = 5
 _ER_NO_SUCH_TABLE = 1146
 _ER_BAD_FIELD = 1054
 _IDENTIFIER = re.compile(r"^\w+$")
@@ -90,6 +101,8 @@ class ChunkReader:
         table: the table's schema (from discovery).
         server_id: replica id for this reader's binlog reads (unique among concurrent readers).
         hooks: test hooks between the steps.
+        consistent_snapshot: read keyless tables in a consistent snapshot (default: on MariaDB,
+            which reports the snapshot's binlog position); False re-reads until clean.
     """
 
     def __init__(
@@ -98,7 +111,9 @@ class ChunkReader:
         table: CreateTable,
         server_id: int,
         hooks: SnapshotHooks | None = None,
+        consistent_snapshot: bool | None = None,
     ) -> None:
+        self.consistent_snapshot = consistent_snapshot
         self.source = source
         self.table = table
         self.server_id = server_id
@@ -130,6 +145,52 @@ class ChunkReader:
 
     def read(self, chunk: Chunk) -> ChunkResult:
         """Read ``chunk`` as it is at its high watermark (see the module docstring)."""
+        if self.table.primary_key:
+            return self._read_with_watermarks(chunk)
+        _, version = self._connection()
+        snapshot = self.consistent_snapshot
+        if snapshot if snapshot is not None else version.flavor == "mariadb":
+            return self._read_in_snapshot(chunk)
+        for attempt in range(1, KEYLESS_ATTEMPTS + 1):
+            result = self._read_with_watermarks(chunk)
+            if result.binlog_changes == 0:
+                return result
+            log.info("chunk %s of keyless `%s` changed while read (attempt %d): reading it again",
+                     chunk.name, self.table.table, attempt)  # fmt: skip
+        raise ChunkReadError(
+            f"Could not read chunk {chunk.name} {chunk.range} of `{self.table.table}` exactly: the table "
+            f"has no primary key, and writes hit the chunk's range during each of {KEYLESS_ATTEMPTS} reads. "
+            "Fix: add a primary key, or read the table when it is quieter (`binlake snapshot` retries).",
+            chunk,
+        )
+
+    def _read_in_snapshot(self, chunk: Chunk) -> ChunkResult:
+        started = time.monotonic()
+        conn, _ = self._connection()
+        _run(self.hooks.before_low_watermark, chunk)
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            try:
+                cur.execute(
+                    "SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
+                )
+                status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+                offset = BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+                log.info("snapshot step 1/4: consistent snapshot at %s for keyless chunk %s %s",
+                         offset, chunk.name, chunk.range)  # fmt: skip
+                _run(self.hooks.after_low_watermark, chunk)
+                rows = self._select(conn, chunk)
+            finally:
+                cur.execute("COMMIT")
+        log.info("snapshot step 2/4: selected %d rows of chunk %s in the snapshot", len(rows), chunk.name)
+        _run(self.hooks.after_select, chunk)
+        log.info("snapshot steps 3-4/4: chunk %s is exact at %s, no binlog to apply", chunk.name, offset)
+        _run(self.hooks.after_high_watermark, chunk)
+        columns = self.converter.select_columns(rows)
+        data = pa.Table.from_batches([self.converter.batch(columns)])
+        return ChunkResult(chunk, data, offset, offset, len(rows), 0, time.monotonic() - started)
+
+    def _read_with_watermarks(self, chunk: Chunk) -> ChunkResult:
         started = time.monotonic()
         conn, version = self._connection()
         _run(self.hooks.before_low_watermark, chunk)
@@ -147,7 +208,7 @@ class ChunkReader:
         if high > low:
             changes = self._binlog_changes(chunk, low, high)
             if changes:
-                columns = self._apply(conn, chunk, columns, changes)
+                columns, changes = self._apply(conn, chunk, columns, changes)
             log.info(
                 "snapshot step 4/4: %d changes of %s between %s and %s applied to chunk %s",
                 len(changes), self.table.table, low, high, chunk.name,
@@ -212,19 +273,24 @@ class ChunkReader:
 
     def _apply(
         self, conn: pymysql.Connection[Any], chunk: Chunk, columns: list[list[Any]], changes: list[DataChange]
-    ) -> list[list[Any]]:
+    ) -> tuple[list[list[Any]], list[DataChange]]:
+        """Apply the changes that touch the chunk's range; returns the columns and those changes."""
         key_column = self.table.column(chunk.key_column)
         in_range = _RangeTest(conn, key_column, chunk.range)
         in_range.prepare(
             image[chunk.key_column] for c in changes for image in (c.before, c.after) if image is not None
         )
+        relevant = [
+            c
+            for c in changes
+            if any(image is not None and in_range(image[chunk.key_column]) for image in (c.before, c.after))
+        ]
+        if not self.table.primary_key:
+            return columns, relevant  # keyless: the caller re-reads; see the module docstring
         names = self.table.column_names
         rows: list[Row] = list(zip(*columns, strict=True)) if columns and columns[0] else []
-        if self.table.primary_key:
-            result = _apply_by_key(rows, changes, names, self.table.primary_key, chunk.key_column, in_range)
-        else:
-            result = _apply_by_identity(rows, changes, names, chunk.key_column, in_range)
-        return [list(col) for col in zip(*result, strict=True)] if result else [[] for _ in names]
+        result = _apply_by_key(rows, relevant, names, self.table.primary_key, chunk.key_column, in_range)
+        return ([list(col) for col in zip(*result, strict=True)] if result else [[] for _ in names]), relevant
 
 
 def _run(hook: Hook | None, chunk: Chunk) -> None:
@@ -248,25 +314,6 @@ def _apply_by_key(
         if change.after is not None and in_range(change.after[key_column]):
             buffer[tuple(change.after[k] for k in primary_key)] = tuple(change.after[n] for n in names)
     return list(buffer.values())
-
-
-def _apply_by_identity(
-    rows: list[Row],
-    changes: Sequence[DataChange],
-    names: Sequence[str],
-    key_column: str,
-    in_range: _RangeTest,
-) -> list[Row]:
-    # No primary key: a row is identified by all its values; duplicates are kept exactly.
-    bag: Counter[Row] = Counter(rows)
-    for change in changes:
-        if change.before is not None and in_range(change.before[key_column]):
-            before = tuple(change.before[n] for n in names)
-            if bag[before] > 0:
-                bag[before] -= 1
-        if change.after is not None and in_range(change.after[key_column]):
-            bag[tuple(change.after[n] for n in names)] += 1
-    return list(bag.elements())
 
 
 class _RangeTest:

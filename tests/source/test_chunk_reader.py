@@ -1,0 +1,360 @@
+"""The lock-free chunk reader: writes between the watermarks are corrected from the binlog.
+
+Each hook test writes while a chunk is being read, then compares the chunk's result with the
+range's content read afterwards (nothing else writes in between, so that is the content at the
+high watermark).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from binlake.config import SourceConfig
+from binlake.events import CreateTable, TableId
+from binlake.schema.type_mapping import RowConverter
+from binlake.source.binlog_reader import BinlogReader
+from binlake.source.chunk_reader import ChunkReader, ChunkReadError, ChunkResult, SnapshotHooks
+from binlake.source.chunk_splitter import Chunk, ChunkRange, ChunkSplitter, SplitPlan
+from binlake.source.connection import connect, server_version
+from binlake.source.discovery import discover
+from binlake.source.watermarks import current_offset
+from binlake.testing import demo
+from binlake.testing.private_server import PrivateMariaDB
+from tests.helpers import source_config
+
+SERVER_ID = 6100
+
+
+@pytest.fixture
+def source(mariadb: PrivateMariaDB, database: str) -> SourceConfig:
+    return source_config(mariadb, database, fetch_size=7)
+
+
+def schema_of(source: SourceConfig, database: str, table: str) -> CreateTable:
+    with contextlib.closing(connect(source)) as conn:
+        (schema,) = discover(conn, [TableId(database, table)])
+    return schema
+
+
+def plan_of(
+    source: SourceConfig, schema: CreateTable, chunk_size: int, chunk_key: str | None = None
+) -> SplitPlan:
+    with contextlib.closing(connect(source)) as conn:
+        return ChunkSplitter(conn, chunk_size).split(schema, chunk_key)
+
+
+def range_now(source: SourceConfig, schema: CreateTable, chunk: Chunk) -> list[dict[str, Any]]:
+    """The chunk's range as it is now, read and normalised the SELECT way."""
+    converter = RowConverter(schema)
+    where, params = chunk.where()
+    with contextlib.closing(connect(source)) as conn, conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(f"SELECT * FROM {schema.table.quoted()} WHERE {where}", params)
+        rows = cur.fetchall()
+    return converter.batch(converter.select_columns(rows)).to_pylist()  # type: ignore[no-any-return]
+
+
+def bag(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    return Counter(tuple(sorted(r.items())) for r in rows)
+
+
+def read(
+    source: SourceConfig, schema: CreateTable, chunk: Chunk, **hooks: Callable[[Chunk], None]
+) -> ChunkResult:
+    with ChunkReader(source, schema, SERVER_ID, SnapshotHooks(**hooks)) as reader:
+        return reader.read(chunk)
+
+
+@pytest.fixture
+def orders(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig
+) -> Iterator[tuple[CreateTable, Chunk]]:
+    """`orders` with ids 1..100 and the middle chunk [40, 60) of a plan with chunk size 20."""
+    mariadb.execute(
+        "CREATE TABLE orders (id INT PRIMARY KEY, status VARCHAR(20), total DECIMAL(10,2))",
+        "CREATE TABLE other (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO orders SELECT seq, 'new', seq * 1.5 FROM seq_1_to_100",
+        "ANALYZE TABLE orders",
+        database=database,
+    )
+    schema = schema_of(source, database, "orders")
+    plan = plan_of(source, schema, 20)
+    (chunk,) = [c for c in plan.chunks if c.range == ChunkRange(41, 61)]
+    return schema, chunk
+
+
+def test_chunk_without_writes_skips_the_binlog(
+    source: SourceConfig, orders: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = orders
+    result = read(source, schema, chunk)
+    assert result.high == result.low
+    assert result.binlog_changes == 0
+    assert result.row_count == 20
+    assert bag(result.data.to_pylist()) == bag(range_now(source, schema, chunk))
+
+
+@pytest.mark.parametrize("step", ["after_low_watermark", "after_select"])
+def test_writes_between_the_watermarks_are_applied(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, orders: tuple[CreateTable, Chunk], step: str
+) -> None:
+    schema, chunk = orders
+
+    def write(_: Chunk) -> None:
+        mariadb.execute(
+            # update in range
+            "UPDATE orders SET status = 'paid', total = total + 1 WHERE id IN (41, 50, 60)",
+            "DELETE FROM orders WHERE id IN (45, 46)",  # delete in range
+            "INSERT INTO orders VALUES (1000, 'out', 1)",  # insert out of range
+            "UPDATE orders SET id = 45 WHERE id = 80",  # key moves into the range
+            "UPDATE orders SET id = 2000 WHERE id = 55",  # key moves out of the range
+            "INSERT INTO other VALUES (1, 1)",  # another table
+            "BEGIN",
+            "DELETE FROM orders WHERE id = 59",
+            "INSERT INTO orders VALUES (59, 'again', 5)",  # delete + insert in one transaction
+            "COMMIT",
+            database=database,
+        )
+
+    result = read(source, schema, chunk, **{step: write})
+    assert result.high > result.low
+    assert result.binlog_changes > 0
+    expected = range_now(source, schema, chunk)
+    assert bag(result.data.to_pylist()) == bag(expected)
+    ids = sorted(r["id"] for r in result.data.to_pylist())
+    assert 45 in ids
+    assert 55 not in ids
+    assert 46 not in ids
+    assert {r["id"]: r["status"] for r in result.data.to_pylist()}[59] == "again"
+
+
+def test_writes_before_the_low_watermark_are_in_the_select(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, orders: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = orders
+    result = read(
+        source,
+        schema,
+        chunk,
+        before_low_watermark=lambda _: mariadb.execute("DELETE FROM orders WHERE id = 42", database=database),
+    )
+    assert 42 not in [r["id"] for r in result.data.to_pylist()]
+    assert bag(result.data.to_pylist()) == bag(range_now(source, schema, chunk))
+
+
+def test_writes_after_the_high_watermark_are_not_applied(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, orders: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = orders
+    before = range_now(source, schema, chunk)
+    result = read(
+        source,
+        schema,
+        chunk,
+        after_high_watermark=lambda _: mariadb.execute("DELETE FROM orders WHERE id = 43", database=database),
+    )
+    # The delete comes after the high watermark: the stream applies it, not the chunk.
+    assert bag(result.data.to_pylist()) == bag(before)
+
+
+@pytest.fixture
+def views(mariadb: PrivateMariaDB, database: str, source: SourceConfig) -> tuple[CreateTable, Chunk]:
+    """A table without primary key, split by a nullable chunk key; its first chunk holds the NULLs."""
+    mariadb.execute(
+        "CREATE TABLE views (customer_id INT NULL, url VARCHAR(50), KEY (customer_id))",
+        "INSERT INTO views VALUES (NULL, '/'), (NULL, '/'), (1, '/a'), (1, '/a'), (1, '/a'), (2, '/b'),"
+        " (3, '/c'), (4, '/d'), (5, '/e'), (6, '/f'), (7, '/g')",
+        database=database,
+    )
+    schema = schema_of(source, database, "views")
+    return schema, plan_of(source, schema, 4, chunk_key="customer_id").chunks[0]
+
+
+def keyless_writes(mariadb: PrivateMariaDB, database: str) -> Callable[[Chunk], None]:
+    """Writes to the first chunk of `views`, once (a re-read must not write again)."""
+    done: list[bool] = []
+
+    def write(_: Chunk) -> None:
+        if not done:
+            done.append(True)
+            mariadb.execute(
+                "DELETE FROM views WHERE customer_id = 1 LIMIT 1",  # one of three equal rows
+                "UPDATE views SET url = '/z' WHERE customer_id IS NULL LIMIT 1",
+                "INSERT INTO views VALUES (NULL, '/'), (1, '/a')",
+                database=database,
+            )
+
+    return write
+
+
+def test_keyless_chunk_in_a_consistent_snapshot_is_exact_at_its_position(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, views: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = views
+    before = range_now(source, schema, chunk)
+    result = read(source, schema, chunk, after_low_watermark=keyless_writes(mariadb, database))
+    # The writes came after the snapshot: its position is the chunk's high watermark, so the
+    # chunk holds the rows before them, duplicates exactly, and the stream applies the writes.
+    assert result.low == result.high
+    assert result.binlog_changes == 0
+    assert bag(result.data.to_pylist()) == bag(before)
+    assert bag(result.data.to_pylist()) != bag(range_now(source, schema, chunk))
+
+
+def test_keyless_chunk_is_read_again_when_writes_hit_its_range(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, views: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = views
+    write = keyless_writes(mariadb, database)
+    with ChunkReader(source, schema, SERVER_ID, SnapshotHooks(after_low_watermark=write), False) as reader:
+        result = reader.read(chunk)
+    assert result.binlog_changes == 0  # the second read saw no write between its watermarks
+    assert bag(result.data.to_pylist()) == bag(range_now(source, schema, chunk))
+
+
+def test_keyless_chunk_that_never_settles_is_refused(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, views: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = views
+
+    def always(_: Chunk) -> None:
+        mariadb.execute("INSERT INTO views VALUES (NULL, '/busy')", database=database)
+
+    with ChunkReader(source, schema, SERVER_ID, SnapshotHooks(after_select=always), False) as reader:
+        with pytest.raises(ChunkReadError, match=r"no primary key, and writes hit the chunk's range"):
+            reader.read(chunk)
+
+
+def test_case_insensitive_text_key_ranges(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE coupons (code VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, pct INT)",
+        "INSERT INTO coupons VALUES ('alpha', 1), ('Bravo', 2), ('charlie', 3), ('Delta', 4), ('echo', 5),"
+        " ('Foxtrot', 6), ('golf', 7), ('Hotel', 8)",
+        database=database,
+    )
+    schema = schema_of(source, database, "coupons")
+    plan = plan_of(source, schema, 3)
+    middle = plan.chunks[1]  # ['Delta', 'golf') in the collation's order
+
+    def write(_: Chunk) -> None:
+        # 'dz' and 'Ezra' sort inside the middle range under *_ci, but outside it in Python's order.
+        mariadb.execute(
+            "INSERT INTO coupons VALUES ('dz', 9), ('Ezra', 10), ('ALPHA2', 11), ('zulu', 12)",
+            "UPDATE coupons SET pct = 50 WHERE code = 'ECHO'",
+            database=database,
+        )
+
+    result = read(source, schema, middle, after_select=write)
+    assert bag(result.data.to_pylist()) == bag(range_now(source, schema, middle))
+    assert {"dz", "Ezra"} <= {r["code"] for r in result.data.to_pylist()}
+
+
+def test_every_demo_type_reads_the_same_through_select_and_binlog(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig
+) -> None:
+    # All demo rows are written *after* the start offset, so they reach binlake through the
+    # binlog only; normalised, they must equal a SELECT of the same rows, type by type.
+    demo.create_schema(mariadb.admin_connection(), database)
+    size = demo.DemoSize.for_rows(700)
+    for name, generator in demo._row_stream(size, seed=3):
+        schema = schema_of(source, database, name)
+        rows = list(generator)
+
+        def write(_: Chunk | None = None, name: str = name, rows: list[tuple[Any, ...]] = rows) -> None:
+            with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+                cur.executemany(demo.insert_sql(name), rows)
+                last = demo.COLUMNS[name][-1]
+                cur.execute(f"UPDATE `{name}` SET `{last}` = `{last}` LIMIT 3")
+
+        everything = Chunk(
+            schema.table, 0, schema.primary_key[0] if schema.primary_key else "url", ChunkRange.all()
+        )
+        if schema.primary_key:
+            # The chunk reader, with every row arriving between its watermarks.
+            result = read(source, schema, everything, after_select=write)
+            assert result.selected_rows == 0
+            assert result.binlog_changes >= len(rows)
+            got = result.data.to_pylist()
+        else:
+            # Keyless tables are not corrected from the binlog; check the binlog decoding directly.
+            with contextlib.closing(connect(source)) as conn:
+                start = current_offset(conn, server_version(conn))
+                write()
+                end = current_offset(conn, server_version(conn))
+            converter = RowConverter(schema)
+            reader = BinlogReader(source, SERVER_ID, start, end, {schema.table}, lambda _, c=converter: c)
+            inserts = [c.after for c in reader.changes() if c.op == "insert"]
+            got = converter.batch([[r[n] for r in inserts] for n in schema.column_names]).to_pylist()
+        assert bag(got) == bag(range_now(source, schema, everything)), name
+
+
+def test_table_dropped_between_plan_and_read(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, orders: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = orders
+    mariadb.execute("DROP TABLE orders", database=database)
+    with pytest.raises(ChunkReadError, match=r"orders#\d+ .* no longer exists .*binlake plan --replan"):
+        read(source, schema, chunk)
+
+
+def test_binlog_purged_between_the_watermarks(
+    mariadb_factory: Callable[..., PrivateMariaDB], tmp_path: Path
+) -> None:
+    server = mariadb_factory(**{"max-binlog-size": "4096"})
+    server.execute(
+        "CREATE DATABASE IF NOT EXISTS purge_db", "CREATE OR REPLACE TABLE purge_db.t (id INT PRIMARY KEY)"
+    )
+    server.execute("INSERT INTO purge_db.t VALUES (1), (2), (3)")
+    source = source_config(server, "purge_db")
+    schema = schema_of(source, "purge_db", "t")
+    chunk = Chunk(schema.table, 0, "id", ChunkRange.all())
+
+    def purge(_: Chunk) -> None:
+        server.execute("INSERT INTO purge_db.t VALUES (4)", "FLUSH BINARY LOGS")
+        current = server.query("SHOW MASTER STATUS")[0][0]
+        # MariaDB keeps a file until its binlog checkpoint passes (under a second here).
+        deadline = time.monotonic() + 20
+        while server.query("SHOW BINARY LOGS")[0][0] != current:
+            assert time.monotonic() < deadline, "the old binlog was never purged"
+            server.execute(f"PURGE BINARY LOGS TO '{current}'")
+            time.sleep(0.05)
+
+    with pytest.raises(
+        ChunkReadError, match=r"t#0 .*no longer has it.*oldest binlog file there is binlog\.\d+"
+    ):
+        read(source, schema, chunk, after_select=purge)
+
+
+def test_no_lock_statement_is_ever_issued(
+    mariadb: PrivateMariaDB,
+    database: str,
+    source: SourceConfig,
+    orders: tuple[CreateTable, Chunk],
+    tmp_path: Path,
+) -> None:
+    schema, _ = orders
+    log_file = tmp_path / "general.log"
+    mariadb.execute(f"SET GLOBAL general_log_file = '{log_file}'", "SET GLOBAL general_log = 1")
+    try:
+        plan = plan_of(source, schema, 20)
+        with ChunkReader(source, schema, SERVER_ID) as reader:
+            for chunk in plan.chunks:
+                reader.read(chunk)
+        mariadb.execute("UPDATE orders SET total = 0 WHERE id = 3", database=database)
+        read(source, schema, plan.chunks[0])
+    finally:
+        mariadb.execute("SET GLOBAL general_log = 0")
+    text = log_file.read_text().upper()
+    assert "SHOW MASTER STATUS" in text  # the log did capture the reader's statements
+    assert "SELECT `ID`, `STATUS`, `TOTAL` FROM" in text
+    for forbidden in ("FLUSH TABLES WITH READ LOCK", "LOCK TABLES", "LOCK INSTANCE", "FLUSH TABLES"):
+        assert forbidden not in text
