@@ -32,7 +32,8 @@ help:
 demo: setup
 	$(BIN)/python -m binlake.testing --dir $(DEMO_DIR) up --rows $(DEMO_ROWS)
 	set -a; source $(DEMO_DIR)/demo.env; set +a; \
-	  $(BIN)/binlake --config $(CONFIG) validate
+	  $(BIN)/binlake --config $(CONFIG) validate && \
+	  $(BIN)/binlake --config $(CONFIG) plan
 	@echo "The demo MariaDB keeps running for the next steps; stop it with 'make demo-stop'."
 
 demo-stop: setup

@@ -1,0 +1,62 @@
+"""Discovery: the captured tables' schemas as CreateTable events, from information_schema."""
+
+from __future__ import annotations
+
+import contextlib
+
+from binlake.events import TableId
+from binlake.source.connection import connect
+from binlake.source.discovery import TableSelector, discover, list_tables, parse_enum_values
+from binlake.testing import demo
+from binlake.testing.private_server import PrivateMariaDB
+from tests.helpers import source_config
+
+
+def test_parse_enum_values() -> None:
+    assert parse_enum_values("enum('a','b c','it''s','x,y')") == ("a", "b c", "it's", "x,y")
+    assert parse_enum_values("set('new','sale')") == ("new", "sale")
+
+
+def test_demo_schema_is_discovered_with_full_types(mariadb: PrivateMariaDB, database: str) -> None:
+    demo.create_schema(mariadb.admin_connection(), database)
+    source = source_config(mariadb, database)
+    with contextlib.closing(connect(source)) as conn:
+        tables = TableSelector(source.tables).select(list_tables(conn))
+        schemas = {s.table.table: s for s in discover(conn, tables)}
+    assert set(schemas) == set(demo.COLUMNS)  # the view is not there
+    for name, columns in demo.COLUMNS.items():
+        assert schemas[name].column_names == columns
+    products = schemas["products"]
+    assert products.primary_key == ("id",)
+    assert products.column("id").unsigned
+    assert products.column("price").precision == 10
+    assert products.column("price").scale == 2
+    assert products.column("category").values == (
+        "books",
+        "electronics",
+        "garden",
+        "toys",
+        "grocery",
+        "fashion",
+    )
+    assert products.column("tags").data_type == "set"
+    assert products.column("sku").charset == "latin1"
+    assert products.column("flags").column_type == "bit(8)"
+    assert products.column("description").nullable
+    assert not products.column("name").nullable
+    customers = schemas["customers"]
+    assert customers.column("preferences").data_type == "json"  # LONGTEXT + json_valid on MariaDB
+    assert customers.column("id").auto_increment
+    assert customers.column("created_at").fsp == 6
+    assert customers.column("is_active").column_type == "tinyint(1)"
+    assert customers.column("is_active").default == "1"
+    assert schemas["order_items"].primary_key == ("order_id", "line_no")
+    assert schemas["page_views"].primary_key == ()
+    assert schemas["coupons"].column("code").collation == "utf8mb4_general_ci"
+
+
+def test_missing_tables_are_left_out(mariadb: PrivateMariaDB, database: str) -> None:
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    with contextlib.closing(connect(source_config(mariadb, database))) as conn:
+        found = discover(conn, [TableId(database, "t"), TableId(database, "gone")])
+    assert [s.table.table for s in found] == ["t"]

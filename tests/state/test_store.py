@@ -1,0 +1,120 @@
+"""The state store on SQLite (default) and PostgreSQL (at scale): plans and chunk progress."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+
+from binlake.events import TableId
+from binlake.offsets import BinlogOffset
+from binlake.source.chunk_splitter import Chunk, ChunkRange, SplitPlan
+from binlake.state.codec import decode_key, encode_key
+from binlake.state.store import StateStore
+
+POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None, 0, -(2**63), 2**64 - 1, Decimal("-12.3400"), 1.5, "", "Ünïcode 🎉", b"\x00\xff" * 8,
+        dt.datetime(2024, 2, 29, 23, 59, 59, 999999), dt.date(1000, 1, 1), dt.timedelta(hours=-838), True,
+    ],
+)  # fmt: skip
+def test_codec_keeps_value_and_type(value: Any) -> None:
+    decoded = decode_key(encode_key(value))
+    assert decoded == value
+    assert type(decoded) is type(value)
+
+
+def test_codec_refuses_unknown_types() -> None:
+    with pytest.raises(TypeError, match="cannot store a chunk key of type object"):
+        encode_key(object())
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
+    if request.param == "sqlite":
+        uri = f"sqlite:///{tmp_path / 'deep' / 'state.db'}"
+        yield StateStore(uri)
+        return
+    # A database of the test's own on the machine's PostgreSQL (the at-scale state store).
+    name = f"binlake_test_{uuid.uuid4().hex[:10]}"
+    admin = sqlalchemy.create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+    state = StateStore(POSTGRES.rsplit("/", 1)[0] + f"/{name}")
+    try:
+        yield state
+    finally:
+        state.close()
+        with admin.connect() as conn:
+            conn.execute(sqlalchemy.text(f'DROP DATABASE "{name}"'))
+        admin.dispose()
+
+
+def a_plan(table: TableId, borders: list[Any]) -> SplitPlan:
+    edges = [None, *borders, None]
+    chunks = tuple(
+        Chunk(table, i, "id", ChunkRange(a, b)) for i, (a, b) in enumerate(itertools.pairwise(edges))
+    )
+    return SplitPlan(table, "id", "uneven", "test", chunks, borders[0], borders[-1], 123)
+
+
+def test_save_load_and_finish(store: StateStore) -> None:
+    orders, coupons = TableId("shop", "orders"), TableId("shop", "coupons")
+    store.save_plans("p", [a_plan(orders, [2**64 - 5, 2**64 - 2]), a_plan(coupons, ["Bravo", "delta"])])
+    store.save_plans("other", [a_plan(orders, [1])])
+    plans = {p.table: p for p in store.load_plans("p")}
+    assert [c.chunk.range for c in plans[orders].chunks] == [
+        ChunkRange(None, 2**64 - 5),
+        ChunkRange(2**64 - 5, 2**64 - 2),
+        ChunkRange(2**64 - 2, None),
+    ]
+    assert plans[coupons].max_key == "delta"
+    assert plans[orders].finished == 0
+
+    low, high = BinlogOffset("binlog.000003", 100, "0-1-7"), BinlogOffset("binlog.000004", 4)
+    store.finish_chunk("p", plans[orders].chunks[1].chunk, low, high, 42)
+    (reloaded,) = store.load_plans("p", [orders])
+    state = reloaded.chunks[1]
+    assert (state.status, state.low_watermark, state.high_watermark, state.row_count) == (
+        "finished",
+        low,
+        high,
+        42,
+    )
+    assert state.low_watermark is not None
+    assert state.low_watermark.gtid == "0-1-7"
+    assert reloaded.finished == 1
+    assert len(store.load_plans("other")[0].chunks) == 2
+
+
+def test_replacing_a_plan_resets_its_chunks_only(store: StateStore) -> None:
+    orders, coupons = TableId("shop", "orders"), TableId("shop", "coupons")
+    store.save_plans("p", [a_plan(orders, [10]), a_plan(coupons, [5])])
+    first = store.load_plans("p", [coupons])[0].chunks[0].chunk
+    store.finish_chunk("p", first, BinlogOffset("b.000001", 4), BinlogOffset("b.000001", 9), 1)
+    store.save_plans("p", [a_plan(orders, [10, 20, 30])])
+    plans = {p.table: p for p in store.load_plans("p")}
+    assert len(plans[orders].chunks) == 4
+    assert plans[coupons].finished == 1
+
+
+def test_finishing_an_unknown_chunk_is_an_error(store: StateStore) -> None:
+    with pytest.raises(KeyError, match="not in the plan"):
+        store.finish_chunk(
+            "p",
+            Chunk(TableId("a", "b"), 0, "id", ChunkRange.all()),
+            BinlogOffset("b.1", 4),
+            BinlogOffset("b.1", 4),
+            0,
+        )
