@@ -140,6 +140,8 @@ class SourceConfig(_Model):
     """Rows per snapshot chunk."""
     fetch_size: int = Field(default=1024, ge=1)
     """Rows fetched per round trip while reading a chunk."""
+    select_reader: Literal["connectorx", "pymysql"] = "connectorx"
+    """Reader of the snapshot's bulk SELECTs: ``connectorx`` (fast, Rust into Arrow) or ``pymysql``."""
     chunk_key_columns: dict[str, str] = Field(default_factory=dict)
     """``database.table`` → column to split on, for tables without a primary key."""
     startup_mode: StartupMode = "initial"

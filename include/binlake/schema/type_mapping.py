@@ -216,8 +216,14 @@ def _pad_binary(length: int) -> Converter:
     return convert
 
 
+def _utc(value: Any) -> Any:
+    # TIMESTAMP values are instants: both paths read them in UTC and mark them so, which is also
+    # how Arrow hands back a timestamp[us, UTC] value.
+    return value.replace(tzinfo=dt.UTC) if isinstance(value, dt.datetime) and value.tzinfo is None else value
+
+
 def _zero_timestamp(value: Any) -> Any:
-    return None if value is None or value == _EPOCH else value
+    return None if value is None or value == _EPOCH else _utc(value)
 
 
 def _zero_year(value: Any) -> Any:
@@ -249,7 +255,9 @@ def _common(column: Column) -> Converter | None:
 def select_converter(column: Column) -> Converter | None:
     """Normalises a value as pymysql returns it from a SELECT (None: keep it as it is)."""
     t = column.data_type
-    if t in ("date", "datetime", "timestamp"):
+    if t == "timestamp":
+        return lambda v: _utc(_temporal_or_none(v))
+    if t in ("date", "datetime"):
         return _temporal_or_none
     return _common(column)
 

@@ -38,10 +38,11 @@ import pymysql.cursors
 
 from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
-from binlake.events import Column, CreateTable, DataChange, quote
+from binlake.events import Column, CreateTable, DataChange
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter, select_converter
 from binlake.source.binlog_reader import BinlogPurgedError, BinlogReader
+from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.source.connection import ServerVersion, connect, server_version
 from binlake.source.watermarks import current_offset
@@ -53,8 +54,6 @@ Row = tuple[Any, ...]
 
 #: Reads of a keyless chunk before giving up when writes keep hitting its range (non-MariaDB).
 KEYLESS_ATTEMPTS = 5
-_ER_NO_SUCH_TABLE = 1146
-_ER_BAD_FIELD = 1054
 _IDENTIFIER = re.compile(r"^\w+$")
 
 
@@ -121,6 +120,7 @@ class ChunkReader:
         self.converter = RowConverter(table)
         self._conn: pymysql.Connection[Any] | None = None
         self._version: ServerVersion | None = None
+        self._bulk: BulkSelect | None = None
 
     def __enter__(self) -> ChunkReader:
         return self
@@ -141,6 +141,7 @@ class ChunkReader:
                 # TIMESTAMP values come back in UTC, as the binlog holds them.
                 cur.execute("SET SESSION time_zone = '+00:00'")
             self._conn, self._version = conn, server_version(conn)
+            self._bulk = make_bulk_select(self.source, self.table, conn)
         return self._conn, self._version
 
     def read(self, chunk: Chunk) -> ChunkResult:
@@ -179,16 +180,15 @@ class ChunkReader:
                 log.info("snapshot step 1/4: consistent snapshot at %s for keyless chunk %s %s",
                          offset, chunk.name, chunk.range)  # fmt: skip
                 _run(self.hooks.after_low_watermark, chunk)
-                rows = self._select(conn, chunk)
+                # In the transaction's own connection: connectorx could not see the snapshot.
+                data = self._select(PymysqlSelect(self.source, self.table, conn), chunk)
             finally:
                 cur.execute("COMMIT")
-        log.info("snapshot step 2/4: selected %d rows of chunk %s in the snapshot", len(rows), chunk.name)
+        log.info("snapshot step 2/4: selected %d rows of chunk %s in the snapshot", data.num_rows, chunk.name)
         _run(self.hooks.after_select, chunk)
         log.info("snapshot steps 3-4/4: chunk %s is exact at %s, no binlog to apply", chunk.name, offset)
         _run(self.hooks.after_high_watermark, chunk)
-        columns = self.converter.select_columns(rows)
-        data = pa.Table.from_batches([self.converter.batch(columns)])
-        return ChunkResult(chunk, data, offset, offset, len(rows), 0, time.monotonic() - started)
+        return ChunkResult(chunk, data, offset, offset, data.num_rows, 0, time.monotonic() - started)
 
     def _read_with_watermarks(self, chunk: Chunk) -> ChunkResult:
         started = time.monotonic()
@@ -197,63 +197,60 @@ class ChunkReader:
         low = current_offset(conn, version)
         log.info("snapshot step 1/4: low watermark %s for chunk %s %s", low, chunk.name, chunk.range)
         _run(self.hooks.after_low_watermark, chunk)
-        rows = self._select(conn, chunk)
-        log.info("snapshot step 2/4: selected %d rows of chunk %s %s", len(rows), chunk.name, chunk.range)
+        assert self._bulk is not None  # made with the connection
+        data = self._select(self._bulk, chunk)
+        selected = data.num_rows
+        log.info("snapshot step 2/4: selected %d rows of chunk %s %s", selected, chunk.name, chunk.range)
         _run(self.hooks.after_select, chunk)
         high = current_offset(conn, version)
         log.info("snapshot step 3/4: high watermark %s for chunk %s", high, chunk.name)
         _run(self.hooks.after_high_watermark, chunk)
-        columns = self.converter.select_columns(rows)
         changes: list[DataChange] = []
         if high > low:
             changes = self._binlog_changes(chunk, low, high)
             if changes:
-                columns, changes = self._apply(conn, chunk, columns, changes)
+                data, changes = self._apply(conn, chunk, data, changes)
             log.info(
                 "snapshot step 4/4: %d changes of %s between %s and %s applied to chunk %s",
                 len(changes), self.table.table, low, high, chunk.name,
             )  # fmt: skip
         else:
             log.info("snapshot step 4/4: no binlog between the watermarks of chunk %s", chunk.name)
-        data = pa.Table.from_batches([self.converter.batch(columns)])
-        return ChunkResult(chunk, data, low, high, len(rows), len(changes), time.monotonic() - started)
+        return ChunkResult(chunk, data, low, high, selected, len(changes), time.monotonic() - started)
 
     # -- step 2 -------------------------------------------------------------------------------
 
-    def _select(self, conn: pymysql.Connection[Any], chunk: Chunk) -> list[Row]:
-        where, params = chunk.where()
-        names = ", ".join(quote(c) for c in self.table.column_names)
-        sql = f"SELECT {names} FROM {self.table.table.quoted()} WHERE {where}"
-        rows: list[Row] = []
+    def _select(self, bulk: BulkSelect, chunk: Chunk) -> pa.Table:
         try:
-            with conn.cursor(pymysql.cursors.SSCursor) as cur:  # rows stream, fetch_size at a time
-                cur.execute(sql, params)
-                while batch := cur.fetchmany(self.source.fetch_size):
-                    rows.extend(batch)
-        except pymysql.err.ProgrammingError as e:
+            return bulk.select(chunk)
+        except (SelectError, pymysql.err.ProgrammingError, pymysql.err.OperationalError) as e:
             raise self._select_error(e, chunk) from None
-        except pymysql.err.OperationalError as e:
-            if e.args and e.args[0] == _ER_BAD_FIELD:
-                raise self._select_error(e, chunk) from None
-            raise
-        return rows
 
-    def _select_error(self, error: pymysql.err.Error, chunk: Chunk) -> ChunkReadError:
-        code = error.args[0] if error.args else None
+    def _select_error(self, error: Exception, chunk: Chunk) -> ChunkReadError:
+        """Say why a chunk's SELECT failed; a dropped table or column is the usual cause."""
         what = f"Could not read chunk {chunk.name} {chunk.range} of `{self.table.table}`"
-        if code == _ER_NO_SUCH_TABLE:
+        assert self._conn is not None
+        with self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (self.table.table.database, self.table.table.table),
+            )
+            columns = {str(r[0]) for r in cur.fetchall()}
+        if not columns:
             return ChunkReadError(
                 f"{what}: the table no longer exists (dropped or renamed after planning). "
                 "Fix: plan again with `binlake plan --replan`.",
                 chunk,
             )
-        if code == _ER_BAD_FIELD:
+        missing = [c for c in self.table.column_names if c not in columns]
+        if missing:
             return ChunkReadError(
-                f"{what}: a column changed after planning ({error.args[1]}). "
+                f"{what}: columns {missing} no longer exist (changed after planning). "
                 "Fix: plan again with `binlake plan --replan`.",
                 chunk,
             )
-        return ChunkReadError(f"{what}: {error.args[-1]} (error {code}).", chunk)
+        return ChunkReadError(f"{what}: {error}", chunk)
 
     # -- step 4 -------------------------------------------------------------------------------
 
@@ -272,9 +269,9 @@ class ChunkReader:
             ) from None
 
     def _apply(
-        self, conn: pymysql.Connection[Any], chunk: Chunk, columns: list[list[Any]], changes: list[DataChange]
-    ) -> tuple[list[list[Any]], list[DataChange]]:
-        """Apply the changes that touch the chunk's range; returns the columns and those changes."""
+        self, conn: pymysql.Connection[Any], chunk: Chunk, data: pa.Table, changes: list[DataChange]
+    ) -> tuple[pa.Table, list[DataChange]]:
+        """Apply the changes that touch the chunk's range; returns the data and those changes."""
         key_column = self.table.column(chunk.key_column)
         in_range = _RangeTest(conn, key_column, chunk.range)
         in_range.prepare(
@@ -285,12 +282,13 @@ class ChunkReader:
             for c in changes
             if any(image is not None and in_range(image[chunk.key_column]) for image in (c.before, c.after))
         ]
-        if not self.table.primary_key:
-            return columns, relevant  # keyless: the caller re-reads; see the module docstring
+        if not self.table.primary_key or not relevant:
+            return data, relevant  # keyless: the caller re-reads; see the module docstring
         names = self.table.column_names
-        rows: list[Row] = list(zip(*columns, strict=True)) if columns and columns[0] else []
+        rows: list[Row] = list(zip(*(col.to_pylist() for col in data.columns), strict=True))
         result = _apply_by_key(rows, relevant, names, self.table.primary_key, chunk.key_column, in_range)
-        return ([list(col) for col in zip(*result, strict=True)] if result else [[] for _ in names]), relevant
+        columns = [list(col) for col in zip(*result, strict=True)] if result else [[] for _ in names]
+        return pa.Table.from_batches([self.converter.batch(columns)]), relevant
 
 
 def _run(hook: Hook | None, chunk: Chunk) -> None:
