@@ -13,13 +13,14 @@ tests can write to the table exactly where it hurts.
 
 Tables without a primary key (split by a configured chunk key) cannot be corrected that way:
 re-applying a change the SELECT already saw is harmless by key, but by whole-row identity it
-counts the row twice. Their chunks are read instead
+counts the row twice. A keyless chunk is read with the watermarks as above; if no change touched
+its range between them, it is exact. Otherwise it is read again
 
 - on MariaDB, inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, whose exact binlog position
   MariaDB reports (``binlog_snapshot_file`` / ``binlog_snapshot_position``) without any lock: the
   chunk is exact at that position, which is both its low and high watermark;
-- elsewhere, with the watermarks as above, read again (up to ``KEYLESS_ATTEMPTS`` times) until no
-  change of the table touched the range between them.
+- elsewhere, with the watermarks, until a read sees no change in its range (at most
+  ``KEYLESS_ATTEMPTS`` reads).
 """
 
 from __future__ import annotations
@@ -146,18 +147,21 @@ class ChunkReader:
 
     def read(self, chunk: Chunk) -> ChunkResult:
         """Read ``chunk`` as it is at its high watermark (see the module docstring)."""
-        if self.table.primary_key:
-            return self._read_with_watermarks(chunk)
+        result = self._read_with_watermarks(chunk)
+        if self.table.primary_key or result.binlog_changes == 0:
+            return result
         _, version = self._connection()
         snapshot = self.consistent_snapshot
         if snapshot if snapshot is not None else version.flavor == "mariadb":
+            log.info("chunk %s of keyless `%s` changed while read: reading it in a consistent snapshot",
+                     chunk.name, self.table.table)  # fmt: skip
             return self._read_in_snapshot(chunk)
-        for attempt in range(1, KEYLESS_ATTEMPTS + 1):
+        for attempt in range(2, KEYLESS_ATTEMPTS + 1):
+            log.info("chunk %s of keyless `%s` changed while read: reading it again (read %d)",
+                     chunk.name, self.table.table, attempt)  # fmt: skip
             result = self._read_with_watermarks(chunk)
             if result.binlog_changes == 0:
                 return result
-            log.info("chunk %s of keyless `%s` changed while read (attempt %d): reading it again",
-                     chunk.name, self.table.table, attempt)  # fmt: skip
         raise ChunkReadError(
             f"Could not read chunk {chunk.name} {chunk.range} of `{self.table.table}` exactly: the table "
             f"has no primary key, and writes hit the chunk's range during each of {KEYLESS_ATTEMPTS} reads. "
