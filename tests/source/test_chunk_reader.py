@@ -111,7 +111,8 @@ def test_writes_between_the_watermarks_are_applied(
         mariadb.execute(
             # update in range
             "UPDATE orders SET status = 'paid', total = total + 1 WHERE id IN (41, 50, 60)",
-            "DELETE FROM orders WHERE id IN (45, 46)",  # delete in range
+            "DELETE FROM orders WHERE id IN (45, 46, 47)",  # delete in range
+            "INSERT INTO orders VALUES (47, 'reborn', 2)",  # insert in range
             "INSERT INTO orders VALUES (1000, 'out', 1)",  # insert out of range
             "UPDATE orders SET id = 45 WHERE id = 80",  # key moves into the range
             "UPDATE orders SET id = 2000 WHERE id = 55",  # key moves out of the range
@@ -133,6 +134,7 @@ def test_writes_between_the_watermarks_are_applied(
     assert 55 not in ids
     assert 46 not in ids
     assert {r["id"]: r["status"] for r in result.data.to_pylist()}[59] == "again"
+    assert {r["id"]: r["status"] for r in result.data.to_pylist()}[47] == "reborn"
 
 
 def test_writes_before_the_low_watermark_are_in_the_select(
