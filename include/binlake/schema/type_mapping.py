@@ -51,7 +51,7 @@ Converter = Callable[[Any], Any]
 _INT32_TYPES = {"tinyint", "smallint", "mediumint"}
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 _BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
-_GEOMETRY_TYPES = {
+GEOMETRY_TYPES = {
     "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
     "geometrycollection", "geomcollection",
 }  # fmt: skip
@@ -101,7 +101,7 @@ def arrow_type(column: Column) -> pa.DataType:
         return pa.int64()
     if t in _TEXT_TYPES:
         return pa.string()
-    if t in _BINARY_TYPES or t in _GEOMETRY_TYPES:
+    if t in _BINARY_TYPES or t in GEOMETRY_TYPES:
         return pa.binary()
     raise UnsupportedTypeError(
         f"Column `{column.name}` has type `{column.column_type}`, which binlake cannot map. "
@@ -243,7 +243,7 @@ def _common(column: Column) -> Converter | None:
         return _float32
     if t == "time":
         return _time_micros
-    if t in _GEOMETRY_TYPES:
+    if t in GEOMETRY_TYPES:
         return _geometry
     if t == "set":
         return _set_text(column.values)

@@ -27,7 +27,7 @@ from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
 from binlake.events import Column, CreateTable, quote
 from binlake.logs import redact, register_secret
-from binlake.schema.type_mapping import _GEOMETRY_TYPES, RowConverter, is_bool
+from binlake.schema.type_mapping import GEOMETRY_TYPES, RowConverter, is_bool
 from binlake.source.chunk_splitter import Chunk
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def select_expression(column: Column) -> str:
         return f"CAST({name} AS CHAR) AS {name}"
     if t == "bit" and is_bool(column):
         return f"CAST({name} AS UNSIGNED) AS {name}"
-    if t in _GEOMETRY_TYPES:
+    if t in GEOMETRY_TYPES:
         return f"ST_AsBinary({name}) AS {name}"
     return name
 
