@@ -1,0 +1,1 @@
+"""The Iceberg side: catalog, table layout, exactly-once commits, maintenance."""

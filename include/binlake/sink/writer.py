@@ -1,0 +1,289 @@
+"""Exactly-once writes into one Iceberg table: appended snapshot files, and merged change batches.
+
+Both paths record what they commit *in the same Iceberg commit* as the data, so a retry after a
+crash can tell whether the commit happened:
+
+- **append files** (the snapshot): Parquet files written elsewhere (Spark executors) are added in
+  one commit whose snapshot summary lists the chunks they hold with their high watermarks; chunks
+  already in a summary are not committed again.
+- **merge batch** (the stream): the rows of the batch's keys are replaced by its upserts and its
+  deleted keys removed, in one commit that also stores the batch id in the table's properties; a
+  batch id at or below the stored one is skipped.
+
+Commits are never retried blindly (``commit.retry.num-retries=0``): on a conflict binlake refreshes
+the table, checks again whether its batch or chunks are already there, and only then tries again.
+
+pyiceberg writes copy-on-write: a merge rewrites every data file holding a changed key. binlake
+chooses those files itself from each file's key bounds (pyiceberg's own pruning gives up on IN
+lists longer than 200 values and would rewrite every file), and removes the keys with an Arrow
+anti-join; tables are sorted on the key, so a batch of recent keys touches few files.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.conversions import from_bytes
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.table import FileScanTask
+from pyiceberg.types import DateType, IcebergType, PrimitiveType, TimestampType, TimestamptzType
+
+from binlake.errors import BinlakeError
+from binlake.offsets import BinlogOffset
+
+log = logging.getLogger(__name__)
+
+#: Snapshot summary key listing the chunks an append commit holds (JSON).
+CHUNKS_KEY = "binlake.chunks"
+#: Table property and snapshot summary key of the last merged batch id.
+BATCH_KEY = "binlake.batch-id"
+MAX_ATTEMPTS = 5
+
+Outcome = Literal["committed", "skipped"]
+
+
+class CommitConflictError(BinlakeError):
+    """The table kept changing under binlake's commit."""
+
+
+class PartialCommitError(BinlakeError):
+    """Some, not all, of a file group's chunks are already committed."""
+
+
+@dataclass(frozen=True)
+class ChunkCommit:
+    """A chunk whose rows are in the files being committed."""
+
+    chunk_id: str
+    high_watermark: BinlogOffset
+    rows: int
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    outcome: Outcome
+    snapshot_id: int | None
+    seconds: float
+    attempts: int
+    files_added: int = 0
+    files_removed: int = 0
+    bytes_added: int = 0
+    bytes_removed: int = 0
+
+
+class IcebergWriter:
+    """Writes to one Iceberg table, exactly once (see the module docstring).
+
+    Args:
+        catalog: the pipeline's catalog.
+        identifier: ``namespace.table``.
+    """
+
+    def __init__(self, catalog: Catalog, identifier: str) -> None:
+        self.catalog = catalog
+        self.identifier = identifier
+        self.table = catalog.load_table(identifier)
+
+    # -- append files (snapshot) ----------------------------------------------------------------
+
+    def committed_chunks(self) -> dict[str, BinlogOffset]:
+        """Chunk id → high watermark, for every chunk recorded in the table's snapshots."""
+        found: dict[str, BinlogOffset] = {}
+        for snapshot in self.table.snapshots():
+            text = snapshot.summary.additional_properties.get(CHUNKS_KEY) if snapshot.summary else None
+            for entry in json.loads(text) if text else []:
+                found[entry["id"]] = BinlogOffset.from_dict(entry["high"])
+        return found
+
+    def append_files(self, files: Sequence[str], chunks: Sequence[ChunkCommit]) -> CommitResult:
+        """Add Parquet ``files`` holding exactly the rows of ``chunks``, in one commit.
+
+        Raises:
+            PartialCommitError: some of the chunks are committed already and others not (the
+                files mix them, so neither committing nor skipping them is right).
+        """
+        started = time.monotonic()
+        wanted = {c.chunk_id for c in chunks}
+        summary = {
+            CHUNKS_KEY: json.dumps(
+                [{"id": c.chunk_id, "high": c.high_watermark.to_dict(), "rows": c.rows} for c in chunks]
+            )
+        }
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            self.table.refresh()
+            done = wanted & self.committed_chunks().keys()
+            if done == wanted:
+                log.info("chunks %s are committed already: skipped", _ids(wanted))
+                return CommitResult("skipped", None, time.monotonic() - started, attempt)
+            if done:
+                raise PartialCommitError(
+                    f"Cannot commit {len(files)} files to {self.identifier}: chunks {_ids(done)} of the "
+                    f"group are committed already but {_ids(wanted - done)} are not. Fix: delete the "
+                    "group's files and read its uncommitted chunks again (`binlake snapshot` does)."
+                )
+            try:
+                with self.table.transaction() as tx:
+                    tx.add_files(list(files), snapshot_properties=summary)
+            except CommitFailedException as e:
+                log.warning("commit of chunks %s to %s conflicted (%s): checking again", _ids(wanted),
+                            self.identifier, e)  # fmt: skip
+                continue
+            return self._result("committed", started, attempt)
+        raise CommitConflictError(
+            f"Could not commit chunks to {self.identifier}: {MAX_ATTEMPTS} conflicts in a row"
+        )
+
+    # -- merge batch (stream) -------------------------------------------------------------------
+
+    def last_batch_id(self) -> int | None:
+        value = self.table.properties.get(BATCH_KEY)
+        return None if value is None else int(value)
+
+    def merge_batch(self, batch_id: int, upserts: pa.Table, deletes: pa.Table | None = None) -> CommitResult:
+        """Replace the rows of the batch's keys with ``upserts`` and remove ``deletes``' keys.
+
+        Args:
+            batch_id: increasing id of this batch (the stream's micro-batch id).
+            upserts: whole rows, one per key, in the table's columns.
+            deletes: the key columns of deleted rows (keys not also in ``upserts``).
+        """
+        started = time.monotonic()
+        key_columns = self._key_columns()
+        keys = _keys(upserts, deletes, key_columns)
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            self.table.refresh()
+            last = self.last_batch_id()
+            if last is not None and batch_id <= last:
+                log.info("batch %d of %s is at or below the committed batch %d: skipped", batch_id,
+                         self.identifier, last)  # fmt: skip
+                return CommitResult("skipped", None, time.monotonic() - started, attempt)
+            try:
+                self._merge(batch_id, upserts, keys, key_columns)
+            except CommitFailedException as e:
+                log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
+                continue
+            return self._result("committed", started, attempt)
+        raise CommitConflictError(
+            f"Could not merge batch {batch_id} into {self.identifier}: {MAX_ATTEMPTS} conflicts"
+        )
+
+    def _merge(self, batch_id: int, upserts: pa.Table, keys: pa.Table, key_columns: list[str]) -> None:
+        table = self.table
+        properties = {BATCH_KEY: str(batch_id)}
+        with table.transaction() as tx:
+            metadata = tx.table_metadata
+            write_uuid, counter = uuid.uuid4(), itertools.count(0)
+            rewrites: list[tuple[FileScanTask, pa.Table]] = []
+            for task in self._files_with_keys(keys, key_columns):
+                data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
+                kept = data.join(keys, keys=key_columns, join_type="left anti")
+                if kept.num_rows != data.num_rows:
+                    rewrites.append((task, kept.sort_by([(k, "ascending") for k in key_columns])))
+            new_rows = upserts.sort_by([(k, "ascending") for k in key_columns]) if upserts.num_rows else None
+            if rewrites or new_rows is not None:
+                with tx.update_snapshot(snapshot_properties=properties).overwrite(
+                    commit_uuid=write_uuid
+                ) as snap:
+                    for task, kept in rewrites:
+                        snap.delete_data_file(task.file)
+                        if kept.num_rows:
+                            for data_file in _dataframe_to_data_files(
+                                metadata, kept, table.io, write_uuid, counter
+                            ):
+                                snap.append_data_file(data_file)
+                    if new_rows is not None:
+                        for data_file in _dataframe_to_data_files(
+                            metadata, new_rows, table.io, write_uuid, counter
+                        ):
+                            snap.append_data_file(data_file)
+            tx.set_properties(properties)
+
+    def _files_with_keys(self, keys: pa.Table, key_columns: list[str]) -> list[FileScanTask]:
+        """Data files whose bounds on the first key column enclose at least one batch key."""
+        if self.table.current_snapshot() is None or keys.num_rows == 0:
+            return []
+        schema = self.table.schema()
+        first = schema.find_field(key_columns[0])
+        values = sorted(v for v in pc.unique(keys.column(key_columns[0])).to_pylist() if v is not None)
+        picked = []
+        for task in self.table.scan().plan_files():
+            lower = task.file.lower_bounds.get(first.field_id) if task.file.lower_bounds else None
+            upper = task.file.upper_bounds.get(first.field_id) if task.file.upper_bounds else None
+            if lower is None or upper is None:
+                picked.append(task)  # no statistics: it may hold any key
+                continue
+            low, high = _bound(first.field_type, lower), _bound(first.field_type, upper)
+            i = bisect.bisect_left(values, low)
+            if i < len(values) and values[i] <= high:
+                picked.append(task)
+        return picked
+
+    def _key_columns(self) -> list[str]:
+        schema = self.table.schema()
+        names = [schema.find_column_name(i) for i in schema.identifier_field_ids]
+        if not names:
+            raise BinlakeError(
+                f"Cannot merge into {self.identifier}: it has no identifier fields (no primary key)."
+            )
+        return [n for n in names if n is not None]
+
+    def _result(self, outcome: Outcome, started: float, attempts: int) -> CommitResult:
+        self.table.refresh()
+        snapshot = self.table.current_snapshot()
+        summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
+
+        def number(key: str) -> int:
+            return int(summary.get(key, 0))
+
+        return CommitResult(
+            outcome,
+            snapshot.snapshot_id if snapshot else None,
+            time.monotonic() - started,
+            attempts,
+            files_added=number("added-data-files"),
+            files_removed=number("deleted-data-files"),
+            bytes_added=number("added-files-size"),
+            bytes_removed=number("removed-files-size"),
+        )
+
+
+def _keys(upserts: pa.Table, deletes: pa.Table | None, key_columns: list[str]) -> pa.Table:
+    keys = upserts.select(key_columns)
+    if deletes is not None and deletes.num_rows:
+        keys = pa.concat_tables([keys, deletes.select(key_columns).cast(keys.schema)])
+    return keys
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _bound(field_type: IcebergType, raw: bytes) -> Any:
+    """A file's lower/upper bound as the Python value Arrow gives for the same column."""
+    assert isinstance(field_type, PrimitiveType)  # key columns are primitive
+    value: Any = from_bytes(field_type, raw)
+    if isinstance(field_type, DateType):
+        return (_EPOCH + dt.timedelta(days=value)).date()
+    if isinstance(field_type, TimestampType):
+        return _EPOCH + dt.timedelta(microseconds=value)
+    if isinstance(field_type, TimestamptzType):
+        return (_EPOCH + dt.timedelta(microseconds=value)).replace(tzinfo=dt.UTC)
+    return value
+
+
+def _ids(ids: set[str]) -> str:
+    shown = sorted(ids)
+    return ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
