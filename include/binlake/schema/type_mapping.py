@@ -157,6 +157,20 @@ def _parse_time_text(text: str) -> int:
     return -micros if negative else micros
 
 
+def _binlog_time_micros(value: Any) -> Any:
+    """TIME from python-mysql-replication, corrected for negative values with a fraction.
+
+    MySQL stores such a TIME2 value with its integer part decremented and its fraction
+    complemented; the library reads both parts as they are, so -(S + f) seconds comes back as
+    -(S + (1 - f)) (measured for every precision 1-6: -00:00:01.25 reads as -1.75 s).
+    """
+    micros = _time_micros(value)
+    if micros is None or micros >= 0:
+        return micros
+    whole, fraction = divmod(-micros, 1_000_000)
+    return -(whole * 1_000_000 + (1_000_000 - fraction)) if fraction else micros
+
+
 def _decimal_text(value: Any) -> Any:
     return None if value is None else format(Decimal(value), "f")
 
@@ -291,6 +305,8 @@ def binlog_converter(column: Column) -> Converter | None:
         return _zero_timestamp
     if t == "year":
         return _zero_year
+    if t == "time":
+        return _binlog_time_micros
     return _common(column)
 
 
