@@ -1,0 +1,197 @@
+"""The metadata applier on a real Iceberg SQL catalog: every change, on a table with data, twice."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import DecimalType, DoubleType, LongType
+
+from binlake.events import (
+    AddColumn,
+    AlterColumnType,
+    Column,
+    CreateTable,
+    DropColumn,
+    DropTable,
+    RenameColumn,
+    RenameTable,
+    TableId,
+    TruncateTable,
+)
+from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout, UnsupportedSchemaChangeError
+
+T = TableId("shop", "orders")
+COLUMNS = (
+    Column("id", "bigint", "bigint(20)", nullable=False),
+    Column("qty", "int", "int(11)"),
+    Column("weight", "float", "float"),
+    Column("price", "decimal", "decimal(10,2)", precision=10, scale=2),
+    Column("note", "varchar", "varchar(20)", collation="utf8mb4_general_ci"),
+)
+CREATE = CreateTable(T, COLUMNS, ("id",))
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> SqlCatalog:
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir()
+    return SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=f"file://{warehouse}")
+
+
+@pytest.fixture
+def applier(catalog: SqlCatalog) -> IcebergMetadataApplier:
+    layout = TableLayout(bucket_count=4, properties={"write.target-file-size-bytes": "1048576"})
+    return IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), layout)
+
+
+@pytest.fixture
+def table(applier: IcebergMetadataApplier) -> Table:
+    applier.apply(CREATE)
+    table = applier.catalog.load_table("shop.orders")
+    rows = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int64()),
+            "qty": pa.array([10, None, 30], pa.int32()),
+            "weight": pa.array([1.5, 2.5, None], pa.float32()),
+            "price": pa.array([Decimal("1.10"), Decimal("2.20"), None], pa.decimal128(10, 2)),
+            "note": ["a", "b", None],
+        },
+        schema=pa.schema(
+            [
+                pa.field("id", pa.int64(), nullable=False),
+                ("qty", pa.int32()),
+                ("weight", pa.float32()),
+                ("price", pa.decimal128(10, 2)),
+                ("note", pa.string()),
+            ]
+        ),
+    )
+    table.append(rows)
+    return applier.catalog.load_table("shop.orders")
+
+
+def data_files(table: Table) -> set[str]:
+    table.refresh()
+    return {task.file.file_path for task in table.scan().plan_files()}
+
+
+def rows(table: Table) -> dict[int, dict[str, object]]:
+    table.refresh()
+    return {r["id"]: r for r in table.scan().to_arrow().to_pylist()}
+
+
+def test_create_uses_the_layout_and_is_idempotent(applier: IcebergMetadataApplier) -> None:
+    assert applier.apply(CREATE).outcome == "applied"
+    assert applier.apply(CREATE).outcome == "no-op"
+    table = applier.catalog.load_table("shop.orders")
+    schema = table.schema()
+    assert [schema.find_column_name(i) for i in schema.identifier_field_ids] == ["id"]
+    assert schema.find_field("id").required
+    assert not schema.find_field("qty").required
+    assert isinstance(table.spec().fields[0].transform, BucketTransform)
+    assert [f.source_id for f in table.sort_order().fields] == [schema.find_field("id").field_id]
+    assert table.properties["commit.retry.num-retries"] == "0"
+    assert table.properties["write.target-file-size-bytes"] == "1048576"
+    assert applier.supported_changes() >= {CreateTable, AddColumn, DropColumn, TruncateTable, RenameTable}
+
+
+def test_add_column_positions_and_replay(applier: IcebergMetadataApplier, table: Table) -> None:
+    before = data_files(table)
+    first = AddColumn(T, Column("tag", "varchar", "varchar(5)", collation="x"), "first")
+    after = AddColumn(T, Column("flag", "tinyint", "tinyint(1)"), "after", "qty")
+    last = AddColumn(T, Column("big", "bigint", "bigint(20)"))
+    for change in (first, after, last):
+        assert applier.apply(change).outcome == "applied"
+        assert applier.apply(change).outcome == "no-op"
+    table.refresh()
+    assert [f.name for f in table.schema().fields] == [
+        "tag",
+        "id",
+        "qty",
+        "flag",
+        "weight",
+        "price",
+        "note",
+        "big",
+    ]
+    assert data_files(table) == before  # metadata only
+    assert rows(table)[1]["tag"] is None
+    assert rows(table)[1]["qty"] == 10
+
+
+def test_drop_and_rename_keep_old_rows_readable(applier: IcebergMetadataApplier, table: Table) -> None:
+    before = data_files(table)
+    assert applier.apply(RenameColumn(T, "note", "comment")).outcome == "applied"
+    assert applier.apply(RenameColumn(T, "note", "comment")).outcome == "no-op"
+    assert applier.apply(DropColumn(T, "weight")).outcome == "applied"
+    assert applier.apply(DropColumn(T, "weight")).outcome == "no-op"
+    assert data_files(table) == before
+    got = rows(table)
+    assert got[2]["comment"] == "b"  # the renamed column keeps its values
+    assert "weight" not in got[2]
+    with pytest.raises(UnsupportedSchemaChangeError, match="part of the table's key"):
+        applier.apply(DropColumn(T, "id"))
+
+
+def test_widening_keeps_values(applier: IcebergMetadataApplier, table: Table) -> None:
+    before = data_files(table)
+    changes = [
+        AlterColumnType(T, Column("qty", "bigint", "bigint(20)")),
+        AlterColumnType(T, Column("weight", "double", "double")),
+        AlterColumnType(T, Column("price", "decimal", "decimal(14,2)", precision=14, scale=2)),
+    ]
+    for change in changes:
+        assert applier.apply(change).outcome == "applied"
+        assert applier.apply(change).outcome == "no-op"
+    table.refresh()
+    schema = table.schema()
+    assert isinstance(schema.find_field("qty").field_type, LongType)
+    assert isinstance(schema.find_field("weight").field_type, DoubleType)
+    assert schema.find_field("price").field_type == DecimalType(14, 2)
+    assert data_files(table) == before
+    got = rows(table)
+    assert (got[1]["qty"], got[1]["weight"], got[2]["price"]) == (10, 1.5, Decimal("2.20"))
+
+
+@pytest.mark.parametrize(
+    ("column", "reason"),
+    [
+        (Column("price", "decimal", "decimal(12,3)", precision=12, scale=3), "decimal scale change"),
+        (Column("price", "decimal", "decimal(8,2)", precision=8, scale=2), "not a safe type promotion"),
+        (Column("qty", "varchar", "varchar(10)", collation="x"), "not a safe type promotion"),
+        (Column("weight", "int", "int(11)"), "not a safe type promotion"),
+    ],
+)
+def test_unsafe_type_changes_are_refused(
+    applier: IcebergMetadataApplier, table: Table, column: Column, reason: str
+) -> None:
+    schema_before = table.schema()
+    with pytest.raises(UnsupportedSchemaChangeError, match=reason):
+        applier.apply(AlterColumnType(T, column))
+    table.refresh()
+    assert table.schema() == schema_before
+
+
+def test_truncate_is_applied_once_per_change(applier: IcebergMetadataApplier, table: Table) -> None:
+    assert applier.apply(TruncateTable(T), change_id="binlog.000003:400").outcome == "applied"
+    assert rows(table) == {}
+    table.append(table.scan().to_arrow().slice(0, 0))  # a later write …
+    assert (
+        applier.apply(TruncateTable(T), change_id="binlog.000003:400").outcome == "no-op"
+    )  # … is not undone
+
+
+def test_rename_and_drop_table(applier: IcebergMetadataApplier, table: Table) -> None:
+    renamed = TableId("archive", "orders_2024")
+    assert applier.apply(RenameTable(T, renamed)).outcome == "applied"
+    assert applier.apply(RenameTable(T, renamed)).outcome == "no-op"
+    assert len(rows(applier.catalog.load_table("archive.orders_2024"))) == 3
+    assert applier.apply(DropTable(renamed)).outcome == "applied"
+    assert applier.apply(DropTable(renamed)).outcome == "no-op"
+    assert not applier.catalog.table_exists("archive.orders_2024")
