@@ -1,0 +1,168 @@
+"""Exactly-once writes: replayed commits change nothing; racing writers end exact."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Transaction
+
+from binlake.events import Column, CreateTable, TableId
+from binlake.offsets import BinlogOffset
+from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.writer import ChunkCommit, IcebergWriter, PartialCommitError
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+
+
+def make_catalog(tmp_path: Path) -> SqlCatalog:
+    warehouse = tmp_path / "warehouse"
+    warehouse.mkdir(exist_ok=True)
+    return SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=f"file://{warehouse}")
+
+
+def create(catalog: SqlCatalog, name: str = "t", key: tuple[str, ...] = ("id",), **layout: Any) -> str:
+    columns = [Column(k, "bigint", "bigint(20)", nullable=False) for k in key]
+    columns.append(Column("v", "varchar", "varchar(20)", collation="x"))
+    applier = IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), TableLayout(**layout))
+    applier.apply(CreateTable(TableId("db", name), tuple(columns), key))
+    return f"db.{name}"
+
+
+def rows(ids: list[int], tag: str) -> pa.Table:
+    return pa.table({"id": ids, "v": [f"{tag}{i}" for i in ids]}, schema=SCHEMA)
+
+
+def content(writer: IcebergWriter) -> dict[int, str]:
+    writer.table.refresh()
+    return {r["id"]: r["v"] for r in writer.table.scan().to_arrow().to_pylist()}
+
+
+def parquet(tmp_path: Path, name: str, data: pa.Table) -> str:
+    path = tmp_path / "staging" / name
+    path.parent.mkdir(exist_ok=True)
+    pq.write_table(data, path)
+    return f"file://{path}"
+
+
+HIGH = BinlogOffset("binlog.000007", 1234)
+
+
+def test_append_files_once(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog))
+    files = [
+        parquet(tmp_path, "a.parquet", rows([1, 2], "a")),
+        parquet(tmp_path, "b.parquet", rows([3], "b")),
+    ]
+    chunks = [ChunkCommit("t#0", HIGH, 2), ChunkCommit("t#1", BinlogOffset("binlog.000008", 4), 1)]
+    first = writer.append_files(files, chunks)
+    assert first.outcome == "committed"
+    assert first.files_added == 2
+    assert writer.committed_chunks() == {"t#0": HIGH, "t#1": BinlogOffset("binlog.000008", 4)}
+    # A rerun after a crash between the commit and the state store: recognised, not added twice.
+    again = IcebergWriter(catalog, "db.t").append_files(files, chunks)
+    assert again.outcome == "skipped"
+    assert content(writer) == {1: "a1", 2: "a2", 3: "b3"}
+    with pytest.raises(PartialCommitError, match="t#1 of the group are committed already but t#2"):
+        writer.append_files(
+            [parquet(tmp_path, "c.parquet", rows([4], "c"))], [chunks[1], ChunkCommit("t#2", HIGH, 1)]
+        )
+
+
+def test_merge_batch_replaces_keys_and_is_skipped_on_replay(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog))
+    writer.table.append(rows(list(range(1, 101)), "v"))
+    expected = {i: f"v{i}" for i in range(1, 101)}
+
+    upserts = rows([5, 50, 200], "u")
+    deletes = pa.table({"id": pa.array([7, 8, 999], pa.int64())})
+    assert writer.merge_batch(1, upserts, deletes).outcome == "committed"
+    expected.update({5: "u5", 50: "u50", 200: "u200"})
+    del expected[7], expected[8]
+    assert content(writer) == expected
+    assert writer.last_batch_id() == 1
+
+    assert writer.merge_batch(1, rows([5], "replayed"), deletes).outcome == "skipped"
+    assert writer.merge_batch(0, rows([6], "older"), None).outcome == "skipped"
+    assert content(writer) == expected
+    assert (
+        writer.merge_batch(2, rows([], "x"), pa.table({"id": pa.array([1], pa.int64())})).outcome
+        == "committed"
+    )
+    del expected[1]
+    assert content(writer) == expected
+
+
+def test_merge_rewrites_only_files_holding_the_keys(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog))
+    for start in range(0, 4000, 1000):  # four sorted files, one per key range
+        writer.table.append(rows(list(range(start, start + 1000)), "v"))
+    total = sum(task.file.file_size_in_bytes for task in writer.table.scan().plan_files())
+    result = writer.merge_batch(1, rows([3500, 3999, 4500], "u"), None)
+    assert result.files_removed == 1  # only the file of 3000-3999
+    assert result.bytes_removed < total / 3
+    assert len(content(writer)) == 4001
+
+
+def test_composite_key_merge(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, key=("o", "line")))
+    schema = pa.schema(
+        [pa.field("o", pa.int64(), False), pa.field("line", pa.int64(), False), ("v", pa.string())]
+    )
+    writer.table.append(
+        pa.table({"o": [1, 1, 2, 2], "line": [1, 2, 1, 2], "v": ["a", "b", "c", "d"]}, schema=schema)
+    )
+    upserts = pa.table({"o": [1, 3], "line": [2, 1], "v": ["B", "new"]}, schema=schema)
+    deletes = pa.table({"o": pa.array([2], pa.int64()), "line": pa.array([1], pa.int64())})
+    writer.merge_batch(1, upserts, deletes)
+    got = {(r["o"], r["line"]): r["v"] for r in writer.table.scan().to_arrow().to_pylist()}
+    assert got == {(1, 1): "a", (1, 2): "B", (2, 2): "d", (3, 1): "new"}
+
+
+def test_two_writers_racing_on_one_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog)
+    IcebergWriter(catalog, identifier).table.append(rows(list(range(10)), "v"))
+    barrier = threading.Barrier(2, timeout=30)
+    original = Transaction.commit_transaction
+    waited: set[int] = set()
+
+    def commit_together(self: Transaction) -> Any:
+        # Both writers build their commit on the same table version, then commit at once.
+        if threading.get_ident() not in waited:
+            waited.add(threading.get_ident())
+            barrier.wait()
+        return original(self)
+
+    monkeypatch.setattr(Transaction, "commit_transaction", commit_together)
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            writer = IcebergWriter(make_catalog(tmp_path), identifier)  # each its own catalog connection
+            outcomes.append(
+                writer.merge_batch(1, rows([3], "won"), pa.table({"id": pa.array([4], pa.int64())})).outcome
+            )
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(outcomes) == ["committed", "skipped"]
+    final = IcebergWriter(catalog, identifier)
+    assert content(final) == {**{i: f"v{i}" for i in range(10) if i != 4}, 3: "won3"}
+    assert len(final.table.snapshots()) == 2  # the initial append and one merge
