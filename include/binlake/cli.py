@@ -8,9 +8,11 @@ traceback; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -56,7 +58,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--replan", action="store_true", help="split again, forgetting earlier progress")
+    maintain = commands.add_parser(
+        "maintain", help="compact small files, expire old snapshots, remove orphan files (no writer may run)"
+    )
+    maintain.add_argument(
+        "--table", action="append", default=[], help="only this sink table (ns.table); repeat"
+    )
+    maintain.add_argument(
+        "--expire-older-than", type=_duration, default="7d", help="snapshot age (default 7d)"
+    )
+    maintain.add_argument(
+        "--orphans-older-than", type=_duration, default="3d", help="orphan age (default 3d)"
+    )
+    maintain.add_argument("--json", action="store_true", help="print the reports as JSON")
     return parser
+
+
+def _duration(text: str) -> dt.timedelta:
+    """``7d``, ``12h``, ``30m``, ``45s`` or ``0``."""
+    match = re.fullmatch(r"\s*(\d+)\s*([dhms]?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"`{text}` is not a duration: write e.g. 7d, 12h, 30m, 45s or 0")
+    unit = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds", "": "seconds"}[match.group(2)]
+    return dt.timedelta(**{unit: int(match.group(1))})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args.config, as_json=args.json)
         if args.command == "plan":
             return _plan(_load(args.config), as_json=args.json, replan=args.replan)
+        if args.command == "maintain":
+            return _maintain(_load(args.config), args)
     except BinlakeError as e:
         print(f"binlake {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -151,6 +177,42 @@ def _plan(config: PipelineConfig, as_json: bool, replan: bool) -> int:
         print(f"{'':<{width}}  why: {r['reason']}")
     total = sum(r["chunks"] for r in rows)
     print(f"{len(rows)} tables, {total} chunks, plan stored in {config.pipeline.resolved_state_uri}")
+    return EXIT_OK
+
+
+def _maintain(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from binlake.sink.catalog import open_catalog, sink_identifier
+    from binlake.sink.maintenance import MaintenanceOptions, maintain
+    from binlake.state.store import StateStore
+
+    store = StateStore(config.pipeline.resolved_state_uri)
+    plans = {".".join(sink_identifier(config, p.table)): p for p in store.load_plans(config.pipeline.name)}
+    if not plans:
+        raise BinlakeError(
+            f"Nothing to maintain: pipeline `{config.pipeline.name}` has no planned tables yet. "
+            "Fix: run `binlake plan` (and the snapshot) first."
+        )
+    unknown = [t for t in args.table if t not in plans]
+    if unknown:
+        raise BinlakeError(
+            f"Unknown sink tables {unknown}; this pipeline's tables are: {', '.join(sorted(plans))}."
+        )
+    options = MaintenanceOptions(args.expire_older_than, args.orphans_older_than)
+    catalog = open_catalog(config)
+    reports = []
+    for identifier in args.table or sorted(plans):
+        if not catalog.table_exists(identifier):
+            log.warning("%s has no Iceberg table yet: skipped", identifier)
+            continue
+        reports.append(maintain(catalog, store, config.pipeline.name, identifier, plans[identifier], options))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+    for r in [] if args.json else reports:
+        print(
+            f"{r.table}: {r.files_compacted} small files compacted into {r.files_written}, "
+            f"{r.snapshots_expired} snapshots expired, {r.orphans_removed} orphan files removed "
+            f"({r.orphan_bytes:,} bytes) in {r.seconds:.1f} s"
+        )
     return EXIT_OK
 
 

@@ -1,4 +1,5 @@
-"""``binlake plan``: validate the source, discover the tables, split them into chunks, store the plan.
+"""``binlake plan``: validate the source, discover the tables, create their Iceberg tables, split
+them into chunks, store the plan.
 
 A table that already has a plan keeps it (a rerun resumes rather than re-splitting, so finished
 chunks stay finished), unless ``replan`` is asked for. Every table is split before anything is
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable, TableId
+from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.source.chunk_splitter import ChunkSplitter, SplitPlan
 from binlake.source.connection import connect
 from binlake.source.discovery import TableSelector, discover, list_tables
@@ -39,6 +42,17 @@ def discover_tables(config: PipelineConfig) -> list[CreateTable]:
     with contextlib.closing(connect(source)) as conn:
         tables = TableSelector(source.tables, source.tables_exclude).select(list_tables(conn))
         return discover(conn, tables)
+
+
+def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> None:
+    """Create the Iceberg table of each captured table that has none (an existing one is kept)."""
+    applier = IcebergMetadataApplier(
+        open_catalog(config),
+        lambda table: sink_identifier(config, table),
+        TableLayout(config.sink.bucket_count, dict(config.sink.table_properties)),
+    )
+    for schema in schemas:
+        applier.apply(schema)
 
 
 def plan(
@@ -72,6 +86,8 @@ def plan(
                     plans.append(
                         splitter.split(schema, config.source.chunk_key_columns.get(schema.table.name))
                     )
+        create_sink_tables(config, schemas)
+        if plans:
             store.save_plans(name, plans)
         log.info("planned %d tables (%d kept their earlier plan)", len(plans), len(schemas) - len(plans))
         return store.load_plans(name, [s.table for s in schemas])

@@ -48,6 +48,9 @@ DEFAULT_PROPERTIES = {
     "format-version": "2",
     "commit.retry.num-retries": "0",
     "write.parquet.compression-codec": "zstd",
+    # Old metadata files go with the commits that replace them (data files: `binlake maintain`).
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
 }
 
 

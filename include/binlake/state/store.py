@@ -31,7 +31,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.url import make_url
+from sqlalchemy.exc import IntegrityError
 
+from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.chunk_splitter import Chunk, ChunkRange, SplitPlan, Strategy
@@ -71,6 +73,36 @@ chunks_table = Table(
     Column("row_count", BigInteger),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+
+leases_table = Table(
+    "binlake_leases",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+
+class TableBusyError(BinlakeError):
+    """Another binlake process holds the table."""
+
+    def __init__(self, message: str, lease: Lease) -> None:
+        self.lease = lease
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who writes (or maintains) a sink table, until when."""
+
+    pipeline: str
+    table: str
+    holder: str
+    acquired_at: dt.datetime
+    expires_at: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -241,3 +273,66 @@ class StateStore:
             )
             if result.rowcount != 1:
                 raise KeyError(f"chunk {chunk.name} of pipeline `{pipeline}` is not in the plan")
+
+    # -- leases ------------------------------------------------------------------------------------
+
+    def acquire_lease(self, pipeline: str, table: str, holder: str, ttl: dt.timedelta) -> Lease:
+        """Take (or renew) the lease on a sink table for ``ttl``.
+
+        A lease that has expired is taken over: its holder is gone (crashed) or late.
+
+        Raises:
+            TableBusyError: another holder's lease is live.
+        """
+        now = _now()
+        with self.engine.begin() as conn:
+            row = conn.execute(
+                select(leases_table).where(
+                    leases_table.c.pipeline == pipeline, leases_table.c.table_name == table
+                )
+            ).first()
+            if row is not None:
+                current = Lease(
+                    row.pipeline, row.table_name, row.holder, _aware(row.acquired_at), _aware(row.expires_at)
+                )
+                if current.holder != holder and current.expires_at > now:
+                    raise TableBusyError(
+                        f"`{table}` is held by `{current.holder}` since "
+                        f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
+                        f"(until {current.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed).",
+                        current,
+                    )
+                conn.execute(
+                    delete(leases_table).where(
+                        leases_table.c.pipeline == pipeline, leases_table.c.table_name == table
+                    )
+                )
+            lease = Lease(pipeline, table, holder, now, now + ttl)
+            try:
+                conn.execute(
+                    insert(leases_table).values(
+                        pipeline=pipeline,
+                        table_name=table,
+                        holder=holder,
+                        acquired_at=now,
+                        expires_at=lease.expires_at,
+                    )
+                )
+            except IntegrityError:
+                raise TableBusyError(f"`{table}` was taken by another process just now.", lease) from None
+        return lease
+
+    def release_lease(self, pipeline: str, table: str, holder: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(leases_table).where(
+                    leases_table.c.pipeline == pipeline,
+                    leases_table.c.table_name == table,
+                    leases_table.c.holder == holder,
+                )
+            )
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    # SQLite hands back naive datetimes even for timezone-aware columns; they were stored in UTC.
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)

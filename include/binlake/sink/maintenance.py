@@ -1,0 +1,174 @@
+"""``binlake maintain``: compact small files, expire old snapshots, remove orphan data files.
+
+Safe only while nothing writes the table: it takes the table's lease in the state store (a writer
+holding it makes ``maintain`` refuse, naming the holder), and it refuses a table whose snapshot is
+unfinished, since chunk commits are recognised on resume from their snapshots' summaries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from pyiceberg.catalog import Catalog
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.table import FileScanTask, Table
+
+from binlake.errors import BinlakeError
+from binlake.state.store import StateStore, StoredPlan, TableBusyError
+
+log = logging.getLogger(__name__)
+
+HOLDER = "binlake maintain"
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's default write.target-file-size-bytes
+
+
+class MaintenanceRefusedError(BinlakeError):
+    """The table cannot be maintained now."""
+
+
+@dataclass(frozen=True)
+class MaintenanceOptions:
+    expire_older_than: dt.timedelta = dt.timedelta(days=7)
+    orphans_older_than: dt.timedelta = dt.timedelta(days=3)
+    lease: dt.timedelta = dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    table: str
+    files_compacted: int
+    files_written: int
+    snapshots_expired: int
+    orphans_removed: int
+    orphan_bytes: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def maintain(
+    catalog: Catalog,
+    store: StateStore,
+    pipeline: str,
+    identifier: str,
+    plan: StoredPlan | None,
+    options: MaintenanceOptions,
+) -> MaintenanceReport:
+    """Maintain one sink table (see the module docstring).
+
+    Raises:
+        MaintenanceRefusedError: a writer holds the table, or its snapshot is unfinished.
+    """
+    if plan is not None and plan.finished < len(plan.chunks):
+        raise MaintenanceRefusedError(
+            f"Refusing to maintain {identifier}: its snapshot is unfinished ({plan.finished} of "
+            f"{len(plan.chunks)} chunks). Chunk commits are recognised from snapshot summaries, so old "
+            "snapshots must stay until `binlake snapshot` has finished it."
+        )
+    try:
+        store.acquire_lease(pipeline, identifier, HOLDER, options.lease)
+    except TableBusyError as e:
+        raise MaintenanceRefusedError(
+            f"Refusing to maintain {identifier}: {e} Maintenance rewrites files a writer may be "
+            "using; stop the writer (or wait for it) and run `binlake maintain` again."
+        ) from None
+    started = time.monotonic()
+    try:
+        table = catalog.load_table(identifier)
+        compacted, written = compact(table)
+        expired = expire_snapshots(table, options.expire_older_than)
+        orphans, orphan_bytes = remove_orphans(table, options.orphans_older_than)
+    finally:
+        store.release_lease(pipeline, identifier, HOLDER)
+    report = MaintenanceReport(
+        identifier, compacted, written, expired, orphans, orphan_bytes, time.monotonic() - started
+    )
+    log.info("maintained %s: %s", identifier, report)
+    return report
+
+
+def compact(table: Table) -> tuple[int, int]:
+    """Rewrite each partition's small data files (under 3/4 of the target size) into target-sized,
+    key-sorted files, in one commit. Returns (files replaced, files written)."""
+    if table.current_snapshot() is None:
+        return 0, 0
+    target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+    groups: dict[str, list[FileScanTask]] = defaultdict(list)
+    for task in table.scan().plan_files():
+        if task.file.file_size_in_bytes < target * 3 // 4:
+            groups[repr(task.file.partition)].append(task)
+    small = [tasks for tasks in groups.values() if len(tasks) > 1]
+    if not small:
+        return 0, 0
+    schema = table.schema()
+    keys = [schema.find_column_name(i) for i in schema.identifier_field_ids]
+    replaced = written = 0
+    with table.transaction() as tx:
+        metadata = tx.table_metadata
+        write_uuid, counter = uuid.uuid4(), itertools.count(0)
+        with tx.update_snapshot(snapshot_properties={"binlake.operation": "compact"}).overwrite(
+            commit_uuid=write_uuid
+        ) as snap:
+            for tasks in small:
+                data = pa.concat_tables(
+                    ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[t])
+                    for t in tasks
+                )
+                if keys:
+                    data = data.sort_by([(k, "ascending") for k in keys if k])
+                for task in tasks:
+                    snap.delete_data_file(task.file)
+                    replaced += 1
+                for data_file in _dataframe_to_data_files(metadata, data, table.io, write_uuid, counter):
+                    snap.append_data_file(data_file)
+                    written += 1
+    return replaced, written
+
+
+def expire_snapshots(table: Table, older_than: dt.timedelta) -> int:
+    """Expire snapshots older than ``older_than`` (the current one always stays)."""
+    table.refresh()
+    before = len(table.snapshots())
+    cutoff = dt.datetime.now(dt.UTC) - older_than
+    table.maintenance.expire_snapshots().older_than(cutoff).commit()
+    table.refresh()
+    return before - len(table.snapshots())
+
+
+def remove_orphans(table: Table, older_than: dt.timedelta) -> tuple[int, int]:
+    """Delete data files under the table's ``data/`` folder that no snapshot references and that are
+    older than ``older_than`` (younger ones may belong to a commit in flight)."""
+    table.refresh()
+    referenced = {_path(p) for p in table.inspect.all_files().column("file_path").to_pylist()}
+    location = table.location().rstrip("/") + "/data"
+    filesystem, root = pafs.FileSystem.from_uri(location)
+    try:
+        infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    except FileNotFoundError:
+        return 0, 0
+    cutoff = dt.datetime.now(dt.UTC) - older_than
+    removed = size = 0
+    for info in infos:
+        if info.type != pafs.FileType.File or _path(info.path) in referenced:
+            continue
+        modified = info.mtime if info.mtime.tzinfo else info.mtime.replace(tzinfo=dt.UTC)
+        if modified <= cutoff:
+            filesystem.delete_file(info.path)
+            removed += 1
+            size += info.size or 0
+    return removed, size
+
+
+def _path(uri: str) -> str:
+    return uri.split("://", 1)[1] if "://" in uri else uri
