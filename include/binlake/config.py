@@ -140,6 +140,8 @@ class SourceConfig(_Model):
     """Rows per snapshot chunk."""
     fetch_size: int = Field(default=1024, ge=1)
     """Rows fetched per round trip while reading a chunk."""
+    zero_dates: Literal["null", "reject"] = "null"
+    """Zero dates (``0000-00-00``): read as NULL with a warning, or refuse the chunk or change."""
     select_reader: Literal["connectorx", "pymysql"] = "connectorx"
     """Reader of the snapshot's bulk SELECTs: ``connectorx`` (fast, Rust into Arrow) or ``pymysql``."""
     chunk_key_columns: dict[str, str] = Field(default_factory=dict)

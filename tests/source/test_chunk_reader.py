@@ -380,3 +380,35 @@ def test_no_lock_statement_is_ever_issued(
     assert "`ORDERS` WHERE `ID` >= 21 AND `ID` < 41" in text  # the chunk SELECTs are there too
     for forbidden in ("FLUSH TABLES WITH READ LOCK", "LOCK TABLES", "LOCK INSTANCE", "FLUSH TABLES"):
         assert forbidden not in text
+
+
+@pytest.mark.parametrize("reader", ["connectorx", "pymysql"])
+def test_zero_dates_read_as_null_with_a_warning_or_are_refused(
+    mariadb: PrivateMariaDB, database: str, reader: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("CREATE TABLE d (id INT PRIMARY KEY, day DATE, at DATETIME NULL)")
+        cur.execute(
+            "INSERT INTO d VALUES (1, '0000-00-00', NULL), (2, '2024-01-02', '0000-00-00 00:00:00'),"
+            " (3, NULL, NULL)"
+        )
+    lenient = source_config(mariadb, database, select_reader=reader)
+    schema = schema_of(lenient, database, "d")
+    chunk = Chunk(schema.table, 0, "id", ChunkRange.all())
+
+    def late_zero(_: Chunk) -> None:  # one more through the binlog
+        mariadb.execute(
+            "SET SESSION sql_mode = ''", "INSERT INTO d VALUES (4, '2024-00-00', NULL)", database=database
+        )
+
+    result = read(lenient, schema, chunk, after_select=late_zero)
+    got = {r["id"]: (r["day"], r["at"]) for r in result.data.to_pylist()}
+    assert got[1] == (None, None)
+    assert got[2][1] is None
+    assert got[4] == (None, None)
+    assert "3 rows with zero dates in day, at read as NULL" in caplog.text
+
+    strict = source_config(mariadb, database, select_reader=reader, zero_dates="reject")
+    with pytest.raises(ChunkReadError, match=r"d#0 .* has 3 rows with zero dates .*source.zero_dates: null"):
+        read(strict, schema, chunk)

@@ -79,6 +79,9 @@ _FLOAT32 = struct.Struct("<f")
 # neither is a valid stored value otherwise (TIMESTAMP starts at 1970-01-01 00:00:01, YEAR at 1901).
 _EPOCH = dt.datetime(1970, 1, 1)
 _NONE_EMPTY_SET = "empty set"
+# python-mysql-replication's markers for a date it could not decode: a zero or partly-zero date.
+_NONE_ZERO_DATE = {"out of date range", "out of datetime range", "out of datetime2 range"}
+TEMPORAL_TYPES = ("date", "datetime", "timestamp")
 
 
 class UnsupportedTypeError(BinlakeError):
@@ -319,10 +322,16 @@ class RowConverter:
         self._select = [select_converter(c) for c in table.columns]
         self._binlog = [binlog_converter(c) for c in table.columns]
         self._set_columns = {c.name for c in table.columns if c.data_type == "set"}
+        self._temporal = [i for i, c in enumerate(table.columns) if c.data_type in TEMPORAL_TYPES]
+        self.zero_dates = 0
+        """Rows seen with a zero date (read as NULL), for the caller's ``zero_dates`` policy."""
 
     def select_columns(self, rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:
         """SELECT rows → normalised columns (column-wise: one pass per converted column)."""
         columns = [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in self._select]
+        if self._temporal:
+            # pymysql hands back zero dates as text.
+            self.zero_dates += sum(any(isinstance(row[i], str) for i in self._temporal) for row in rows)
         for i, convert in enumerate(self._select):
             if convert is not None:
                 columns[i] = [convert(v) for v in columns[i]]
@@ -333,6 +342,9 @@ class RowConverter:
     ) -> tuple[Any, ...]:
         """A row image from the binlog → a normalised tuple in table column order."""
         row = []
+        if none_sources and any(none_sources.get(self.table.columns[i].name) in _NONE_ZERO_DATE
+                                for i in self._temporal):  # fmt: skip
+            self.zero_dates += 1
         for column, convert in zip(self.table.columns, self._binlog, strict=True):
             value = values.get(column.name)
             if value is None and column.name in self._set_columns and none_sources:

@@ -27,12 +27,13 @@ from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
 from binlake.events import Column, CreateTable, quote
 from binlake.logs import redact, register_secret
-from binlake.schema.type_mapping import GEOMETRY_TYPES, RowConverter, is_bool
+from binlake.schema.type_mapping import GEOMETRY_TYPES, TEMPORAL_TYPES, RowConverter, is_bool
 from binlake.source.chunk_splitter import Chunk
 
 log = logging.getLogger(__name__)
 
 _UTC_SESSION = "SET time_zone = '+00:00'"
+_ZERO_FLAG = "binlake__zero_date"
 
 
 class SelectError(BinlakeError):
@@ -41,6 +42,10 @@ class SelectError(BinlakeError):
 
 class BulkSelect(Protocol):
     """Reads one chunk's key range into an Arrow table of the table's schema."""
+
+    @property
+    def zero_dates(self) -> int:
+        """Rows read so far that held a zero date (read as NULL)."""
 
     def select(self, chunk: Chunk) -> pa.Table: ...
 
@@ -85,6 +90,11 @@ class ConnectorxSelect:
             "?prefer_socket=false"
         )
         self._columns = ", ".join(select_expression(c) for c in table.columns)
+        temporal = [quote(c.name) for c in table.columns if c.data_type in TEMPORAL_TYPES]
+        if temporal:
+            flags = " OR ".join(f"IFNULL(MONTH({c}) = 0 OR DAYOFMONTH({c}) = 0, 0)" for c in temporal)
+            self._columns += f", CAST({flags} AS UNSIGNED) AS {_ZERO_FLAG}"
+        self.zero_dates = 0
 
     def select(self, chunk: Chunk) -> pa.Table:
         where, params = chunk.where()
@@ -114,6 +124,8 @@ class ConnectorxSelect:
     def _typed(self, batches: list[pa.RecordBatch]) -> pa.Table:
         if not batches:
             return self.schema.empty_table()
+        if _ZERO_FLAG in batches[0].schema.names:
+            self.zero_dates += sum(int(pc.sum(b.column(_ZERO_FLAG)).as_py() or 0) for b in batches)
         arrays = []
         for field in self.schema:
             column = pa.chunked_array([b.column(field.name) for b in batches])
@@ -130,6 +142,10 @@ class PymysqlSelect:
         self.conn = conn
         self.converter = RowConverter(table)
         self._names = ", ".join(quote(c) for c in table.column_names)
+
+    @property
+    def zero_dates(self) -> int:
+        return self.converter.zero_dates
 
     def select(self, chunk: Chunk) -> pa.Table:
         where, params = chunk.where()

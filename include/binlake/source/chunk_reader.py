@@ -41,7 +41,7 @@ from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
 from binlake.events import Column, CreateTable, DataChange
 from binlake.offsets import BinlogOffset
-from binlake.schema.type_mapping import RowConverter, select_converter
+from binlake.schema.type_mapping import TEMPORAL_TYPES, RowConverter, select_converter
 from binlake.source.binlog_reader import BinlogPurgedError, BinlogReader
 from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
 from binlake.source.chunk_splitter import Chunk, ChunkRange
@@ -122,6 +122,7 @@ class ChunkReader:
         self._conn: pymysql.Connection[Any] | None = None
         self._version: ServerVersion | None = None
         self._bulk: BulkSelect | None = None
+        self._snapshot_zero_dates = 0
 
     def __enter__(self) -> ChunkReader:
         return self
@@ -146,7 +147,34 @@ class ChunkReader:
         return self._conn, self._version
 
     def read(self, chunk: Chunk) -> ChunkResult:
-        """Read ``chunk`` as it is at its high watermark (see the module docstring)."""
+        """Read ``chunk`` as it is at its high watermark (see the module docstring).
+
+        Raises:
+            ChunkReadError: the chunk cannot be read exactly, or holds zero dates under
+                ``source.zero_dates: reject``.
+        """
+        seen = self._zero_dates()
+        result = self._read(chunk)
+        zero = self._zero_dates() - seen
+        if zero:
+            dates = ", ".join(c.name for c in self.table.columns if c.data_type in TEMPORAL_TYPES)
+            if self.source.zero_dates == "reject":
+                raise ChunkReadError(
+                    f"Chunk {chunk.name} {chunk.range} of `{self.table.table}` has {zero} rows with zero "
+                    f"dates ('0000-00-00') in its date columns ({dates}), and `source.zero_dates: reject` "
+                    "refuses them. Fix: correct those rows in MySQL, or set `source.zero_dates: null` to "
+                    "read them as NULL.",
+                    chunk,
+                )
+            log.warning("chunk %s of %s: %d rows with zero dates in %s read as NULL", chunk.name,
+                        self.table.table, zero, dates)  # fmt: skip
+        return result
+
+    def _zero_dates(self) -> int:
+        bulk = self._bulk.zero_dates if self._bulk is not None else 0
+        return bulk + self.converter.zero_dates + self._snapshot_zero_dates
+
+    def _read(self, chunk: Chunk) -> ChunkResult:
         result = self._read_with_watermarks(chunk)
         if self.table.primary_key or result.binlog_changes == 0:
             return result
@@ -185,7 +213,9 @@ class ChunkReader:
                          offset, chunk.name, chunk.range)  # fmt: skip
                 _run(self.hooks.after_low_watermark, chunk)
                 # In the transaction's own connection: connectorx could not see the snapshot.
-                data = self._select(PymysqlSelect(self.source, self.table, conn), chunk)
+                in_snapshot = PymysqlSelect(self.source, self.table, conn)
+                data = self._select(in_snapshot, chunk)
+                self._snapshot_zero_dates += in_snapshot.zero_dates
             finally:
                 cur.execute("COMMIT")
         log.info("snapshot step 2/4: selected %d rows of chunk %s in the snapshot", data.num_rows, chunk.name)

@@ -1,0 +1,160 @@
+"""Merge cost into Iceberg: seconds and bytes rewritten per batch, by workload and table layout.
+
+    .venv/bin/python bench/merge.py [--rows 1000000] [--batches 10] [--changes 10000]
+
+A 1M-row table (orders-like rows) gets 10 consecutive merges of 10k changes (9k updates, 1k
+deletes) through binlake's merge path, for two workloads — uniform random keys, and OLTP-like skew
+(90% of the changes hit the newest 10% of keys) — on each layout. Prints one JSON object; the
+issue's goals: skewed ≤ 1.0 s and ≤ 20% of the table's bytes rewritten per batch, uniform ≤ 1.5 s,
+no growth over the batches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+
+from binlake.events import Column, CreateTable, TableId
+from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.schema.type_mapping import arrow_schema
+from binlake.sink.writer import IcebergWriter
+
+TABLE = CreateTable(
+    TableId("bench", "orders"),
+    (
+        Column("id", "bigint", "bigint(20)", nullable=False),
+        Column("customer_id", "bigint", "bigint(20)"),
+        Column("status", "varchar", "varchar(20)", collation="utf8mb4_general_ci"),
+        Column("total", "decimal", "decimal(14,2)", precision=14, scale=2),
+        Column("currency", "char", "char(3)", collation="utf8mb4_general_ci"),
+        Column("ordered_at", "datetime", "datetime(6)", fsp=6),
+        Column("shipped_at", "datetime", "datetime(6)", fsp=6),
+        Column("quantity", "int", "int(11)"),
+        Column("weight", "double", "double"),
+        Column("note", "varchar", "varchar(200)", collation="utf8mb4_general_ci"),
+    ),
+    ("id",),
+)
+SCHEMA = arrow_schema(TABLE)
+STATUSES = ["pending", "paid", "shipped", "delivered", "cancelled"]
+LAYOUTS: dict[str, TableLayout] = {
+    "sorted, 8 MiB files": TableLayout(properties={"write.target-file-size-bytes": str(8 << 20)}),
+    "sorted, 64 MiB files": TableLayout(properties={"write.target-file-size-bytes": str(64 << 20)}),
+    "bucket(16, id), 8 MiB files": TableLayout(16, {"write.target-file-size-bytes": str(8 << 20)}),
+}
+
+
+def rows(ids: list[int], rng: random.Random, version: int) -> pa.Table:
+    import datetime as dt
+
+    base = dt.datetime(2024, 1, 1)
+    n = len(ids)
+    return pa.table(
+        {
+            "id": ids,
+            "customer_id": [rng.randint(1, 100_000) for _ in range(n)],
+            "status": [STATUSES[(i + version) % 5] for i in ids],
+            "total": [Decimal(rng.randint(0, 10**8)) / 100 for _ in range(n)],
+            "currency": ["EUR"] * n,
+            "ordered_at": [base + dt.timedelta(seconds=i) for i in ids],
+            "shipped_at": [None if i % 3 else base + dt.timedelta(seconds=i + version) for i in ids],
+            "quantity": [rng.randint(1, 50) for _ in range(n)],
+            "weight": [rng.random() * 20 for _ in range(n)],
+            "note": [None if i % 4 else f"note {i} v{version} " + "x" * (i % 40) for i in ids],
+        },
+        schema=SCHEMA,
+    )
+
+
+def pick(rng: random.Random, live: list[int], count: int, skewed: bool) -> list[int]:
+    if not skewed:
+        return rng.sample(live, count)
+    newest = live[int(len(live) * 0.9) :]
+    hot = set(rng.sample(newest, int(count * 0.9)))
+    while len(hot) < count:
+        hot.add(rng.choice(live))
+    return list(hot)
+
+
+def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(42)
+    with tempfile.TemporaryDirectory(prefix="binlake-bench-") as tmp:
+        warehouse = Path(tmp) / "warehouse"
+        warehouse.mkdir()
+        catalog = SqlCatalog("bench", uri=f"sqlite:///{tmp}/catalog.db", warehouse=f"file://{warehouse}")
+        applier = IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), layout)
+        applier.apply(TABLE)
+        writer = IcebergWriter(catalog, "bench.orders")
+        live = list(range(1, args.rows + 1))
+        writer.table.append(rows(live, rng, 0))
+        writer.table.refresh()
+        table_bytes = sum(t.file.file_size_in_bytes for t in writer.table.scan().plan_files())
+        files = len(list(writer.table.scan().plan_files()))
+        seconds, rewritten = [], []
+        for batch in range(1, args.batches + 1):
+            touched = pick(rng, live, args.changes, workload == "skewed")
+            deleted = touched[: args.changes // 10]
+            updated = touched[args.changes // 10 :]
+            deletes = pa.table({"id": pa.array(deleted, pa.int64())})
+            result = writer.merge_batch(batch, rows(sorted(updated), rng, batch), deletes)
+            seconds.append(result.seconds)
+            rewritten.append(result.bytes_removed)
+            gone = set(deleted)
+            live = [k for k in live if k not in gone]
+        expected = len(live)
+        actual = writer.table.scan().to_arrow().num_rows
+        assert actual == expected, (actual, expected)
+        return {
+            "layout": layout_name,
+            "workload": workload,
+            "table_bytes": table_bytes,
+            "files": files,
+            "seconds_per_batch": [round(s, 3) for s in seconds],
+            "median_s": round(statistics.median(seconds), 3),
+            "max_s": round(max(seconds), 3),
+            "rewritten_share_median": round(statistics.median(rewritten) / table_bytes, 3),
+            "rewritten_share_max": round(max(rewritten) / table_bytes, 3),
+            "growth_last_vs_first_3": round(statistics.mean(seconds[-3:]) / statistics.mean(seconds[:3]), 2),
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--changes", type=int, default=10_000)
+    parser.add_argument("--layout", action="append", choices=list(LAYOUTS), help="only these layouts")
+    args = parser.parse_args()
+    started = time.monotonic()
+    results = [
+        run(name, LAYOUTS[name], workload, args)
+        for name in (args.layout or list(LAYOUTS))
+        for workload in ("uniform", "skewed")
+    ]
+    print(
+        json.dumps(
+            {
+                "benchmark": "merge",
+                "rows": args.rows,
+                "batches": args.batches,
+                "changes_per_batch": args.changes,
+                "goals": {"skewed_s": 1.0, "skewed_rewritten_share": 0.2, "uniform_s": 1.5},
+                "results": results,
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
