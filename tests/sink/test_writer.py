@@ -112,6 +112,24 @@ def test_merge_rewrites_only_files_holding_the_keys(tmp_path: Path) -> None:
     assert len(content(writer)) == 4001
 
 
+def test_upserts_go_into_the_files_they_belong_to(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog))
+    for start in range(0, 4000, 1000):
+        writer.table.append(rows(list(range(start, start + 1000)), "v"))
+    expected = {i: f"v{i}" for i in range(4000)}
+    for batch in range(1, 6):  # every batch updates keys in all four files and adds new ones
+        keys = [10 + batch, 1500 + batch, 2500 + batch, 3999, 5000 + batch]
+        writer.merge_batch(
+            batch, rows(keys, f"b{batch}-"), pa.table({"id": pa.array([batch * 100], pa.int64())})
+        )
+        expected.update({k: f"b{batch}-{k}" for k in keys})
+        expected.pop(batch * 100, None)
+    assert content(writer) == expected
+    # Four range files rewritten in place, plus one small file per batch for the keys past the end.
+    assert len(list(writer.table.scan().plan_files())) == 4 + 5
+
+
 def test_composite_key_merge(tmp_path: Path) -> None:
     catalog = make_catalog(tmp_path)
     writer = IcebergWriter(catalog, create(catalog, key=("o", "line")))

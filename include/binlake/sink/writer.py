@@ -187,13 +187,21 @@ class IcebergWriter:
         with table.transaction() as tx:
             metadata = tx.table_metadata
             write_uuid, counter = uuid.uuid4(), itertools.count(0)
+            order = [(k, "ascending") for k in key_columns]
             rewrites: list[tuple[FileScanTask, pa.Table]] = []
-            for task in self._files_with_keys(keys, key_columns):
+            pending = upserts
+            for task, low, high in self._files_with_keys(keys, key_columns):
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
                 kept = data.join(keys, keys=key_columns, join_type="left anti")
                 if kept.num_rows != data.num_rows:
-                    rewrites.append((task, kept.sort_by([(k, "ascending") for k in key_columns])))
-            new_rows = upserts.sort_by([(k, "ascending") for k in key_columns]) if upserts.num_rows else None
+                    # The file is rewritten anyway: the upserts in its key range go into it, so
+                    # files stay sorted and disjoint instead of each batch adding a file that
+                    # spans every range (which the next batches would all have to rewrite).
+                    mine = _in_range(pending, key_columns[0], low, high)
+                    merged = pa.concat_tables([kept, pending.filter(mine).cast(kept.schema)])
+                    pending = pending.filter(pc.invert(mine))
+                    rewrites.append((task, merged.sort_by(order)))
+            new_rows = pending.sort_by(order) if pending.num_rows else None
             if rewrites or new_rows is not None:
                 with tx.update_snapshot(snapshot_properties=properties).overwrite(
                     commit_uuid=write_uuid
@@ -212,8 +220,9 @@ class IcebergWriter:
                             snap.append_data_file(data_file)
             tx.set_properties(properties)
 
-    def _files_with_keys(self, keys: pa.Table, key_columns: list[str]) -> list[FileScanTask]:
-        """Data files whose bounds on the first key column enclose at least one batch key."""
+    def _files_with_keys(self, keys: pa.Table, key_columns: list[str]) -> list[tuple[FileScanTask, Any, Any]]:
+        """Data files whose bounds on the first key column enclose at least one batch key, with
+        those bounds (None when the file has no statistics)."""
         if self.table.current_snapshot() is None or keys.num_rows == 0:
             return []
         schema = self.table.schema()
@@ -224,12 +233,12 @@ class IcebergWriter:
             lower = task.file.lower_bounds.get(first.field_id) if task.file.lower_bounds else None
             upper = task.file.upper_bounds.get(first.field_id) if task.file.upper_bounds else None
             if lower is None or upper is None:
-                picked.append(task)  # no statistics: it may hold any key
+                picked.append((task, None, None))  # no statistics: it may hold any key
                 continue
             low, high = _bound(first.field_type, lower), _bound(first.field_type, upper)
             i = bisect.bisect_left(values, low)
             if i < len(values) and values[i] <= high:
-                picked.append(task)
+                picked.append((task, low, high))
         return picked
 
     def _key_columns(self) -> list[str]:
@@ -282,6 +291,21 @@ def _bound(field_type: IcebergType, raw: bytes) -> Any:
     if isinstance(field_type, TimestamptzType):
         return (_EPOCH + dt.timedelta(microseconds=value)).replace(tzinfo=dt.UTC)
     return value
+
+
+def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.ChunkedArray:
+    """Mask of ``rows`` whose ``column`` lies in [low, high] (none when the bounds are unknown).
+
+    String bounds may be truncated prefixes (Iceberg's metrics), still a valid enclosing range.
+    """
+    if low is None or high is None or rows.num_rows == 0:
+        return pa.chunked_array([pa.array([False] * rows.num_rows, pa.bool_())])
+    values = rows.column(column)
+    bound_type = values.type
+    return pc.and_(
+        pc.greater_equal(values, pa.scalar(low, bound_type)),
+        pc.less_equal(values, pa.scalar(high, bound_type)),
+    )
 
 
 def _ids(ids: set[str]) -> str:
