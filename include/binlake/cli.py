@@ -58,6 +58,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument("--replan", action="store_true", help="split again, forgetting earlier progress")
+    snapshot = commands.add_parser(
+        "snapshot", help="plan if needed, then read every unfinished chunk into Iceberg on Spark"
+    )
+    snapshot.add_argument("--table", action="append", default=[], help="only this source table (db.table)")
+    snapshot.add_argument("--chunk", action="append", default=[], help="only this chunk (db.table#id)")
+    snapshot.add_argument("--json", action="store_true", help="print the summary as JSON")
+    status = commands.add_parser("status", help="the plan, chunk progress and the stream's start offset")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
     maintain = commands.add_parser(
         "maintain", help="compact small files, expire old snapshots, remove orphan files (no writer may run)"
     )
@@ -94,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plan(_load(args.config), as_json=args.json, replan=args.replan)
         if args.command == "maintain":
             return _maintain(_load(args.config), args)
+        if args.command == "snapshot":
+            return _snapshot(_load(args.config), args)
+        if args.command == "status":
+            return _status(_load(args.config), as_json=args.json)
     except BinlakeError as e:
         print(f"binlake {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code
@@ -177,6 +189,77 @@ def _plan(config: PipelineConfig, as_json: bool, replan: bool) -> int:
         print(f"{'':<{width}}  why: {r['reason']}")
     total = sum(r["chunks"] for r in rows)
     print(f"{len(rows)} tables, {total} chunks, plan stored in {config.pipeline.resolved_state_uri}")
+    return EXIT_OK
+
+
+def _snapshot(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from binlake.planner import plan
+    from binlake.spark.session import spark_session
+    from binlake.spark.snapshot_job import print_progress, run_snapshot
+
+    plan(config)  # keeps an existing plan: a rerun resumes
+    spark = spark_session(config, "snapshot")
+    try:
+        report = run_snapshot(config, spark, args.table or None, args.chunk or None, print_progress)
+    finally:
+        spark.stop()
+    summary = report.as_dict()
+    if not args.json:
+        print(
+            f"snapshot of `{config.pipeline.name}`: {report.chunks_read} chunks read "
+            f"({report.chunks_recovered} recognised as committed), {report.rows:,} rows "
+            f"in {report.seconds:.1f} s"
+        )
+        if report.switch_offset:
+            print(f"complete: the stream starts at {report.switch_offset}")
+        _print_where(config)
+    print(json.dumps(summary))  # the last line: what an Airflow task pushes to XCom
+    return EXIT_OK
+
+
+def _print_where(config: PipelineConfig) -> None:
+    print(f"Iceberg catalog: {config.catalog_uri}\nwarehouse: {config.warehouse}")
+    print(
+        "query from Python:\n"
+        "  from pyiceberg.catalog.sql import SqlCatalog\n"
+        f"  catalog = SqlCatalog('binlake', uri='{config.catalog_uri}', warehouse='{config.warehouse}')\n"
+        "  catalog.load_table('<namespace>.<table>').scan().to_pandas()   # or .to_duckdb('t')"
+    )
+
+
+def _status(config: PipelineConfig, as_json: bool) -> int:
+    from binlake.spark.snapshot_job import SWITCH
+    from binlake.state.store import StateStore
+
+    store = StateStore(config.pipeline.resolved_state_uri)
+    plans = store.load_plans(config.pipeline.name)
+    switch = store.load_offset(config.pipeline.name, SWITCH)
+    tables: list[dict[str, Any]] = [
+        {
+            "table": p.table.name,
+            "strategy": p.strategy,
+            "chunks": len(p.chunks),
+            "finished_chunks": p.finished,
+            "rows": sum(c.row_count or 0 for c in p.chunks),
+            "max_high_watermark": str(
+                max((c.high_watermark for c in p.chunks if c.high_watermark), default="")
+            ),
+        }
+        for p in plans
+    ]
+    if as_json:
+        print(json.dumps({"pipeline": config.pipeline.name, "tables": tables,
+                          "switch_offset": switch.to_dict() if switch else None}, indent=2))  # fmt: skip
+        return EXIT_OK
+    if not plans:
+        print(f"pipeline `{config.pipeline.name}`: nothing planned yet (run `binlake plan`)")
+        return EXIT_OK
+    width = max(len(t["table"]) for t in tables)
+    print(f"{'table':<{width}}  {'chunks':>13}  {'rows':>11}  max high watermark")
+    for t in tables:
+        done = f"{t['finished_chunks']}/{t['chunks']}"
+        print(f"{t['table']:<{width}}  {done:>13}  {t['rows']:>11,}  {t['max_high_watermark'] or '-'}")
+    print(f"stream start (switch) offset: {switch or 'not yet: the snapshot is unfinished'}")
     return EXIT_OK
 
 

@@ -193,3 +193,22 @@ class DataChange:
         cls, table: TableId, before: dict[str, Any], offset: BinlogOffset, timestamp: int = 0
     ) -> DataChange:
         return cls(table, "delete", before, None, offset, timestamp)
+
+
+def table_to_dict(table: CreateTable) -> dict[str, Any]:
+    """A table schema as plain JSON-able data (for Spark options and the schema history)."""
+    return {
+        "table": {"database": table.table.database, "table": table.table.table},
+        "columns": [{**c.__dict__, "values": list(c.values)} for c in table.columns],
+        "primary_key": list(table.primary_key),
+        "comment": table.comment,
+    }
+
+
+def table_from_dict(data: dict[str, Any]) -> CreateTable:
+    return CreateTable(
+        TableId(**data["table"]),
+        tuple(Column(**{**c, "values": tuple(c["values"])}) for c in data["columns"]),
+        tuple(data["primary_key"]),
+        data.get("comment"),
+    )

@@ -71,6 +71,7 @@ class ChunkCommit:
     chunk_id: str
     high_watermark: BinlogOffset
     rows: int
+    low_watermark: BinlogOffset | None = None
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,23 @@ class IcebergWriter:
 
     def committed_chunks(self) -> dict[str, BinlogOffset]:
         """Chunk id → high watermark, for every chunk recorded in the table's snapshots."""
-        found: dict[str, BinlogOffset] = {}
+        return {c.chunk_id: c.high_watermark for c in self.committed_chunk_commits()}
+
+    def committed_chunk_commits(self) -> list[ChunkCommit]:
+        """Every chunk recorded in the table's snapshot summaries, as committed."""
+        found: list[ChunkCommit] = []
         for snapshot in self.table.snapshots():
             text = snapshot.summary.additional_properties.get(CHUNKS_KEY) if snapshot.summary else None
             for entry in json.loads(text) if text else []:
-                found[entry["id"]] = BinlogOffset.from_dict(entry["high"])
+                low = entry.get("low")
+                found.append(
+                    ChunkCommit(
+                        entry["id"],
+                        BinlogOffset.from_dict(entry["high"]),
+                        int(entry.get("rows", 0)),
+                        BinlogOffset.from_dict(low) if low else None,
+                    )
+                )
         return found
 
     def append_files(self, files: Sequence[str], chunks: Sequence[ChunkCommit]) -> CommitResult:
@@ -120,7 +133,15 @@ class IcebergWriter:
         wanted = {c.chunk_id for c in chunks}
         summary = {
             CHUNKS_KEY: json.dumps(
-                [{"id": c.chunk_id, "high": c.high_watermark.to_dict(), "rows": c.rows} for c in chunks]
+                [
+                    {
+                        "id": c.chunk_id,
+                        "high": c.high_watermark.to_dict(),
+                        "low": c.low_watermark.to_dict() if c.low_watermark else None,
+                        "rows": c.rows,
+                    }
+                    for c in chunks
+                ]
             )
         }
         for attempt in range(1, MAX_ATTEMPTS + 1):

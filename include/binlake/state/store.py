@@ -75,6 +75,15 @@ chunks_table = Table(
 )
 
 
+offsets_table = Table(
+    "binlake_offsets",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("name", String(200), primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 leases_table = Table(
     "binlake_leases",
     metadata,
@@ -252,27 +261,62 @@ class StateStore:
         ]
 
     def finish_chunk(
-        self, pipeline: str, chunk: Chunk, low: BinlogOffset, high: BinlogOffset, row_count: int
+        self, pipeline: str, chunk: Chunk, low: BinlogOffset | None, high: BinlogOffset, row_count: int
     ) -> None:
         """Record that ``chunk`` was read (and committed) at these watermarks."""
+        self.finish_chunks(pipeline, [(chunk.table, chunk.chunk_id, low, high, row_count)])
+
+    def finish_chunks(
+        self, pipeline: str, chunks: Sequence[tuple[TableId, int, BinlogOffset | None, BinlogOffset, int]]
+    ) -> None:
+        """Record several finished chunks (table, chunk id, low, high, rows) in one transaction."""
+        now = _now()
         with self.engine.begin() as conn:
-            result = conn.execute(
-                update(chunks_table)
-                .where(
-                    chunks_table.c.pipeline == pipeline,
-                    chunks_table.c.table_name == chunk.table.name,
-                    chunks_table.c.chunk_id == chunk.chunk_id,
+            for table, chunk_id, low, high, row_count in chunks:
+                result = conn.execute(
+                    update(chunks_table)
+                    .where(
+                        chunks_table.c.pipeline == pipeline,
+                        chunks_table.c.table_name == table.name,
+                        chunks_table.c.chunk_id == chunk_id,
+                    )
+                    .values(
+                        status="finished",
+                        low_watermark=_offset_text(low),
+                        high_watermark=_offset_text(high),
+                        row_count=row_count,
+                        updated_at=now,
+                    )
                 )
-                .values(
-                    status="finished",
-                    low_watermark=_offset_text(low),
-                    high_watermark=_offset_text(high),
-                    row_count=row_count,
-                    updated_at=_now(),
+                if result.rowcount != 1:
+                    raise KeyError(
+                        f"chunk {table.table}#{chunk_id} of pipeline `{pipeline}` is not in the plan"
+                    )
+
+    # -- offsets -----------------------------------------------------------------------------------
+
+    def save_offset(self, pipeline: str, name: str, offset: BinlogOffset) -> None:
+        """Store a named offset (``switch``: where the stream starts after the snapshot)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(offsets_table).where(
+                    offsets_table.c.pipeline == pipeline, offsets_table.c.name == name
                 )
             )
-            if result.rowcount != 1:
-                raise KeyError(f"chunk {chunk.name} of pipeline `{pipeline}` is not in the plan")
+            conn.execute(
+                insert(offsets_table).values(
+                    pipeline=pipeline, name=name, offset=_offset_text(offset), updated_at=_now()
+                )
+            )
+
+    def load_offset(self, pipeline: str, name: str) -> BinlogOffset | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(offsets_table.c.offset).where(
+                    offsets_table.c.pipeline == pipeline, offsets_table.c.name == name
+                )
+            ).first()
+        return None if row is None else _offset(row[0])
 
     # -- leases ------------------------------------------------------------------------------------
 

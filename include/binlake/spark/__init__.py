@@ -1,0 +1,1 @@
+"""binlake on Spark: data sources and the driver logic of the Spark jobs."""

@@ -1,0 +1,32 @@
+"""The Spark session of a binlake job, from the pipeline's ``spark`` section."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from binlake.config import PipelineConfig
+
+
+def spark_session(config: PipelineConfig, app: str) -> Any:
+    """A SparkSession on ``pipeline.spark.master`` with ``pipeline.spark.conf`` applied.
+
+    Python workers run this interpreter unless ``spark.pyspark.python`` (or PYSPARK_PYTHON) says
+    otherwise: binlake and its dependencies live in this environment.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(config.pipeline.spark.master)
+        .appName(f"binlake {app} {config.pipeline.name}")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for key, value in config.pipeline.spark.conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,330 @@
+"""The snapshot job's driver: schedule chunk groups on Spark, commit their files, record progress.
+
+1. **Reconcile**: chunks whose data an earlier run committed to Iceberg but whose state-store record
+   it did not write (a crash between the two) are recognised from the snapshot summaries and marked
+   finished, so they are never read twice.
+2. **Read** the remaining chunks in waves of Spark tasks (``binlake_snapshot`` data source), each task
+   a group of consecutive chunks of one table.
+3. **Commit** each task's files with its chunks' ids and watermarks in one Iceberg commit, then mark
+   the chunks finished in the state store. A crash loses at most the wave in flight.
+4. **Switch**: once every chunk of the pipeline is finished, the binlog start offset — the smallest
+   high watermark — is stored for the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
+from binlake.events import CreateTable, TableId, table_to_dict
+from binlake.offsets import BinlogOffset
+from binlake.planner import discover_tables
+from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
+from binlake.sink.writer import ChunkCommit, IcebergWriter
+from binlake.spark.snapshot_source import SnapshotDataSource
+from binlake.state.codec import encode_key
+from binlake.state.store import ChunkState, StateStore, StoredPlan
+
+log = logging.getLogger(__name__)
+
+SWITCH = "switch"
+#: Chunks per Spark task: about a million rows at the default chunk size, a few files' worth.
+CHUNKS_PER_TASK = 128
+#: Tasks per wave, per unit of parallelism: enough to balance, few enough to commit often.
+TASKS_PER_SLOT = 2
+#: Spread the work over at least this many waves, so progress is committed (and shown) as it goes.
+MIN_WAVES = 4
+WRITER = "binlake snapshot"
+
+
+class SnapshotError(BinlakeError):
+    """The snapshot could not run."""
+
+
+@dataclass
+class TableProgress:
+    chunks: int
+    finished: int
+    rows: int = 0
+
+
+@dataclass
+class SnapshotReport:
+    """What a snapshot run did; ``as_dict`` is the job's JSON summary line (pushed to XCom)."""
+
+    pipeline: str
+    chunks_read: int = 0
+    chunks_recovered: int = 0
+    rows: int = 0
+    seconds: float = 0.0
+    tables: dict[str, TableProgress] = field(default_factory=dict)
+    high_watermarks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    switch_offset: BinlogOffset | None = None
+    max_executor_rss_kb: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return all(t.finished == t.chunks for t in self.tables.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "complete": self.complete,
+            "chunks_read": self.chunks_read,
+            "chunks_recovered": self.chunks_recovered,
+            "rows": self.rows,
+            "seconds": round(self.seconds, 2),
+            "rows_per_s": round(self.rows / self.seconds) if self.seconds else 0,
+            "tables": {k: v.__dict__ for k, v in self.tables.items()},
+            "high_watermarks": self.high_watermarks,
+            "switch_offset": self.switch_offset.to_dict() if self.switch_offset else None,
+            "max_executor_rss_kb": self.max_executor_rss_kb,
+        }
+
+
+Progress = Callable[[SnapshotReport, float], None]
+
+
+def run_snapshot(
+    config: PipelineConfig,
+    spark: Any,
+    tables: Sequence[str] | None = None,
+    chunk_ids: Sequence[str] | None = None,
+    progress: Progress | None = None,
+) -> SnapshotReport:
+    """Read every unfinished planned chunk (of ``tables`` / ``chunk_ids`` if given) into Iceberg.
+
+    Raises:
+        SnapshotError: nothing is planned, or a named table or chunk is not in the plan.
+    """
+    started = time.monotonic()
+    name = config.pipeline.name
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        plans = _plans(store, name, tables)
+        schemas = {s.table: s for s in discover_tables(config)}
+        catalog = open_catalog(config)
+        writers = {p.table: IcebergWriter(catalog, ".".join(sink_identifier(config, p.table))) for p in plans}
+        report = SnapshotReport(name)
+        report.chunks_recovered = _reconcile(store, name, plans, writers)
+        plans = _plans(store, name, tables)
+        wanted = set(chunk_ids) if chunk_ids else None
+        pending = [c for p in plans for c in p.chunks if c.status != "finished" and _selected(c, wanted)]
+        missing = [t for t in {c.chunk.table for c in pending} if t not in schemas]
+        if missing:
+            raise SnapshotError(
+                f"Cannot snapshot {', '.join(map(str, missing))}: the table no longer exists in the source. "
+                "Fix: run `binlake plan --replan`."
+            )
+        _track(report, plans)
+        spark.dataSource.register(SnapshotDataSource)
+        base = _options(config, schemas, writers)
+        groups = _groups(pending, config.pipeline.parallelism)
+        wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
+        for wave in range(0, len(groups), wave_size):
+            _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
+            report.seconds = time.monotonic() - started
+            if progress:
+                progress(report, report.seconds)
+        report.switch_offset = _switch(store, name)
+        report.high_watermarks = _high_watermarks(store, name)
+        report.seconds = time.monotonic() - started
+        return report
+    finally:
+        store.close()
+
+
+def _plans(store: StateStore, pipeline: str, tables: Sequence[str] | None) -> list[StoredPlan]:
+    plans = store.load_plans(pipeline)
+    if not plans:
+        raise SnapshotError(f"Pipeline `{pipeline}` has no plan. Fix: run `binlake plan` first.")
+    if tables:
+        known = {p.table.name for p in plans}
+        unknown = [t for t in tables if t not in known]
+        if unknown:
+            raise SnapshotError(f"Tables {unknown} are not in the plan; planned: {', '.join(sorted(known))}.")
+        plans = [p for p in plans if p.table.name in tables]
+    return plans
+
+
+def _selected(state: ChunkState, wanted: set[str] | None) -> bool:
+    return wanted is None or f"{state.chunk.table.name}#{state.chunk.chunk_id}" in wanted
+
+
+def _reconcile(
+    store: StateStore, pipeline: str, plans: list[StoredPlan], writers: dict[TableId, IcebergWriter]
+) -> int:
+    """Mark chunks finished that Iceberg has but the state store does not (returns how many)."""
+    recovered: list[tuple[TableId, int, BinlogOffset | None, BinlogOffset, int]] = []
+    for plan in plans:
+        unfinished = {c.chunk.chunk_id for c in plan.chunks if c.status != "finished"}
+        if not unfinished:
+            continue
+        for commit in writers[plan.table].committed_chunk_commits():
+            chunk_id = int(commit.chunk_id.rsplit("#", 1)[1])
+            if chunk_id in unfinished:
+                recovered.append(
+                    (plan.table, chunk_id, commit.low_watermark, commit.high_watermark, commit.rows)
+                )
+    if recovered:
+        store.finish_chunks(pipeline, recovered)
+        log.info(
+            "recognised %d chunks committed to Iceberg by an earlier run: not read again", len(recovered)
+        )
+    return len(recovered)
+
+
+def _track(report: SnapshotReport, plans: list[StoredPlan]) -> None:
+    for plan in plans:
+        report.tables[plan.table.name] = TableProgress(
+            len(plan.chunks), plan.finished, sum(c.row_count or 0 for c in plan.chunks)
+        )
+
+
+def _groups(pending: list[ChunkState], parallelism: int) -> list[list[dict[str, Any]]]:
+    """Consecutive chunks of one table per group, small enough for ``MIN_WAVES`` waves."""
+    by_table: dict[str, list[ChunkState]] = defaultdict(list)
+    for state in pending:
+        by_table[state.chunk.table.name].append(state)
+    total = len(pending)
+    per_group = max(
+        1, min(CHUNKS_PER_TASK, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT * MIN_WAVES)))
+    )
+    groups = []
+    for table, states in sorted(by_table.items()):
+        for i in range(0, len(states), per_group):
+            groups.append(
+                [
+                    {
+                        "table": table,
+                        "id": s.chunk.chunk_id,
+                        "key": s.chunk.key_column,
+                        "start": encode_key(s.chunk.range.start),
+                        "end": encode_key(s.chunk.range.end),
+                    }
+                    for s in states[i : i + per_group]
+                ]
+            )
+    return groups
+
+
+def _options(
+    config: PipelineConfig, schemas: dict[TableId, CreateTable], writers: dict[TableId, IcebergWriter]
+) -> dict[str, str]:
+    source = config.source.model_dump(mode="json", exclude={"password"})
+    target = {
+        t.name: int(w.table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+        for t, w in writers.items()
+    }
+    server_ids = config.source.server_id
+    if len(server_ids) < config.pipeline.parallelism:
+        raise SnapshotError(
+            f"`source.server_id` gives {len(server_ids)} ids ({server_ids.start}-{server_ids.end}) but "
+            f"`pipeline.parallelism` is {config.pipeline.parallelism}: each concurrent binlog reader needs "
+            "its own id. Fix: widen the range."
+        )
+    return {
+        "source": json.dumps(source),
+        "password": config.source.password.get_secret_value(),
+        "tables": json.dumps({t.name: table_to_dict(s) for t, s in schemas.items() if t in writers}),
+        "locations": json.dumps({t.name: w.table.location() for t, w in writers.items()}),
+        "target_file_size": str(min(target.values(), default=DEFAULT_TARGET_FILE_SIZE)),
+        "server_ids": f"{server_ids.start}-{server_ids.end}",
+    }
+
+
+def _run_wave(
+    spark: Any,
+    base: dict[str, str],
+    groups: list[list[dict[str, Any]]],
+    store: StateStore,
+    pipeline: str,
+    writers: dict[TableId, IcebergWriter],
+    report: SnapshotReport,
+) -> None:
+    frame = spark.read.format("binlake_snapshot").options(**base, groups=json.dumps(groups)).load()
+    rows = frame.toArrow().to_pylist()
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_task[row["task"]].append(row)
+    for task_rows in by_task.values():
+        table = TableId.parse(task_rows[0]["table"])
+        commits = [
+            ChunkCommit(
+                r["chunk_id"],
+                BinlogOffset.from_dict(json.loads(r["high"])),
+                int(r["rows"]),
+                BinlogOffset.from_dict(json.loads(r["low"])),
+            )
+            for r in task_rows
+        ]
+        files = json.loads(task_rows[0]["files"])
+        writers[table].append_files(files, commits)
+        store.finish_chunks(
+            pipeline,
+            [
+                (table, int(c.chunk_id.rsplit("#", 1)[1]), c.low_watermark, c.high_watermark, c.rows)
+                for c in commits
+            ],
+        )
+        progress = report.tables[table.name]
+        progress.finished += len(commits)
+        progress.rows += sum(c.rows for c in commits)
+        report.chunks_read += len(commits)
+        report.rows += sum(c.rows for c in commits)
+        report.max_executor_rss_kb = max(
+            report.max_executor_rss_kb, *(int(r["max_rss_kb"]) for r in task_rows)
+        )
+
+
+def _switch(store: StateStore, pipeline: str) -> BinlogOffset | None:
+    """Store and return the stream's start offset once every planned chunk is finished."""
+    plans = store.load_plans(pipeline)
+    states = [c for p in plans for c in p.chunks]
+    if not states or any(c.status != "finished" or c.high_watermark is None for c in states):
+        return None
+    start = min(c.high_watermark for c in states if c.high_watermark is not None)
+    store.save_offset(pipeline, SWITCH, start)
+    log.info("snapshot complete: the stream starts at %s", start)
+    return start
+
+
+def _high_watermarks(store: StateStore, pipeline: str) -> dict[str, dict[str, Any]]:
+    return {
+        f"{p.table.name}#{c.chunk.chunk_id}": c.high_watermark.to_dict()
+        for p in store.load_plans(pipeline)
+        for c in p.chunks
+        if c.high_watermark is not None
+    }
+
+
+def print_progress(report: SnapshotReport, seconds: float) -> None:
+    """Progress for people: a bar on a terminal, plain lines in a log."""
+    done = sum(t.finished for t in report.tables.values())
+    total = sum(t.chunks for t in report.tables.values())
+    rate = report.rows / seconds if seconds else 0.0
+    remaining = (total - done) * (seconds / report.chunks_read) if report.chunks_read else 0.0
+    line = (
+        f"snapshot {done}/{total} chunks, {report.rows:,} rows, {rate:,.0f} rows/s, "
+        f"{seconds:.1f} s elapsed, ~{remaining:.0f} s left"
+    )
+    if sys.stderr.isatty():
+        width = 30
+        filled = int(width * done / total) if total else width
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {line}", end="", file=sys.stderr, flush=True)
+        if done == total:
+            print(file=sys.stderr)
+    else:
+        print(line, file=sys.stderr, flush=True)
+        for table, progress in sorted(report.tables.items()):
+            print(f"  {table}: {progress.finished}/{progress.chunks} chunks", file=sys.stderr, flush=True)

@@ -1,0 +1,122 @@
+"""One snapshot task, as it runs in a Spark Python worker: read a group of chunks, write Parquet.
+
+Files go to ``<table location>/data/snapshot-<task>-<n>.parquet`` and roll at the target file size;
+rows are buffered into row groups of ``ROW_GROUP_ROWS`` so readers get decent row groups even from
+small chunks. Nothing here commits: a file that no commit adopts (a failed or retried task) is an
+orphan that ``binlake maintain`` removes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from binlake.config import SourceConfig
+from binlake.events import TableId, table_from_dict
+from binlake.source.chunk_reader import ChunkReader
+from binlake.source.chunk_splitter import Chunk, ChunkRange
+from binlake.spark.snapshot_source import elapsed, max_rss_kb, task_id
+from binlake.state.codec import decode_key
+
+log = logging.getLogger(__name__)
+
+ROW_GROUP_ROWS = 128 * 1024
+
+
+class RollingParquetWriter:
+    """Parquet files of one table, rolled at ``target_size`` bytes, in a folder given as a URI."""
+
+    def __init__(self, folder_uri: str, prefix: str, schema: pa.Schema, target_size: int) -> None:
+        self.filesystem, self.folder = pafs.FileSystem.from_uri(folder_uri.rstrip("/"))
+        self.scheme = folder_uri.split("://", 1)[0] + "://" if "://" in folder_uri else ""
+        self.prefix = prefix
+        self.schema = schema
+        self.target_size = target_size
+        self.files: list[str] = []
+        self._buffer: list[pa.Table] = []
+        self._buffered = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._stream: Any = None
+
+    def write(self, data: pa.Table) -> None:
+        if data.num_rows:
+            self._buffer.append(data)
+            self._buffered += data.num_rows
+        if self._buffered >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def close(self) -> list[str]:
+        """Write what is buffered and close the current file; returns every file written."""
+        self._flush()
+        self._roll()
+        return self.files
+
+    def _flush(self) -> None:
+        if not self._buffered:
+            return
+        if self._writer is None:
+            path = f"{self.folder}/{self.prefix}-{len(self.files)}.parquet"
+            self.filesystem.create_dir(self.folder, recursive=True)
+            self._stream = self.filesystem.open_output_stream(path)
+            self._writer = pq.ParquetWriter(self._stream, self.schema, compression="zstd")
+            self.files.append(self.scheme + path)
+        self._writer.write_table(pa.concat_tables(self._buffer), row_group_size=ROW_GROUP_ROWS)
+        self._buffer, self._buffered = [], 0
+        if self._stream.tell() >= self.target_size:
+            self._roll()
+
+    def _roll(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._stream.close()
+            self._writer = self._stream = None
+
+
+def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Read the chunks of one group (one table) and write their rows; one summary row per chunk."""
+    started = time.monotonic()
+    source = SourceConfig.model_validate({**json.loads(options["source"]), "password": options["password"]})
+    tables = json.loads(options["tables"])
+    locations = json.loads(options["locations"])
+    first, last = (int(x) for x in options["server_ids"].split("-"))
+    server_id = first + index % (last - first + 1)  # concurrent readers need distinct ids
+    tid = task_id(index)
+    table_name = specs[0]["table"]
+    schema = table_from_dict(tables[table_name])
+    summaries: list[dict[str, Any]] = []
+    with ChunkReader(source, schema, server_id) as reader:
+        writer = RollingParquetWriter(
+            locations[table_name] + "/data",
+            f"snapshot-{tid}",
+            reader.converter.schema,
+            int(options["target_file_size"]),
+        )
+        for spec in specs:
+            chunk = Chunk(
+                TableId.parse(spec["table"]),
+                int(spec["id"]),
+                spec["key"],
+                ChunkRange(decode_key(spec["start"]), decode_key(spec["end"])),
+            )
+            result = reader.read(chunk)
+            writer.write(result.data)
+            summaries.append(
+                {
+                    "chunk_id": f"{table_name}#{chunk.chunk_id}",
+                    "table": table_name,
+                    "low": json.dumps(result.low.to_dict()),
+                    "high": json.dumps(result.high.to_dict()),
+                    "rows": result.row_count,
+                }
+            )
+        files = writer.close()
+    for row in summaries:
+        row.update(task=tid, files=json.dumps(files), seconds=elapsed(started), max_rss_kb=max_rss_kb())
+    log.info("task %s read %d chunks of %s into %d files", tid, len(specs), table_name, len(files))
+    return summaries
