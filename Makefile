@@ -20,7 +20,7 @@ export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: help demo demo-stop test test-fast lint setup system-deps lock clean
+.PHONY: help demo demo-stop test test-fast lint setup system-deps lock clean spark-package
 
 help:
 	@echo "make demo       run binlake on the embedded defaults (private MariaDB with the demo database)"
@@ -33,7 +33,8 @@ demo: setup
 	$(BIN)/python -m binlake.testing --dir $(DEMO_DIR) up --rows $(DEMO_ROWS)
 	set -a; source $(DEMO_DIR)/demo.env; set +a; \
 	  $(BIN)/binlake --config $(CONFIG) validate && \
-	  $(BIN)/binlake --config $(CONFIG) plan
+	  $(BIN)/binlake --config $(CONFIG) plan && \
+	  $(BIN)/binlake --config $(CONFIG) snapshot
 	@echo "The demo MariaDB keeps running for the next steps; stop it with 'make demo-stop'."
 
 demo-stop: setup
@@ -73,6 +74,10 @@ system-deps:
 	    echo "binlake needs:$$missing. Run: sudo apt-get update && sudo apt-get install -y$$missing" >&2; exit 1; \
 	  fi; \
 	fi
+
+## dist/binlake.zip: the package for `spark-submit --py-files` on a cluster.
+spark-package: setup
+	$(BIN)/python -m binlake.spark.package dist/binlake.zip
 
 ## Regenerate uv.lock after changing dependencies in pyproject.toml.
 lock: $(UV)

@@ -58,6 +58,8 @@ def setup_logging(level: str = "INFO") -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
         handler._binlake = True  # type: ignore[attr-defined]
         root.addHandler(handler)
+    # py4j logs every gateway connection at INFO, even at interpreter exit, after a job's summary.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     for existing in root.handlers:
         if not any(isinstance(f, RedactingFilter) for f in existing.filters):
             existing.addFilter(RedactingFilter())

@@ -18,9 +18,13 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Run directly, not by spark-submit: the YAML names the master. Under spark-submit its
+        # --master wins, as users of spark-submit expect.
+        builder = builder.master(config.pipeline.spark.master)
     builder = (
-        SparkSession.builder.master(config.pipeline.spark.master)
-        .appName(f"binlake {app} {config.pipeline.name}")
+        builder.appName(f"binlake {app} {config.pipeline.name}")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
         .config("spark.ui.showConsoleProgress", "false")
