@@ -73,6 +73,9 @@ class PipelineSection(_Model):
     """Folder for local state, catalog, warehouse and reports (relative to the current folder)."""
     parallelism: int = Field(default=2, ge=1)
     """How many chunks or binlog segments are read at once."""
+    snapshot_chunks_per_task: int = Field(default=128, ge=1)
+    """Chunks one Spark task reads and commits together: fewer commit more often (less work lost
+    in a crash), more cost a little more overhead."""
     schema_change_behavior: SchemaChangeBehavior = "lenient"
     """What a schema change in the source does to the sink (Flink CDC's meanings)."""
     state_uri: str | None = None

@@ -201,6 +201,7 @@ def test_kill_9_then_rerun_reads_each_chunk_once(
     )
     raw = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work", chunk_size=300)
     raw["pipeline"]["parallelism"] = 1
+    raw["pipeline"]["snapshot_chunks_per_task"] = 10  # 20 tasks in 10 waves: commits as it goes
     path = write_config(raw)
     config = PipelineConfig.model_validate(raw)
     assert run_binlake("--config", str(path), "plan").returncode == 0

@@ -38,12 +38,8 @@ from binlake.state.store import ChunkState, StateStore, StoredPlan
 log = logging.getLogger(__name__)
 
 SWITCH = "switch"
-#: Chunks per Spark task: about a million rows at the default chunk size, a few files' worth.
-CHUNKS_PER_TASK = 128
 #: Tasks per wave, per unit of parallelism: enough to balance, few enough to commit often.
 TASKS_PER_SLOT = 2
-#: Spread the work over at least this many waves, so progress is committed (and shown) as it goes.
-MIN_WAVES = 4
 WRITER = "binlake snapshot"
 
 
@@ -129,7 +125,7 @@ def run_snapshot(
         _track(report, plans)
         spark.dataSource.register(SnapshotDataSource)
         base = _options(config, schemas, writers)
-        groups = _groups(pending, config.pipeline.parallelism)
+        groups = _groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
         wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
         for wave in range(0, len(groups), wave_size):
             _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
@@ -191,15 +187,14 @@ def _track(report: SnapshotReport, plans: list[StoredPlan]) -> None:
         )
 
 
-def _groups(pending: list[ChunkState], parallelism: int) -> list[list[dict[str, Any]]]:
-    """Consecutive chunks of one table per group, small enough for ``MIN_WAVES`` waves."""
+def _groups(pending: list[ChunkState], parallelism: int, chunks_per_task: int) -> list[list[dict[str, Any]]]:
+    """Consecutive chunks of one table per group: at most ``chunks_per_task``, and small enough that
+    a small snapshot still keeps every slot busy."""
     by_table: dict[str, list[ChunkState]] = defaultdict(list)
     for state in pending:
         by_table[state.chunk.table.name].append(state)
     total = len(pending)
-    per_group = max(
-        1, min(CHUNKS_PER_TASK, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT * MIN_WAVES)))
-    )
+    per_group = max(1, min(chunks_per_task, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT))))
     groups = []
     for table, states in sorted(by_table.items()):
         for i in range(0, len(states), per_group):
