@@ -193,7 +193,9 @@ def _plan(config: PipelineConfig, as_json: bool, replan: bool) -> int:
 
 
 def _snapshot(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from binlake.events import TableId
     from binlake.planner import plan
+    from binlake.sink.catalog import sink_identifier
     from binlake.spark.session import spark_session
     from binlake.spark.snapshot_job import print_progress, run_snapshot
 
@@ -212,18 +214,22 @@ def _snapshot(config: PipelineConfig, args: argparse.Namespace) -> int:
         )
         if report.switch_offset:
             print(f"complete: the stream starts at {report.switch_offset}")
-        _print_where(config)
+        _print_where(
+            config, sorted({".".join(sink_identifier(config, TableId.parse(t))) for t in report.tables})
+        )
     print(json.dumps(summary))  # the last line: what an Airflow task pushes to XCom
     return EXIT_OK
 
 
-def _print_where(config: PipelineConfig) -> None:
-    print(f"Iceberg catalog: {config.catalog_uri}\nwarehouse: {config.warehouse}")
+def _print_where(config: PipelineConfig, tables: list[str]) -> None:
+    example = tables[0] if tables else "<namespace>.<table>"
+    print(f"Iceberg tables: {', '.join(tables)}")
+    print(f"catalog: {config.catalog_uri}\nwarehouse: {config.warehouse}")
     print(
-        "query from Python:\n"
+        "query them from Python:\n"
         "  from pyiceberg.catalog.sql import SqlCatalog\n"
         f"  catalog = SqlCatalog('binlake', uri='{config.catalog_uri}', warehouse='{config.warehouse}')\n"
-        "  catalog.load_table('<namespace>.<table>').scan().to_pandas()   # or .to_duckdb('t')"
+        f"  catalog.load_table('{example}').scan().to_pandas()   # or .to_arrow(), .to_duckdb(...)"
     )
 
 
