@@ -258,3 +258,26 @@ def test_status_shows_progress_and_switch(
     assert f"{database}.t" in after.stdout
     assert "5/5" in after.stdout
     assert "stream start (switch) offset: binlog." in after.stdout
+
+
+def test_snapshot_holds_its_tables_and_respects_other_holders(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    import datetime as dt
+
+    from binlake.spark.snapshot_job import SnapshotError
+
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t SELECT seq FROM seq_1_to_20", database=database
+    )
+    config = config_for(mariadb, database, tmp_path, chunk_size=10)
+    plan(config)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    store.acquire_lease("test", f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
+    with pytest.raises(SnapshotError, match=r"held by `binlake maintain`.*Wait for it"):
+        run_snapshot(config, spark)
+    assert store.load_plans("test")[0].finished == 0
+    store.release_lease("test", f"{database}.t", "binlake maintain")
+    assert run_snapshot(config, spark).complete
+    # Released at the end: maintenance may run now.
+    store.acquire_lease("test", f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))

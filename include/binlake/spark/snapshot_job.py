@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import math
@@ -33,7 +34,7 @@ from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.writer import ChunkCommit, IcebergWriter
 from binlake.spark.snapshot_source import SnapshotDataSource
 from binlake.state.codec import encode_key
-from binlake.state.store import ChunkState, StateStore, StoredPlan
+from binlake.state.store import ChunkState, StateStore, StoredPlan, TableBusyError
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ SWITCH = "switch"
 #: Tasks per wave, per unit of parallelism: enough to balance, few enough to commit often.
 TASKS_PER_SLOT = 2
 WRITER = "binlake snapshot"
+#: How long a snapshot's hold on a table lasts unless renewed (it is renewed every wave).
+LEASE = dt.timedelta(hours=1)
 
 
 class SnapshotError(BinlakeError):
@@ -127,17 +130,32 @@ def run_snapshot(
         base = _options(config, schemas, writers)
         groups = _groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
         wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
-        for wave in range(0, len(groups), wave_size):
-            _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
-            report.seconds = time.monotonic() - started
-            if progress:
-                progress(report, report.seconds)
+        held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
+        try:
+            for wave in range(0, len(groups), wave_size):
+                _hold(store, name, held)  # taken, or renewed, before every wave
+                _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
+                report.seconds = time.monotonic() - started
+                if progress:
+                    progress(report, report.seconds)
+        finally:
+            for identifier in held:
+                store.release_lease(name, identifier, WRITER)
         report.switch_offset = _switch(store, name)
         report.high_watermarks = _high_watermarks(store, name)
         report.seconds = time.monotonic() - started
         return report
     finally:
         store.close()
+
+
+def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
+    """Hold the sink tables while writing them, so maintenance (or a second run) stays away."""
+    for identifier in identifiers:
+        try:
+            store.acquire_lease(pipeline, identifier, WRITER, LEASE)
+        except TableBusyError as e:
+            raise SnapshotError(f"Cannot snapshot into {identifier}: {e} Wait for it to finish.") from None
 
 
 def _plans(store: StateStore, pipeline: str, tables: Sequence[str] | None) -> list[StoredPlan]:
