@@ -229,7 +229,9 @@ def _print_where(config: PipelineConfig, tables: list[str]) -> None:
         "query them from Python:\n"
         "  from pyiceberg.catalog.sql import SqlCatalog\n"
         f"  catalog = SqlCatalog('binlake', uri='{config.catalog_uri}', warehouse='{config.warehouse}')\n"
-        f"  catalog.load_table('{example}').scan().to_pandas()   # or .to_arrow(), .to_duckdb(...)"
+        f"  catalog.load_table('{example}').scan().to_pandas()\n"
+        f"  catalog.load_table('{example}').scan().to_duckdb('{example.split('.')[-1]}')"
+        f".sql('SELECT COUNT(*) FROM {example.split('.')[-1]}').show()"
     )
 
 

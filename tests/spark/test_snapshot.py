@@ -100,6 +100,11 @@ def test_demo_database_snapshot_equals_the_source(
     )
     assert report.switch_offset == switch
 
+    # The query the snapshot prints for users works (DuckDB over the Iceberg scan).
+    orders = catalog.load_table(f"{database}.orders")
+    count = orders.scan().to_duckdb("orders").sql("SELECT COUNT(*) FROM orders").fetchone()
+    assert count == (report.tables[f"{database}.orders"].rows,)
+
     # A rerun reads nothing: every chunk is finished.
     again = run_snapshot(config, spark)
     assert (again.chunks_read, again.chunks_recovered) == (0, 0)
