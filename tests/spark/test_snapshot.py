@@ -102,7 +102,7 @@ def test_demo_database_snapshot_equals_the_source(
 
     # The query the snapshot prints for users works (DuckDB over the Iceberg scan).
     orders = catalog.load_table(f"{database}.orders")
-    count = orders.scan().to_duckdb("orders").sql("SELECT COUNT(*) FROM orders").fetchone()
+    count = orders.scan().to_duckdb("orders").sql("SELECT COUNT(*) FROM orders").fetchall()[0]
     assert count == (report.tables[f"{database}.orders"].rows,)
 
     # A rerun reads nothing: every chunk is finished.
