@@ -222,13 +222,16 @@ def _snapshot(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _print_where(config: PipelineConfig, tables: list[str]) -> None:
+    from binlake.sink.catalog import catalog_name
+
     example = tables[0] if tables else "<namespace>.<table>"
     print(f"Iceberg tables: {', '.join(tables)}")
     print(f"catalog: {config.catalog_uri}\nwarehouse: {config.warehouse}")
     print(
         "query them from Python:\n"
         "  from pyiceberg.catalog.sql import SqlCatalog\n"
-        f"  catalog = SqlCatalog('binlake', uri='{config.catalog_uri}', warehouse='{config.warehouse}')\n"
+        f"  catalog = SqlCatalog('{catalog_name(config)}', uri='{config.catalog_uri}', "
+        f"warehouse='{config.warehouse}')\n"
         f"  catalog.load_table('{example}').scan().to_pandas()\n"
         f"  catalog.load_table('{example}').scan().to_duckdb('{example.split('.')[-1]}')"
         f".sql('SELECT COUNT(*) FROM {example.split('.')[-1]}').show()"

@@ -286,3 +286,22 @@ def test_snapshot_holds_its_tables_and_respects_other_holders(
     assert run_snapshot(config, spark).complete
     # Released at the end: maintenance may run now.
     store.acquire_lease("test", f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
+
+
+@pytest.mark.slow
+def test_the_printed_query_hint_runs(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, write_config: Callable[..., Path]
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t SELECT seq FROM seq_1_to_42", database=database
+    )
+    path = write_config(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work"))
+    result = run_binlake("--config", str(path), "snapshot", timeout=600)
+    assert result.returncode == 0, result.output
+    lines = result.stdout.splitlines()
+    start = lines.index("query them from Python:") + 1
+    code = "\n".join(line[2:] for line in lines[start:] if line.startswith("  "))
+    assert "SqlCatalog(" in code
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "42" in run.stdout  # the DuckDB count of the table, as printed for users

@@ -13,6 +13,11 @@ from binlake.config import PipelineConfig
 from binlake.events import TableId
 
 
+def catalog_name(config: PipelineConfig) -> str:
+    """The catalog's name; a SQL catalog keeps its tables under it, so readers must use the same."""
+    return f"binlake_{config.pipeline.name}"
+
+
 def open_catalog(config: PipelineConfig) -> Catalog:
     """The pipeline's Iceberg SQL catalog (SQLite under work_dir by default, Postgres at scale)."""
     uri = config.catalog_uri
@@ -22,7 +27,7 @@ def open_catalog(config: PipelineConfig) -> Catalog:
     warehouse = config.warehouse
     if warehouse.startswith("file://"):
         Path(warehouse.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(f"binlake_{config.pipeline.name}", uri=uri, warehouse=warehouse)
+    return SqlCatalog(catalog_name(config), uri=uri, warehouse=warehouse)
 
 
 def sink_identifier(config: PipelineConfig, table: TableId) -> tuple[str, str]:
