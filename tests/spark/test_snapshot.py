@@ -305,3 +305,42 @@ def test_the_printed_query_hint_runs(
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "42" in run.stdout  # the DuckDB count of the table, as printed for users
+
+
+def test_task_errors_are_reported_in_binlake_terms() -> None:
+    from binlake.spark.snapshot_job import task_error
+
+    spark_text = (
+        "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+        '  File "chunk_reader.py", line 9, in read\n    raise ChunkReadError(...)\n'
+        "binlake.source.chunk_reader.ChunkReadError: Could not read chunk orders#3 [10, 20) of "
+        "`shop.orders`: the table no longer exists. Fix: plan again."
+    )
+    assert task_error(Exception(spark_text)) == (
+        "Could not read chunk orders#3 [10, 20) of `shop.orders`: the table no longer exists. "
+        "Fix: plan again."
+    )
+    assert task_error(Exception("java.lang.OutOfMemoryError: Java heap space")) is None
+
+
+@pytest.mark.slow
+def test_a_failing_task_gives_binlakes_message_and_commits_nothing(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, write_config: Callable[..., Path]
+) -> None:
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("CREATE TABLE d (id INT PRIMARY KEY, day DATE)")
+        cur.execute("INSERT INTO d VALUES (1, '2024-01-01'), (2, '0000-00-00')")
+    raw = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work", zero_dates="reject")
+    result = run_binlake("--config", str(write_config(raw)), "snapshot", timeout=600)
+    assert result.returncode == 1
+    # Spark logs the task failure for diagnosis; binlake's own message is the last word.
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "binlake snapshot: error: A snapshot task failed; nothing of its wave was committed"
+    )
+    assert "1 rows with zero dates" in last
+    assert "source.zero_dates: null" in last
+    config = PipelineConfig.model_validate(raw)
+    assert StateStore(config.pipeline.resolved_state_uri).load_plans("test")[0].finished == 0
+    assert sink_rows(config, TableId(database, "d")) == []

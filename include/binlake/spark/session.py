@@ -32,5 +32,5 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
     for key, value in config.pipeline.spark.conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel("ERROR")
     return session

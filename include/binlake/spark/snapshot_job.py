@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import logging
 import math
+import re
 import sys
 import time
 from collections import defaultdict
@@ -134,7 +135,16 @@ def run_snapshot(
         try:
             for wave in range(0, len(groups), wave_size):
                 _hold(store, name, held)  # taken, or renewed, before every wave
-                _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
+                try:
+                    _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
+                except Exception as e:  # Spark wraps a failed task's error in its own exception
+                    message = task_error(e)
+                    if message is None:
+                        raise
+                    raise SnapshotError(
+                        f"A snapshot task failed; nothing of its wave was committed, and a rerun resumes "
+                        f"after the last committed wave. The task said: {message}"
+                    ) from None
                 report.seconds = time.monotonic() - started
                 if progress:
                     progress(report, report.seconds)
@@ -147,6 +157,15 @@ def run_snapshot(
         return report
     finally:
         store.close()
+
+
+_TASK_ERROR = re.compile(r"^binlake(?:\.\w+)*\.\w*Error: (?P<message>.*)", re.MULTILINE | re.DOTALL)
+
+
+def task_error(error: BaseException) -> str | None:
+    """binlake's own error message inside a Spark task failure, or None if there is none."""
+    matches = list(_TASK_ERROR.finditer(str(error)))
+    return matches[-1].group("message").strip() if matches else None
 
 
 def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
