@@ -18,12 +18,15 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
+from binlake.sink.merge_on_read import DeltaOverwrite
 from binlake.state.store import StateStore, StoredPlan, TableBusyError
 
 log = logging.getLogger(__name__)
@@ -99,26 +102,34 @@ def maintain(
 
 
 def compact(table: Table) -> tuple[int, int]:
-    """Rewrite each partition's small data files (under 3/4 of the target size) into target-sized,
-    key-sorted files, in one commit. Returns (files replaced, files written)."""
+    """Rewrite, per partition, the small data files (under 3/4 of the target size) and the files
+    that have delete files into target-sized, key-sorted files, and retire the delete files that
+    then point at no live file — all in one commit. Returns (files replaced, files written)."""
     if table.current_snapshot() is None:
         return 0, 0
     target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
     groups: dict[str, list[FileScanTask]] = defaultdict(list)
     for task in table.scan().plan_files():
-        if task.file.file_size_in_bytes < target * 3 // 4:
+        if task.file.file_size_in_bytes < target * 3 // 4 or task.delete_files:
             groups[repr(task.file.partition)].append(task)
-    small = [tasks for tasks in groups.values() if len(tasks) > 1]
+    small = [tasks for tasks in groups.values() if len(tasks) > 1 or any(t.delete_files for t in tasks)]
     if not small:
         return 0, 0
+    rewritten = {t.file.file_path for tasks in small for t in tasks}
+    retired = _retirable_delete_files(table, small, rewritten)
     schema = table.schema()
     keys = [schema.find_column_name(i) for i in schema.identifier_field_ids]
     replaced = written = 0
     with table.transaction() as tx:
         metadata = tx.table_metadata
         write_uuid, counter = uuid.uuid4(), itertools.count(0)
-        with tx.update_snapshot(snapshot_properties={"binlake.operation": "compact"}).overwrite(
-            commit_uuid=write_uuid
+        with DeltaOverwrite(
+            operation=Operation.OVERWRITE,
+            transaction=tx,
+            io=table.io,
+            commit_uuid=write_uuid,
+            snapshot_properties={"binlake.operation": "compact"},
+            retired_delete_files=retired,
         ) as snap:
             for tasks in small:
                 data = pa.concat_tables(
@@ -134,6 +145,18 @@ def compact(table: Table) -> tuple[int, int]:
                     snap.append_data_file(data_file)
                     written += 1
     return replaced, written
+
+
+def _retirable_delete_files(table: Table, groups: list[list[FileScanTask]], rewritten: set[str]) -> set[str]:
+    """Delete files all of whose rows point at files being rewritten (or already gone)."""
+    live = {t.file.file_path for t in table.scan().plan_files()} - rewritten
+    retired = set()
+    for delete_file in {d.file_path: d for tasks in groups for t in tasks for d in t.delete_files}.values():
+        with table.io.new_input(delete_file.file_path).open() as stream:
+            targets = set(pq.read_table(stream, columns=["file_path"]).column("file_path").to_pylist())
+        if not targets & live:
+            retired.add(delete_file.file_path)
+    return retired
 
 
 def expire_snapshots(table: Table, older_than: dt.timedelta) -> int:

@@ -40,10 +40,12 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import FileScanTask
+from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, IcebergType, PrimitiveType, TimestampType, TimestamptzType
 
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
+from binlake.sink.merge_on_read import DeltaOverwrite, merge_on_read, write_position_deletes
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +205,9 @@ class IcebergWriter:
         )
 
     def _merge(self, batch_id: int, upserts: pa.Table, keys: pa.Table, key_columns: list[str]) -> None:
+        if merge_on_read(self.table.metadata):
+            self._merge_on_read(batch_id, upserts, keys, key_columns)
+            return
         table = self.table
         properties = {BATCH_KEY: str(batch_id)}
         with table.transaction() as tx:
@@ -237,6 +242,43 @@ class IcebergWriter:
                     if new_rows is not None:
                         for data_file in _dataframe_to_data_files(
                             metadata, new_rows, table.io, write_uuid, counter
+                        ):
+                            snap.append_data_file(data_file)
+            tx.set_properties(properties)
+
+    def _merge_on_read(
+        self, batch_id: int, upserts: pa.Table, keys: pa.Table, key_columns: list[str]
+    ) -> None:
+        """The batch as position deletes of the replaced rows plus one file of new rows."""
+        table = self.table
+        properties = {BATCH_KEY: str(batch_id)}
+        with table.transaction() as tx:
+            metadata = tx.table_metadata
+            key_schema = metadata.schema().select(*key_columns)
+            replaced = []
+            for task, _, _ in self._files_with_keys(keys, key_columns):
+                # Read the file alone, without its delete files, so row numbers are file positions.
+                stored = ArrowScan(metadata, table.io, key_schema, AlwaysTrue()).to_table(
+                    tasks=[FileScanTask(task.file)]
+                )
+                positions = _positions(stored, keys, key_columns)
+                if positions:
+                    replaced.append((task.file, positions))
+            delete_files = write_position_deletes(table.io, metadata, replaced)
+            if delete_files or upserts.num_rows:
+                write_uuid, counter = uuid.uuid4(), itertools.count(0)
+                with DeltaOverwrite(
+                    operation=Operation.OVERWRITE,
+                    transaction=tx,
+                    io=table.io,
+                    commit_uuid=write_uuid,
+                    snapshot_properties=properties,
+                    delete_files=delete_files,
+                ) as snap:
+                    if upserts.num_rows:
+                        rows = upserts.sort_by([(k, "ascending") for k in key_columns])
+                        for data_file in _dataframe_to_data_files(
+                            metadata, rows, table.io, write_uuid, counter
                         ):
                             snap.append_data_file(data_file)
             tx.set_properties(properties)
@@ -312,6 +354,17 @@ def _bound(field_type: IcebergType, raw: bytes) -> Any:
     if isinstance(field_type, TimestamptzType):
         return (_EPOCH + dt.timedelta(microseconds=value)).replace(tzinfo=dt.UTC)
     return value
+
+
+def _positions(stored: pa.Table, keys: pa.Table, key_columns: list[str]) -> list[int]:
+    """Row positions in ``stored`` whose key is among ``keys``."""
+    if len(key_columns) == 1:
+        column = key_columns[0]
+        mask = pc.is_in(stored.column(column), value_set=keys.column(column).combine_chunks())
+        return [int(i) for i in pc.indices_nonzero(mask).to_pylist()]
+    numbered = stored.append_column("__binlake_pos", pa.array(range(stored.num_rows), pa.int64()))
+    matched = numbered.join(keys.group_by(key_columns).aggregate([]), keys=key_columns, join_type="inner")
+    return sorted(int(i) for i in matched.column("__binlake_pos").to_pylist())
 
 
 def _in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.ChunkedArray:
