@@ -51,6 +51,9 @@ LAYOUTS: dict[str, TableLayout] = {
     "sorted, 8 MiB files": TableLayout(properties={"write.target-file-size-bytes": str(8 << 20)}),
     "sorted, 64 MiB files": TableLayout(properties={"write.target-file-size-bytes": str(64 << 20)}),
     "bucket(16, id), 8 MiB files": TableLayout(16, {"write.target-file-size-bytes": str(8 << 20)}),
+    "sorted, 8 MiB files, merge-on-read": TableLayout(
+        properties={"write.target-file-size-bytes": str(8 << 20), "write.merge.mode": "merge-on-read"}
+    ),
 }
 
 
@@ -100,7 +103,7 @@ def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Nam
         writer.table.refresh()
         table_bytes = sum(t.file.file_size_in_bytes for t in writer.table.scan().plan_files())
         files = len(list(writer.table.scan().plan_files()))
-        seconds, rewritten = [], []
+        seconds, rewritten, written = [], [], []
         for batch in range(1, args.batches + 1):
             touched = pick(rng, live, args.changes, workload == "skewed")
             deleted = touched[: args.changes // 10]
@@ -109,6 +112,7 @@ def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Nam
             result = writer.merge_batch(batch, rows(sorted(updated), rng, batch), deletes)
             seconds.append(result.seconds)
             rewritten.append(result.bytes_removed)
+            written.append(result.bytes_added)
             gone = set(deleted)
             live = [k for k in live if k not in gone]
         expected = len(live)
@@ -124,6 +128,7 @@ def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Nam
             "max_s": round(max(seconds), 3),
             "rewritten_share_median": round(statistics.median(rewritten) / table_bytes, 3),
             "rewritten_share_max": round(max(rewritten) / table_bytes, 3),
+            "bytes_written_median": int(statistics.median(written)),
             "growth_last_vs_first_3": round(statistics.mean(seconds[-3:]) / statistics.mean(seconds[:3]), 2),
         }
 
