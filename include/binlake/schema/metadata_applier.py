@@ -34,7 +34,7 @@ from binlake.events import (
     TableId,
     TruncateTable,
 )
-from binlake.schema.type_mapping import iceberg_schema, iceberg_type
+from binlake.schema.type_mapping import iceberg_schema, iceberg_type, identifier_columns
 
 log = logging.getLogger(__name__)
 
@@ -270,8 +270,7 @@ def _has(table: Table, name: str) -> bool:
 
 
 def _identifier_names(table: Table) -> set[str]:
-    schema = table.schema()
-    return {schema.find_column_name(i) or "" for i in schema.identifier_field_ids}
+    return set(identifier_columns(table.schema()))
 
 
 def _check_promotion(change: SchemaChange, current: IcebergType, wanted: IcebergType) -> None:

@@ -407,3 +407,9 @@ def iceberg_schema(table: CreateTable) -> Schema:
     ]
     ids = [f.field_id for f in fields if f.name in table.primary_key]
     return Schema(*fields, identifier_field_ids=ids)
+
+
+def identifier_columns(schema: Schema) -> list[str]:
+    """The names of an Iceberg schema's identifier fields (the source's primary key), in order."""
+    names = (schema.find_column_name(i) for i in schema.identifier_field_ids)
+    return [n for n in names if n is not None]

@@ -26,6 +26,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
+from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.merge_on_read import DeltaOverwrite
 from binlake.state.store import StateStore, StoredPlan, TableBusyError
 
@@ -117,8 +118,7 @@ def compact(table: Table) -> tuple[int, int]:
         return 0, 0
     rewritten = {t.file.file_path for tasks in small for t in tasks}
     retired = _retirable_delete_files(table, small, rewritten)
-    schema = table.schema()
-    keys = [schema.find_column_name(i) for i in schema.identifier_field_ids]
+    keys = identifier_columns(table.schema())
     replaced = written = 0
     with table.transaction() as tx:
         metadata = tx.table_metadata
@@ -137,7 +137,7 @@ def compact(table: Table) -> tuple[int, int]:
                     for t in tasks
                 )
                 if keys:
-                    data = data.sort_by([(k, "ascending") for k in keys if k])
+                    data = data.sort_by([(k, "ascending") for k in keys])
                 for task in tasks:
                     snap.delete_data_file(task.file)
                     replaced += 1

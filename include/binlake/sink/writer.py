@@ -45,6 +45,7 @@ from pyiceberg.types import DateType, IcebergType, PrimitiveType, TimestampType,
 
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
+from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.merge_on_read import DeltaOverwrite, merge_on_read, write_position_deletes
 
 log = logging.getLogger(__name__)
@@ -305,13 +306,12 @@ class IcebergWriter:
         return picked
 
     def _key_columns(self) -> list[str]:
-        schema = self.table.schema()
-        names = [schema.find_column_name(i) for i in schema.identifier_field_ids]
+        names = identifier_columns(self.table.schema())
         if not names:
             raise BinlakeError(
                 f"Cannot merge into {self.identifier}: it has no identifier fields (no primary key)."
             )
-        return [n for n in names if n is not None]
+        return names
 
     def _result(self, outcome: Outcome, started: float, attempts: int) -> CommitResult:
         self.table.refresh()
