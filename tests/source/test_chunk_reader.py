@@ -412,3 +412,24 @@ def test_zero_dates_read_as_null_with_a_warning_or_are_refused(
     strict = source_config(mariadb, database, select_reader=reader, zero_dates="reject")
     with pytest.raises(ChunkReadError, match=r"d#0 .* has 3 rows with zero dates .*source.zero_dates: null"):
         read(strict, schema, chunk)
+
+
+def test_zero_dates_of_a_reread_keyless_chunk_are_counted_once(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("CREATE TABLE k (c INT NULL, day DATE, KEY (c))")
+        cur.execute("INSERT INTO k VALUES (1, '0000-00-00'), (2, '2024-01-01')")
+    schema = schema_of(source, database, "k")
+    chunk = Chunk(schema.table, 0, "c", ChunkRange.all())
+    writes: list[int] = []
+
+    def once(_: Chunk) -> None:  # forces a second read of the keyless chunk
+        if not writes:
+            writes.append(1)
+            mariadb.execute("INSERT INTO k VALUES (3, '2024-01-02')", database=database)
+
+    result = read(source, schema, chunk, after_select=once)
+    assert result.zero_date_rows == 1
+    assert "1 rows with zero dates in day read as NULL" in caplog.text

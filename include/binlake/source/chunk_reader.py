@@ -46,6 +46,7 @@ from binlake.source.binlog_reader import BinlogPurgedError, BinlogReader
 from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.source.connection import ServerVersion, connect, server_version
+from binlake.source.discovery import column_names
 from binlake.source.watermarks import current_offset
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ class ChunkResult:
     selected_rows: int
     binlog_changes: int
     seconds: float
+    zero_date_rows: int = 0
+    """Rows of this read (SELECT or binlog) that held a zero date, read as NULL."""
 
     @property
     def row_count(self) -> int:
@@ -122,7 +125,6 @@ class ChunkReader:
         self._conn: pymysql.Connection[Any] | None = None
         self._version: ServerVersion | None = None
         self._bulk: BulkSelect | None = None
-        self._snapshot_zero_dates = 0
 
     def __enter__(self) -> ChunkReader:
         return self
@@ -153,9 +155,8 @@ class ChunkReader:
             ChunkReadError: the chunk cannot be read exactly, or holds zero dates under
                 ``source.zero_dates: reject``.
         """
-        seen = self._zero_dates()
         result = self._read(chunk)
-        zero = self._zero_dates() - seen
+        zero = result.zero_date_rows
         if zero:
             dates = ", ".join(c.name for c in self.table.columns if c.data_type in TEMPORAL_TYPES)
             if self.source.zero_dates == "reject":
@@ -170,9 +171,10 @@ class ChunkReader:
                         self.table.table, zero, dates)  # fmt: skip
         return result
 
-    def _zero_dates(self) -> int:
+    def _zero_dates_seen(self) -> int:
+        """Zero dates the bulk SELECT and the binlog decoding have met so far (running counts)."""
         bulk = self._bulk.zero_dates if self._bulk is not None else 0
-        return bulk + self.converter.zero_dates + self._snapshot_zero_dates
+        return bulk + self.converter.zero_dates
 
     def _read(self, chunk: Chunk) -> ChunkResult:
         result = self._read_with_watermarks(chunk)
@@ -215,18 +217,20 @@ class ChunkReader:
                 # In the transaction's own connection: connectorx could not see the snapshot.
                 in_snapshot = PymysqlSelect(self.source, self.table, conn)
                 data = self._select(in_snapshot, chunk)
-                self._snapshot_zero_dates += in_snapshot.zero_dates
             finally:
                 cur.execute("COMMIT")
         log.info("snapshot step 2/4: selected %d rows of chunk %s in the snapshot", data.num_rows, chunk.name)
         _run(self.hooks.after_select, chunk)
         log.info("snapshot steps 3-4/4: chunk %s is exact at %s, no binlog to apply", chunk.name, offset)
         _run(self.hooks.after_high_watermark, chunk)
-        return ChunkResult(chunk, data, offset, offset, data.num_rows, 0, time.monotonic() - started)
+        return ChunkResult(
+            chunk, data, offset, offset, data.num_rows, 0, time.monotonic() - started, in_snapshot.zero_dates
+        )
 
     def _read_with_watermarks(self, chunk: Chunk) -> ChunkResult:
         started = time.monotonic()
         conn, version = self._connection()
+        zero_before = self._zero_dates_seen()
         _run(self.hooks.before_low_watermark, chunk)
         low = current_offset(conn, version)
         log.info("snapshot step 1/4: low watermark %s for chunk %s %s", low, chunk.name, chunk.range)
@@ -250,7 +254,8 @@ class ChunkReader:
             )  # fmt: skip
         else:
             log.info("snapshot step 4/4: no binlog between the watermarks of chunk %s", chunk.name)
-        return ChunkResult(chunk, data, low, high, selected, len(changes), time.monotonic() - started)
+        zero = self._zero_dates_seen() - zero_before
+        return ChunkResult(chunk, data, low, high, selected, len(changes), time.monotonic() - started, zero)
 
     # -- step 2 -------------------------------------------------------------------------------
 
@@ -264,13 +269,7 @@ class ChunkReader:
         """Say why a chunk's SELECT failed; a dropped table or column is the usual cause."""
         what = f"Could not read chunk {chunk.name} {chunk.range} of `{self.table.table}`"
         assert self._conn is not None
-        with self._conn.cursor() as cur:
-            cur.execute(
-                "SELECT COLUMN_NAME FROM information_schema.COLUMNS "
-                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                (self.table.table.database, self.table.table.table),
-            )
-            columns = {str(r[0]) for r in cur.fetchall()}
+        columns = set(column_names(self._conn, [self.table.table])[self.table.table])
         if not columns:
             return ChunkReadError(
                 f"{what}: the table no longer exists (dropped or renamed after planning). "

@@ -84,9 +84,9 @@ def validate(config: PipelineConfig) -> list[Check]:
             "expire_logs_days",
         )
         checks.extend(_check_binlog(variables))
-        grants = current_grants(conn)
-        checks.append(_check_privileges(grants, _account(conn)))
-        checks.extend(_check_tables(conn, config, grants))
+        grants, account = current_grants(conn), _account(conn)
+        checks.append(_check_privileges(grants, account))
+        checks.extend(_check_tables(conn, config, grants, account))
     return checks
 
 
@@ -215,7 +215,9 @@ def _check_privileges(grants: Grants, account: str) -> Check:
     return Check("privileges", "ok", "REPLICATION SLAVE, REPLICATION CLIENT, SHOW DATABASES, RELOAD")
 
 
-def _check_tables(conn: pymysql.Connection[Any], config: PipelineConfig, grants: Grants) -> list[Check]:
+def _check_tables(
+    conn: pymysql.Connection[Any], config: PipelineConfig, grants: Grants, account: str
+) -> list[Check]:
     source = config.source
     visible = list_tables(conn)
     selector = TableSelector(source.tables, source.tables_exclude)
@@ -243,7 +245,7 @@ def _check_tables(conn: pymysql.Connection[Any], config: PipelineConfig, grants:
                 "remove them or fix a typo",
             )
         )
-    checks.append(_check_select(tables, grants, _account(conn)))
+    checks.append(_check_select(tables, grants, account))
     checks.append(_check_keys(conn, config, tables))
     return checks
 
