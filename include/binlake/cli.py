@@ -239,8 +239,8 @@ def _print_where(config: PipelineConfig, tables: list[str]) -> None:
 
 
 def _status(config: PipelineConfig, as_json: bool) -> int:
-    from binlake.spark.snapshot_job import SWITCH
     from binlake.state.store import StateStore
+    from binlake.stream.startup import SWITCH
 
     store = StateStore(config.pipeline.resolved_state_uri)
     plans = store.load_plans(config.pipeline.name)

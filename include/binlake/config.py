@@ -243,9 +243,23 @@ class QualityConfig(_Model):
     """``fail`` fails the run on a failed expectation; ``warn`` only reports it."""
 
 
+class StreamConfig(_Model):
+    trigger_interval_s: float = Field(default=10.0, gt=0)
+    """Seconds between micro-batches of a continuous stream."""
+    max_bytes_per_batch: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Binlog bytes one micro-batch reads at most (it always holds at least one transaction):
+    bounds a catch-up batch's memory and time."""
+    segment_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Binlog bytes per parallel segment: a batch is cut into about this size, at transaction
+    boundaries, into at most 2 × ``pipeline.parallelism`` segments."""
+    checkpoint_dir: Path | None = None
+    """Folder of the Spark checkpoints; default ``<work_dir>/checkpoints``."""
+
+
 class PipelineConfig(_Model):
     pipeline: PipelineSection
     source: SourceConfig
+    stream: StreamConfig = Field(default_factory=StreamConfig)
     sink: SinkConfig = Field(default_factory=SinkConfig)
     route: list[RouteRule] = Field(default_factory=list)
     quality: QualityConfig = Field(default_factory=QualityConfig)
@@ -258,6 +272,10 @@ class PipelineConfig(_Model):
     def warehouse(self) -> str:
         default = f"file://{self.pipeline.work_dir.resolve() / 'warehouse'}"
         return self.sink.catalog.warehouse or default
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return (self.stream.checkpoint_dir or self.pipeline.work_dir / "checkpoints").resolve()
 
     def secrets(self) -> list[str]:
         """The secret values in this config, for log redaction."""

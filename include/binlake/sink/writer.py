@@ -28,6 +28,7 @@ import json
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 CHUNKS_KEY = "binlake.chunks"
 #: Table property and snapshot summary key of the last merged batch id.
 BATCH_KEY = "binlake.batch-id"
+#: Table property: the binlog offset up to which the stream has applied this table's changes.
+STREAM_OFFSET_KEY = "binlake.stream-offset"
 MAX_ATTEMPTS = 5
 
 Outcome = Literal["committed", "skipped"]
@@ -177,26 +180,38 @@ class IcebergWriter:
         value = self.table.properties.get(BATCH_KEY)
         return None if value is None else int(value)
 
-    def merge_batch(self, batch_id: int, upserts: pa.Table, deletes: pa.Table | None = None) -> CommitResult:
+    def stream_offset(self) -> BinlogOffset | None:
+        """The offset up to which the stream's changes of this table are in the table."""
+        value = self.table.properties.get(STREAM_OFFSET_KEY)
+        return None if value is None else BinlogOffset.from_dict(json.loads(value))
+
+    def merge_batch(
+        self,
+        batch_id: int,
+        upserts: pa.Table,
+        deletes: pa.Table | None = None,
+        offset: BinlogOffset | None = None,
+    ) -> CommitResult:
         """Replace the rows of the batch's keys with ``upserts`` and remove ``deletes``' keys.
 
         Args:
             batch_id: increasing id of this batch (the stream's micro-batch id).
             upserts: whole rows, one per key, in the table's columns.
             deletes: the key columns of deleted rows (keys not also in ``upserts``).
+            offset: the binlog offset the batch ends at. When given, it (not the batch id) decides
+                whether the batch is in already: batch ids restart with a new Spark checkpoint,
+                binlog offsets do not.
         """
         started = time.monotonic()
         key_columns = self._key_columns()
         keys = _keys(upserts, deletes, key_columns)
+        properties = _batch_properties(batch_id, offset)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             self.table.refresh()
-            last = self.last_batch_id()
-            if last is not None and batch_id <= last:
-                log.info("batch %d of %s is at or below the committed batch %d: skipped", batch_id,
-                         self.identifier, last)  # fmt: skip
+            if self._applied(batch_id, offset):
                 return CommitResult("skipped", None, time.monotonic() - started, attempt)
             try:
-                self._merge(batch_id, upserts, keys, key_columns)
+                self._merge(properties, upserts, keys, key_columns)
             except CommitFailedException as e:
                 log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
                 continue
@@ -205,12 +220,114 @@ class IcebergWriter:
             f"Could not merge batch {batch_id} into {self.identifier}: {MAX_ATTEMPTS} conflicts"
         )
 
-    def _merge(self, batch_id: int, upserts: pa.Table, keys: pa.Table, key_columns: list[str]) -> None:
+    def apply_rows(
+        self,
+        batch_id: int,
+        inserts: pa.Table,
+        removes: pa.Table,
+        offset: BinlogOffset,
+        prune_column: str | None = None,
+    ) -> CommitResult:
+        """Whole-row changes of a table without a primary key: add ``inserts``, and for each row
+        of ``removes`` remove exactly one stored row equal to it (duplicates stay exact).
+
+        Files are rewritten (copy-on-write) even in merge-on-read tables: a position delete
+        needs positions, and finding them costs the same read as the rewrite.
+
+        Args:
+            prune_column: a column whose file bounds narrow the files that can hold ``removes``
+                (the chunk key); None reads every file.
+        """
+        started = time.monotonic()
+        properties = _batch_properties(batch_id, offset)
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            self.table.refresh()
+            if self._applied(batch_id, offset):
+                return CommitResult("skipped", None, time.monotonic() - started, attempt)
+            try:
+                self._rewrite_rows(properties, inserts, removes, prune_column)
+            except CommitFailedException as e:
+                log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
+                continue
+            return self._result("committed", started, attempt)
+        raise CommitConflictError(
+            f"Could not apply batch {batch_id} to {self.identifier}: {MAX_ATTEMPTS} conflicts"
+        )
+
+    def _applied(self, batch_id: int, offset: BinlogOffset | None) -> bool:
+        if offset is not None:
+            done = self.stream_offset()
+            if done is not None and offset <= done:
+                log.info("changes of %s up to %s are in already (up to %s): skipped", self.identifier,
+                         offset, done)  # fmt: skip
+                return True
+            return False
+        last = self.last_batch_id()
+        if last is not None and batch_id <= last:
+            log.info("batch %d of %s is at or below the committed batch %d: skipped", batch_id,
+                     self.identifier, last)  # fmt: skip
+            return True
+        return False
+
+    def _rewrite_rows(
+        self, properties: dict[str, str], inserts: pa.Table, removes: pa.Table, prune_column: str | None
+    ) -> None:
+        table = self.table
+        with table.transaction() as tx:
+            metadata = tx.table_metadata
+            schema = metadata.schema().as_arrow()
+            wanted: Counter[tuple[Any, ...]] = Counter(
+                tuple(r.values()) for r in removes.cast(schema).to_pylist()
+            )
+            rewrites: list[tuple[FileScanTask, pa.Table]] = []
+            for task in self._files_for_rows(removes, prune_column) if wanted else []:
+                data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
+                keep = []
+                for row in data.to_pylist():
+                    identity = tuple(row.values())
+                    if wanted.get(identity, 0) > 0:
+                        wanted[identity] -= 1
+                        keep.append(False)
+                    else:
+                        keep.append(True)
+                if not all(keep):
+                    rewrites.append((task, data.filter(pa.array(keep, pa.bool_()))))
+            missing = sum(n for n in wanted.values() if n > 0)
+            if missing:
+                log.warning("%d removed rows of %s were not found in the table (already gone?)",
+                            missing, self.identifier)  # fmt: skip
+            if rewrites or inserts.num_rows:
+                write_uuid, counter = uuid.uuid4(), itertools.count(0)
+                with tx.update_snapshot(snapshot_properties=properties).overwrite(
+                    commit_uuid=write_uuid
+                ) as snap:
+                    for task, kept in rewrites:
+                        snap.delete_data_file(task.file)
+                        if kept.num_rows:
+                            for data_file in _dataframe_to_data_files(
+                                metadata, kept, table.io, write_uuid, counter
+                            ):
+                                snap.append_data_file(data_file)
+                    if inserts.num_rows:
+                        for data_file in _dataframe_to_data_files(
+                            metadata, inserts.cast(schema), table.io, write_uuid, counter
+                        ):
+                            snap.append_data_file(data_file)
+            tx.set_properties(properties)
+
+    def _files_for_rows(self, rows: pa.Table, column: str | None) -> list[FileScanTask]:
+        if column is None or rows.column(column).null_count:
+            # File bounds say nothing about NULLs: any file may hold them.
+            return list(self.table.scan().plan_files()) if self.table.current_snapshot() else []
+        return [task for task, _, _ in self._files_with_keys(rows.select([column]), [column])]
+
+    def _merge(
+        self, properties: dict[str, str], upserts: pa.Table, keys: pa.Table, key_columns: list[str]
+    ) -> None:
         if merge_on_read(self.table.metadata):
-            self._merge_on_read(batch_id, upserts, keys, key_columns)
+            self._merge_on_read(properties, upserts, keys, key_columns)
             return
         table = self.table
-        properties = {BATCH_KEY: str(batch_id)}
         with table.transaction() as tx:
             metadata = tx.table_metadata
             write_uuid, counter = uuid.uuid4(), itertools.count(0)
@@ -248,11 +365,10 @@ class IcebergWriter:
             tx.set_properties(properties)
 
     def _merge_on_read(
-        self, batch_id: int, upserts: pa.Table, keys: pa.Table, key_columns: list[str]
+        self, properties: dict[str, str], upserts: pa.Table, keys: pa.Table, key_columns: list[str]
     ) -> None:
         """The batch as position deletes of the replaced rows plus one file of new rows."""
         table = self.table
-        properties = {BATCH_KEY: str(batch_id)}
         with table.transaction() as tx:
             metadata = tx.table_metadata
             key_schema = metadata.schema().select(*key_columns)
@@ -331,6 +447,13 @@ class IcebergWriter:
             bytes_added=number("added-files-size"),
             bytes_removed=number("removed-files-size"),
         )
+
+
+def _batch_properties(batch_id: int, offset: BinlogOffset | None) -> dict[str, str]:
+    properties = {BATCH_KEY: str(batch_id)}
+    if offset is not None:
+        properties[STREAM_OFFSET_KEY] = json.dumps(offset.to_dict())
+    return properties
 
 
 def _keys(upserts: pa.Table, deletes: pa.Table | None, key_columns: list[str]) -> pa.Table:

@@ -18,10 +18,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from binlake.config import SourceConfig
@@ -50,12 +52,109 @@ class BinlogReadError(BinlakeError):
     """Reading the binlog failed for another reason."""
 
 
+#: MariaDB GTID event flag: the transaction is a single statement (DDL) without BEGIN/COMMIT.
+_FL_STANDALONE = 1
+
+RowOp = Literal["insert", "update", "delete"]
+
+
+@dataclass(frozen=True)
+class RowImage:
+    """One row change, lean: images are normalised tuples in the table's column order.
+
+    ``index`` orders the rows of one rows event (they share its offset).
+    """
+
+    table: TableId
+    op: RowOp
+    before: tuple[Any, ...] | None
+    after: tuple[Any, ...] | None
+    offset: BinlogOffset
+    timestamp: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """The end of a transaction (or standalone statement): a position a reader may start at."""
+
+    offset: BinlogOffset
+    timestamp: int
+    """Event time (epoch seconds) of the transaction's last event."""
+    gtid: str | None = None
+    """The transaction's GTID, where the server writes them."""
+
+
 def oldest_binlog(conn: pymysql.Connection[Any]) -> str | None:
     """The oldest binlog file the server still has."""
+    files = binary_logs(conn)
+    return files[0][0] if files else None
+
+
+def binary_logs(conn: pymysql.Connection[Any]) -> list[tuple[str, int]]:
+    """The server's binlog files and their sizes in bytes, oldest first."""
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
-        row = cur.fetchone()
-    return str(row[0]) if row else None
+        rows = cur.fetchall()
+    return [(str(row[0]), int(row[1])) for row in rows]
+
+
+def _open(source: SourceConfig, server_id: int, start: BinlogOffset, **options: Any) -> BinLogStreamReader:
+    return BinLogStreamReader(
+        connection_settings={
+            "host": source.hostname,
+            "port": source.port,
+            "user": source.username,
+            "password": source.password.get_secret_value(),
+            "connect_timeout": source.connect_timeout_s,
+        },
+        server_id=server_id,
+        log_file=start.file,
+        log_pos=start.pos,
+        resume_stream=True,
+        blocking=False,
+        enable_logging=False,
+        **options,
+    )
+
+
+def transactions(
+    source: SourceConfig, server_id: int, start: BinlogOffset, end: BinlogOffset | None = None
+) -> Iterator[Boundary]:
+    """Every transaction boundary after ``start`` up to ``end`` (or the binlog's current end).
+
+    Row events are skipped undecoded (the library parses only the event header), so this runs at
+    transport speed: it is how the stream cuts a range into segments that readers can start at.
+    """
+    stream = _open(source, server_id, start, only_events=[XidEvent, QueryEvent, GtidEvent, MariadbGtidEvent])
+    in_transaction = False
+    gtid: str | None = None
+    try:
+        for event in stream:
+            offset = BinlogOffset(stream.log_file, stream.log_pos)
+            if end is not None and offset > end:
+                return
+            if isinstance(event, MariadbGtidEvent):
+                in_transaction = not event.flags & _FL_STANDALONE
+                gtid = event.gtid
+                continue
+            if isinstance(event, GtidEvent):
+                gtid = event.gtid
+                continue
+            if isinstance(event, QueryEvent):
+                statement = event.query.strip().upper()
+                if statement == "BEGIN":
+                    in_transaction = True
+                    continue
+                if in_transaction and statement not in ("COMMIT", "ROLLBACK"):
+                    continue  # e.g. SAVEPOINT inside a transaction
+            in_transaction = False
+            yield Boundary(offset, int(event.timestamp), gtid)
+            gtid = None
+    except pymysql.err.OperationalError as e:
+        raise _read_error(source, start, e) from None
+    finally:
+        stream.close()
 
 
 class BinlogReader:
@@ -85,79 +184,99 @@ class BinlogReader:
         self.end = end
         self.tables = tables
         self.converters = converters
+        self.last_offset = start
+        self.last_timestamp = 0
 
     def changes(self) -> Iterator[DataChange]:
         """Row changes in binlog order; stops at ``end`` (or the binlog's current end)."""
-        stream = BinLogStreamReader(
-            connection_settings={
-                "host": self.source.hostname,
-                "port": self.source.port,
-                "user": self.source.username,
-                "password": self.source.password.get_secret_value(),
-                "connect_timeout": self.source.connect_timeout_s,
-            },
-            server_id=self.server_id,
-            log_file=self.start.file,
-            log_pos=self.start.pos,
-            resume_stream=True,
-            blocking=False,
-            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        names: dict[TableId, tuple[str, ...]] = {}
+        for row in self.rows():
+            columns = names.get(row.table)
+            if columns is None:
+                columns = names[row.table] = self.converters(row.table).table.column_names
+            before = dict(zip(columns, row.before, strict=True)) if row.before is not None else None
+            after = dict(zip(columns, row.after, strict=True)) if row.after is not None else None
+            yield DataChange(row.table, row.op, before, after, row.offset, row.timestamp)
+
+    def rows(self) -> Iterator[RowImage]:
+        """Row changes in binlog order as normalised tuples (no per-row dicts: the stream's path).
+
+        ``last_offset`` and ``last_timestamp`` follow every transaction end read, also of other
+        tables, so a caller knows how far the reader got and how old the newest event was.
+        """
+        stream = _open(
+            self.source,
+            self.server_id,
+            self.start,
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent, QueryEvent],
             only_schemas=sorted({t.database for t in self.tables}),
             only_tables=sorted({t.table for t in self.tables}),
-            enable_logging=False,
         )
         try:
             yield from self._read(stream)
         except pymysql.err.OperationalError as e:
-            raise self._error(e) from None
+            raise _read_error(self.source, self.start, e) from None
         finally:
             stream.close()
 
-    def _read(self, stream: BinLogStreamReader) -> Iterator[DataChange]:
+    def _read(self, stream: BinLogStreamReader) -> Iterator[RowImage]:
         for event in stream:
             offset = BinlogOffset(stream.log_file, stream.log_pos)
             if self.end is not None and offset > self.end:
                 return
+            self.last_offset, self.last_timestamp = offset, int(event.timestamp)
+            if isinstance(event, XidEvent | QueryEvent):
+                continue
             table = TableId(event.schema, event.table)
             if table not in self.tables:
                 continue
-            yield from self._changes(event, table, offset)
+            yield from self._images(event, table, offset)
 
-    def _changes(self, event: Any, table: TableId, offset: BinlogOffset) -> Iterator[DataChange]:
+    def _images(self, event: Any, table: TableId, offset: BinlogOffset) -> Iterator[RowImage]:
         convert = self.converters(table)
-        names = convert.table.column_names
+        image = convert.binlog_row
         ts = int(event.timestamp)
-
-        def image(values: dict[str, Any], none_sources: dict[str, str]) -> dict[str, Any]:
-            return dict(zip(names, convert.binlog_row(values, none_sources), strict=True))
-
-        for row in event.rows:
-            if isinstance(event, WriteRowsEvent):
-                yield DataChange.insert(table, image(row["values"], row["none_sources"]), offset, ts)
-            elif isinstance(event, UpdateRowsEvent):
+        if isinstance(event, WriteRowsEvent):
+            for i, row in enumerate(event.rows):
+                yield RowImage(
+                    table, "insert", None, image(row["values"], row["none_sources"]), offset, ts, i
+                )
+        elif isinstance(event, UpdateRowsEvent):
+            for i, row in enumerate(event.rows):
                 before = image(row["before_values"], row["before_none_sources"])
                 after = image(row["after_values"], row["after_none_sources"])
-                yield DataChange.update(table, before, after, offset, ts)
-            else:
-                yield DataChange.delete(table, image(row["values"], row["none_sources"]), offset, ts)
+                yield RowImage(table, "update", before, after, offset, ts, i)
+        else:
+            for i, row in enumerate(event.rows):
+                yield RowImage(
+                    table, "delete", image(row["values"], row["none_sources"]), None, offset, ts, i
+                )
 
-    def _error(self, error: pymysql.err.OperationalError) -> BinlakeError:
-        code = error.args[0] if error.args else None
-        reason = str(error.args[1]) if len(error.args) > 1 else str(error)
-        if code == _ER_MASTER_FATAL_READING_BINLOG:
-            oldest = None
-            with (
-                contextlib.suppress(BinlakeError, pymysql.err.MySQLError),
-                contextlib.closing(connect(self.source)) as conn,
-            ):
-                oldest = oldest_binlog(conn)
-            return BinlogPurgedError(
-                f"Could not read the binlog from {self.start}: the server no longer has it "
-                f"({reason}); the oldest binlog file there is {oldest or 'unknown'}. Fix: read "
-                "again from a newer offset (a snapshot chunk is simply read again; a stream needs a "
-                "new snapshot with `startup_mode: initial` or a backfill), and keep binlogs longer "
-                "(`binlog_expire_logs_seconds`).",
-                self.start,
-                oldest,
-            )
-        return BinlogReadError(f"Could not read the binlog from {self.start}: {reason} (error {code}).")
+
+def _read_error(
+    source: SourceConfig, start: BinlogOffset, error: pymysql.err.OperationalError
+) -> BinlakeError:
+    code = error.args[0] if error.args else None
+    reason = str(error.args[1]) if len(error.args) > 1 else str(error)
+    if code == _ER_MASTER_FATAL_READING_BINLOG:
+        oldest = None
+        with (
+            contextlib.suppress(BinlakeError, pymysql.err.MySQLError),
+            contextlib.closing(connect(source)) as conn,
+        ):
+            oldest = oldest_binlog(conn)
+        return purged_error(start, oldest, reason)
+    return BinlogReadError(f"Could not read the binlog from {start}: {reason} (error {code}).")
+
+
+def purged_error(start: BinlogOffset, oldest: str | None, reason: str) -> BinlogPurgedError:
+    """The error for a start offset the server no longer has: names it, the oldest one, the fix."""
+    return BinlogPurgedError(
+        f"Could not read the binlog from {start}: the server no longer has it ({reason}); the "
+        f"oldest binlog file there is {oldest or 'unknown'}. Fix: a stream needs a new snapshot "
+        "(`startup_mode: initial` with `binlake plan --replan`, or a backfill of its tables); a "
+        "snapshot chunk is simply read again. Keep binlogs longer (`binlog_expire_logs_seconds`) "
+        "than the stream may stop.",
+        start,
+        oldest,
+    )

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from binlake.schema.type_mapping import TEMPORAL_TYPES, RowConverter, select_con
 from binlake.source.binlog_reader import BinlogPurgedError, BinlogReader
 from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
 from binlake.source.chunk_splitter import Chunk, ChunkRange
+from binlake.source.collation import collated
 from binlake.source.connection import ServerVersion, connect, server_version
 from binlake.source.discovery import column_names
 from binlake.source.watermarks import current_offset
@@ -56,7 +56,6 @@ Row = tuple[Any, ...]
 
 #: Reads of a keyless chunk before giving up when writes keep hitting its range (non-MariaDB).
 KEYLESS_ATTEMPTS = 5
-_IDENTIFIER = re.compile(r"^\w+$")
 
 
 class ChunkReadError(BinlakeError):
@@ -384,21 +383,15 @@ class _RangeTest:
         return (self.start is None or value >= self.start) and (self.end is None or value < self.end)
 
     def _ask_server(self, values: Sequence[Any]) -> None:
-        charset, collation = self.column.charset or "utf8mb4", self.column.collation or "utf8mb4_bin"
-        if not (_IDENTIFIER.match(charset) and _IDENTIFIER.match(collation)):
-            raise ValueError(f"unexpected charset/collation {charset}/{collation}")
-
-        def typed(placeholder: str) -> str:
-            return f"CONVERT({placeholder} USING {charset}) COLLATE {collation}"
-
+        typed = collated(self.column)
         tests, params = [], []
         for i, value in enumerate(values):
             conditions = []
             if self.range.start is not None:
-                conditions.append(f"{typed('%s')} >= {typed('%s')}")
+                conditions.append(f"{typed} >= {typed}")
                 params += [value, self.range.start]
             if self.range.end is not None:
-                conditions.append(f"{typed('%s')} < {typed('%s')}")
+                conditions.append(f"{typed} < {typed}")
                 params += [value, self.range.end]
             tests.append(f"SELECT {i}, {' AND '.join(conditions)}")
         with self.conn.cursor() as cur:

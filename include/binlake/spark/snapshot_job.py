@@ -36,10 +36,10 @@ from binlake.sink.writer import ChunkCommit, IcebergWriter
 from binlake.spark.snapshot_source import SnapshotDataSource
 from binlake.state.codec import encode_key
 from binlake.state.store import ChunkState, StateStore, StoredPlan, TableBusyError
+from binlake.stream.startup import ORIGIN, STREAM, SWITCH
 
 log = logging.getLogger(__name__)
 
-SWITCH = "switch"
 #: Tasks per wave, per unit of parallelism: enough to balance, few enough to commit often.
 TASKS_PER_SLOT = 2
 WRITER = "binlake snapshot"
@@ -326,7 +326,11 @@ def _switch(store: StateStore, pipeline: str) -> BinlogOffset | None:
     if not states or any(c.status != "finished" or c.high_watermark is None for c in states):
         return None
     start = min(c.high_watermark for c in states if c.high_watermark is not None)
-    store.save_offset(pipeline, SWITCH, start)
+    if store.load_offset(pipeline, SWITCH) != start:
+        # A new snapshot: a stream begins anew from it (with a new Spark checkpoint).
+        store.save_offset(pipeline, SWITCH, start)
+        store.delete_offset(pipeline, STREAM)
+        store.delete_offset(pipeline, ORIGIN)
     log.info("snapshot complete: the stream starts at %s", start)
     return start
 

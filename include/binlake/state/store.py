@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Float,
     Integer,
     MetaData,
     String,
@@ -95,6 +96,24 @@ leases_table = Table(
 )
 
 
+stream_batches_table = Table(
+    "binlake_stream_batches",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("run_id", String(64), primary_key=True),
+    Column("batch_id", BigInteger, primary_key=True),
+    Column("end_offset", Text, nullable=False),
+    Column("changes", Text, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("lag_s", Float),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+)
+
+#: Batches kept per pipeline in ``binlake_stream_batches`` (older ones are pruned).
+STREAM_HISTORY = 10_000
+
+
 class TableBusyError(BinlakeError):
     """Another binlake process holds the table."""
 
@@ -112,6 +131,23 @@ class Lease:
     holder: str
     acquired_at: dt.datetime
     expires_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class StreamBatch:
+    """What one micro-batch of the stream applied."""
+
+    run_id: str
+    batch_id: int
+    end_offset: BinlogOffset
+    changes: dict[str, dict[str, int]]
+    """Table → op → rows applied (after filtering and compaction)."""
+    rows: int
+    """Row changes read in the batch (before filtering and compaction)."""
+    seconds: float
+    lag_s: float | None
+    """Seconds between the newest event's time and the end of the batch."""
+    finished_at: dt.datetime
 
 
 @dataclass(frozen=True)
@@ -317,6 +353,109 @@ class StateStore:
                 )
             ).first()
         return None if row is None else _offset(row[0])
+
+    def load_offset_record(self, pipeline: str, name: str) -> tuple[BinlogOffset, dt.datetime] | None:
+        """A named offset with the time it was stored."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(offsets_table.c.offset, offsets_table.c.updated_at).where(
+                    offsets_table.c.pipeline == pipeline, offsets_table.c.name == name
+                )
+            ).first()
+        if row is None:
+            return None
+        offset = _offset(row[0])
+        assert offset is not None
+        return offset, _aware(row[1])
+
+    def delete_offset(self, pipeline: str, name: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(offsets_table).where(
+                    offsets_table.c.pipeline == pipeline, offsets_table.c.name == name
+                )
+            )
+
+    # -- stream ------------------------------------------------------------------------------------
+
+    def record_stream_batch(self, pipeline: str, batch: StreamBatch, offset_name: str) -> None:
+        """Record a finished micro-batch and move the stream's named offset to its end, together."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(stream_batches_table).where(
+                    stream_batches_table.c.pipeline == pipeline,
+                    stream_batches_table.c.run_id == batch.run_id,
+                    stream_batches_table.c.batch_id == batch.batch_id,
+                )
+            )
+            conn.execute(
+                insert(stream_batches_table).values(
+                    pipeline=pipeline,
+                    run_id=batch.run_id,
+                    batch_id=batch.batch_id,
+                    end_offset=_offset_text(batch.end_offset),
+                    changes=json.dumps(batch.changes, sort_keys=True),
+                    rows=batch.rows,
+                    seconds=batch.seconds,
+                    lag_s=batch.lag_s,
+                    finished_at=batch.finished_at,
+                )
+            )
+            conn.execute(
+                delete(offsets_table).where(
+                    offsets_table.c.pipeline == pipeline, offsets_table.c.name == offset_name
+                )
+            )
+            conn.execute(
+                insert(offsets_table).values(
+                    pipeline=pipeline,
+                    name=offset_name,
+                    offset=_offset_text(batch.end_offset),
+                    updated_at=batch.finished_at,
+                )
+            )
+            kept = (
+                select(stream_batches_table.c.finished_at)
+                .where(stream_batches_table.c.pipeline == pipeline)
+                .order_by(stream_batches_table.c.finished_at.desc())
+                .offset(STREAM_HISTORY)
+                .limit(1)
+            )
+            oldest_kept = conn.execute(kept).scalar()
+            if oldest_kept is not None:
+                conn.execute(
+                    delete(stream_batches_table).where(
+                        stream_batches_table.c.pipeline == pipeline,
+                        stream_batches_table.c.finished_at <= oldest_kept,
+                    )
+                )
+
+    def stream_batches(self, pipeline: str, limit: int = 100) -> list[StreamBatch]:
+        """The newest recorded micro-batches, newest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(stream_batches_table)
+                .where(stream_batches_table.c.pipeline == pipeline)
+                .order_by(stream_batches_table.c.finished_at.desc(), stream_batches_table.c.batch_id.desc())
+                .limit(limit)
+            ).all()
+        batches = []
+        for row in rows:
+            end = _offset(row.end_offset)
+            assert end is not None
+            batches.append(
+                StreamBatch(
+                    row.run_id,
+                    row.batch_id,
+                    end,
+                    json.loads(row.changes),
+                    row.rows,
+                    row.seconds,
+                    row.lag_s,
+                    _aware(row.finished_at),
+                )
+            )
+        return batches
 
     # -- leases ------------------------------------------------------------------------------------
 

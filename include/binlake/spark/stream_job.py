@@ -1,0 +1,265 @@
+"""The stream job's driver: Spark Structured Streaming from the binlog into Iceberg.
+
+1. **Start**: resume where the state store says every table is applied, or start by
+   ``source.startup_mode`` (``stream/startup.py``); a purged start stops with a clear error.
+2. **Read**: the ``binlake_binlog`` source plans micro-batches (at most
+   ``stream.max_bytes_per_batch``) and executors decode their segments in parallel.
+3. **Apply**: ``foreachBatch`` filters, compacts and commits each table with the batch's end offset
+   (``stream/apply.py``): exactly once, whatever crashes.
+4. **Trigger**: every ``stream.trigger_interval_s`` seconds, or ``until_caught_up`` (Spark's
+   available-now): stop once the position the source had at the start is applied.
+
+The Spark checkpoint lives under ``stream.checkpoint_dir``, named after where the stream's lineage
+began, so a new snapshot starts a new checkpoint instead of resuming an old one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
+from binlake.events import table_to_dict
+from binlake.offsets import BinlogOffset
+from binlake.planner import create_sink_tables, discover_tables
+from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.writer import IcebergWriter
+from binlake.spark.binlog_source import BinlogDataSource
+from binlake.spark.snapshot_job import task_error
+from binlake.state.store import StateStore, StreamBatch, TableBusyError
+from binlake.stream.apply import BatchApplier, TableSink
+from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.startup import ORIGIN, resolve_start
+
+log = logging.getLogger(__name__)
+
+HOLDER = "binlake stream"
+#: A stream's hold on its tables lasts this long unless renewed (every batch renews it).
+LEASE = dt.timedelta(minutes=10)
+#: How long a batch waits for maintenance that holds one of its tables.
+LEASE_WAIT_S = 600.0
+
+
+class StreamError(BinlakeError):
+    """The stream could not run."""
+
+
+@dataclass
+class StreamReport:
+    """What a stream run did; ``as_dict`` is the job's JSON summary line."""
+
+    pipeline: str
+    start: BinlogOffset
+    start_reason: str
+    batches: int = 0
+    rows: int = 0
+    applied: dict[str, dict[str, int]] = field(default_factory=dict)
+    end: BinlogOffset | None = None
+    last_lag_s: float | None = None
+    seconds: float = 0.0
+
+    def add(self, batch: StreamBatch) -> None:
+        self.batches += 1
+        self.rows += batch.rows
+        self.end = batch.end_offset
+        self.last_lag_s = batch.lag_s
+        for table, counts in batch.changes.items():
+            mine = self.applied.setdefault(table, {})
+            for op, n in counts.items():
+                mine[op] = mine.get(op, 0) + n
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline,
+            "start": self.start.to_dict(),
+            "start_reason": self.start_reason,
+            "end": self.end.to_dict() if self.end else None,
+            "batches": self.batches,
+            "rows": self.rows,
+            "applied": self.applied,
+            "seconds": round(self.seconds, 2),
+            "rows_per_s": round(self.rows / self.seconds) if self.seconds else 0,
+            "last_lag_s": self.last_lag_s,
+        }
+
+
+BatchProgress = Callable[[StreamBatch, StreamReport], None]
+
+
+def run_stream(
+    config: PipelineConfig,
+    spark: Any,
+    until_caught_up: bool = False,
+    progress: BatchProgress | None = None,
+    stop: threading.Event | None = None,
+) -> StreamReport:
+    """Stream the binlog into Iceberg until caught up, stopped (``stop``), or failed.
+
+    Raises:
+        StreamError: the stream cannot start, or a batch failed (nothing of that batch is lost:
+            a rerun applies it).
+        StartupError, BinlogPurgedError: see ``stream/startup.py``.
+    """
+    started = time.monotonic()
+    name = config.pipeline.name
+    ids = config.source.server_id
+    if len(ids) < config.pipeline.parallelism + 1:
+        raise StreamError(
+            f"`source.server_id` gives {len(ids)} ids ({ids.start}-{ids.end}) but the stream needs "
+            f"`pipeline.parallelism` + 1 = {config.pipeline.parallelism + 1}: one per binlog reader "
+            "running at once, and one to plan batches. Fix: widen the range."
+        )
+    store = StateStore(config.pipeline.resolved_state_uri)
+    held: list[str] = []
+    try:
+        schemas = discover_tables(config)
+        if not schemas:
+            raise StreamError(
+                f"No table of the source matches `source.tables` {config.source.tables}: nothing to stream."
+            )
+        create_sink_tables(config, schemas)  # modes without a snapshot start from empty tables
+        catalog = open_catalog(config)
+        chunk_keys = dict(config.source.chunk_key_columns)
+        sinks = {
+            s.table.name: TableSink(
+                s, IcebergWriter(catalog, ".".join(sink_identifier(config, s.table))), chunk_keys
+            )
+            for s in schemas
+        }
+        start = resolve_start(config, store, ids.end)
+        origin = store.load_offset(name, ORIGIN)
+        if origin is None:
+            origin = start.offset
+            store.save_offset(name, ORIGIN, origin)
+        log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
+        report = StreamReport(name, start.offset, start.reason)
+        plans = store.load_plans(name)
+        snapshot_filter = (
+            SnapshotFilter(config.source, plans, {s.table.name: s for s in schemas})
+            if plans and config.source.startup_mode == "initial"
+            else None
+        )
+        held = sorted(sink.writer.identifier for sink in sinks.values())
+
+        def on_batch(batch: StreamBatch) -> None:
+            report.add(batch)
+            report.seconds = time.monotonic() - started
+            if progress is not None:
+                progress(batch, report)
+
+        applier = BatchApplier(
+            name,
+            uuid.uuid4().hex,
+            store,
+            sinks,
+            snapshot_filter,
+            on_batch=on_batch,
+            before_batch=lambda: _hold(store, name, held),
+        )
+        _hold(store, name, held)
+        _run_query(config, spark, applier, start.offset, origin, schemas, until_caught_up, stop)
+        report.seconds = time.monotonic() - started
+        return report
+    finally:
+        for identifier in held:
+            store.release_lease(name, identifier, HOLDER)
+        store.close()
+
+
+def _run_query(
+    config: PipelineConfig,
+    spark: Any,
+    applier: BatchApplier,
+    start: BinlogOffset,
+    origin: BinlogOffset,
+    schemas: list[Any],
+    until_caught_up: bool,
+    stop: threading.Event | None,
+) -> None:
+    name = config.pipeline.name
+    spark.dataSource.register(BinlogDataSource)
+    options = {
+        "source": json.dumps(config.source.model_dump(mode="json", exclude={"password"})),
+        "password": config.source.password.get_secret_value(),
+        "tables": json.dumps({s.table.name: table_to_dict(s) for s in schemas}),
+        "chunk_keys": json.dumps(dict(config.source.chunk_key_columns)),
+        "start": json.dumps({"file": start.file, "pos": start.pos}),
+        "server_ids": f"{config.source.server_id.start}-{config.source.server_id.end}",
+        "max_bytes": str(config.stream.max_bytes_per_batch),
+        "segment_bytes": str(config.stream.segment_bytes),
+        "parallelism": str(config.pipeline.parallelism),
+        "state_uri": config.pipeline.resolved_state_uri,
+        "pipeline": name,
+    }
+    checkpoint = config.checkpoint_root / name / f"{origin.file}-{origin.pos}"
+    frame = spark.readStream.format("binlake_binlog").options(**options).load()
+    writer = (
+        frame.writeStream.foreachBatch(applier)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName(f"binlake_{name}")
+    )
+    if until_caught_up:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{config.stream.trigger_interval_s} seconds")
+    query = writer.start()
+    try:
+        while query.isActive:
+            if stop is not None and stop.is_set():
+                query.stop()
+                break
+            query.awaitTermination(1)
+        query.awaitTermination()
+    except Exception as e:
+        raise _stream_error(applier, e) from None
+
+
+def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
+    if isinstance(applier.error, BinlakeError):
+        return applier.error
+    if applier.error is not None:
+        return StreamError(f"Applying a micro-batch failed: {applier.error!r}. A rerun applies it again.")
+    message = task_error(error)
+    if message is not None:
+        return StreamError(f"A stream task failed: {message}")
+    return StreamError(f"The streaming query failed: {str(error).splitlines()[0][:500]}")
+
+
+def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
+    """Take or renew the stream's hold on its tables; wait while maintenance holds one."""
+    deadline = time.monotonic() + LEASE_WAIT_S
+    for identifier in identifiers:
+        while True:
+            try:
+                store.acquire_lease(pipeline, identifier, HOLDER, LEASE)
+                break
+            except TableBusyError as e:
+                if time.monotonic() > deadline:
+                    raise StreamError(f"Cannot write {identifier}: {e} Wait for it to finish.") from None
+                log.warning("%s: waiting for the other holder to finish", e)
+                time.sleep(5)
+
+
+def print_batch(batch: StreamBatch, report: StreamReport) -> None:
+    """One line per micro-batch for people (and logs)."""
+    parts = []
+    for table, counts in sorted(batch.changes.items()):
+        parts.append(f"{table} " + " ".join(f"{op} {n:,}" for op, n in sorted(counts.items())))
+    rate = batch.rows / batch.seconds if batch.seconds else 0.0
+    lag = f"{batch.lag_s:.1f} s" if batch.lag_s is not None else "-"
+    print(
+        f"stream batch {batch.batch_id}: {batch.rows:,} changes read in {batch.seconds:.1f} s "
+        f"({rate:,.0f} rows/s), lag {lag}, at {batch.end_offset}"
+        + (f"; applied: {'; '.join(parts)}" if parts else ""),
+        file=sys.stderr,
+        flush=True,
+    )

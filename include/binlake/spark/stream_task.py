@@ -1,0 +1,73 @@
+"""One task of the stream: decode a binlog segment of the captured tables into record batches.
+
+Runs in a Spark Python worker. The worker gets the tables' schemas as options, so it never asks
+the source for them; python-mysql-replication decodes (the expensive part), ``RecordBuilder``
+packs the rows for the driver.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from binlake.errors import BinlakeError
+from binlake.events import TableId, table_from_dict
+from binlake.offsets import BinlogOffset
+from binlake.schema.type_mapping import RowConverter
+from binlake.source.binlog_reader import BinlogReader
+from binlake.stream.positions import server_ids, source_from_options
+from binlake.stream.records import RecordBuilder
+
+#: Rows per record batch handed to Spark.
+BATCH_ROWS = 8192
+
+
+class ZeroDateError(BinlakeError):
+    """A change holds a zero date and the pipeline refuses them."""
+
+
+def read_segment(
+    options: dict[str, str], index: int, start: dict[str, Any], end: dict[str, Any]
+) -> Iterator[pa.RecordBatch]:
+    """The changes of the captured tables in (start, end], then the segment's closing row."""
+    source = source_from_options(options)
+    tables = {
+        TableId.parse(name): table_from_dict(data) for name, data in json.loads(options["tables"]).items()
+    }
+    converters = {table: RowConverter(schema) for table, schema in tables.items()}
+    first, last = server_ids(options)
+    # The last id belongs to the planning side; segments of one batch take the others in turn.
+    server_id = first + index % max(1, last - first) if last > first else first
+    finish = BinlogOffset(str(end["file"]), int(end["pos"]))
+    reader = BinlogReader(
+        source,
+        server_id,
+        BinlogOffset(str(start["file"]), int(start["pos"])),
+        finish,
+        set(tables),
+        converters.__getitem__,
+    )
+    builder = RecordBuilder(tables.values(), json.loads(options["chunk_keys"]))
+    for row in reader.rows():
+        builder.add(row)
+        if len(builder) >= BATCH_ROWS:
+            yield builder.batch()
+    if source.zero_dates == "reject":
+        _refuse_zero_dates(converters, start, end)
+    builder.segment(finish, reader.last_timestamp)
+    yield builder.batch()
+
+
+def _refuse_zero_dates(
+    converters: dict[TableId, RowConverter], start: dict[str, Any], end: dict[str, Any]
+) -> None:
+    found = {str(t): c.zero_dates for t, c in converters.items() if c.zero_dates}
+    if found:
+        raise ZeroDateError(
+            f"Changes between {start['file']}:{start['pos']} and {end['file']}:{end['pos']} hold zero "
+            f"dates (rows by table: {found}) and `source.zero_dates` is `reject`. Fix: set "
+            "`source.zero_dates: null` to read them as NULL, or correct the rows in the source."
+        )

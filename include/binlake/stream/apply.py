@@ -1,0 +1,137 @@
+"""Applying one micro-batch to Iceberg (Spark's ``foreachBatch``, in the driver), exactly once.
+
+Per table: drop changes the table already holds (its ``binlake.stream-offset`` property, written in
+the same commit as the data, so a replayed batch — Spark re-runs the last one after a crash — is
+skipped and a batch cut at another place applies only what is new), drop what the snapshot holds
+(``SnapshotFilter``), compact, turn images into Arrow, and commit through the writer with the
+batch's end offset. Then the state store records the batch and moves the stream's offset.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from binlake.events import CreateTable
+from binlake.offsets import BinlogOffset
+from binlake.schema.type_mapping import arrow_schema
+from binlake.sink.writer import IcebergWriter
+from binlake.state.store import StateStore, StreamBatch
+from binlake.stream.compaction import last_per_key, net_rows
+from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.records import SEGMENT, images_to_arrow, key_columns, position
+from binlake.stream.startup import STREAM
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TableSink:
+    """A captured table and the Iceberg table its changes go to."""
+
+    schema: CreateTable
+    writer: IcebergWriter
+    chunk_keys: dict[str, str]
+
+    def __post_init__(self) -> None:
+        self.arrow = arrow_schema(self.schema)
+        self.keys = key_columns(self.schema, self.chunk_keys)
+        self.keyed = bool(self.schema.primary_key)
+        self.key_arrow = arrow_schema(self.schema, list(self.keys)) if self.keys else pa.schema([])
+
+
+BatchCallback = Callable[[StreamBatch], None]
+
+
+class BatchApplier:
+    """Applies micro-batches of ``stream.records`` rows; call it as Spark's foreachBatch function."""
+
+    def __init__(
+        self,
+        pipeline: str,
+        run_id: str,
+        store: StateStore,
+        sinks: dict[str, TableSink],
+        snapshot_filter: SnapshotFilter | None,
+        on_batch: BatchCallback | None = None,
+        before_batch: Callable[[], None] | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.run_id = run_id
+        self.store = store
+        self.sinks = sinks
+        self.snapshot_filter = snapshot_filter
+        self.on_batch = on_batch
+        self.before_batch = before_batch
+        self.error: BaseException | None = None
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        try:
+            self.apply(frame.toArrow(), batch_id)
+        except BaseException as e:
+            self.error = e  # Spark wraps it in Java exceptions; the job re-raises the original
+            raise
+
+    def apply(self, data: pa.Table, batch_id: int) -> StreamBatch | None:
+        started = time.monotonic()
+        is_segment = pc.equal(data.column("op"), SEGMENT)
+        segments = data.filter(is_segment)
+        if segments.num_rows == 0:
+            return None
+        if self.before_batch is not None:
+            self.before_batch()
+        last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
+        end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
+        changes = data.filter(pc.invert(is_segment)).sort_by([("at", "ascending"), ("idx", "ascending")])
+        applied: dict[str, dict[str, int]] = {}
+        for name in sorted(pc.unique(changes.column("table")).to_pylist()):
+            counts = self._apply_table(
+                name, changes.filter(pc.equal(changes.column("table"), name)), batch_id, end
+            )
+            if counts:
+                applied[name] = counts
+        newest = pc.max(data.column("ts")).as_py() or 0
+        finished = dt.datetime.now(dt.UTC)
+        batch = StreamBatch(
+            self.run_id,
+            batch_id,
+            end,
+            applied,
+            changes.num_rows,
+            time.monotonic() - started,
+            max(0.0, finished.timestamp() - newest) if newest else None,
+            finished,
+        )
+        self.store.record_stream_batch(self.pipeline, batch, STREAM)
+        if self.on_batch is not None:
+            self.on_batch(batch)
+        return batch
+
+    def _apply_table(self, name: str, rows: pa.Table, batch_id: int, end: BinlogOffset) -> dict[str, int]:
+        sink = self.sinks[name]
+        done = sink.writer.stream_offset()
+        if done is not None:
+            rows = rows.filter(pc.greater(rows.column("at"), position(done)))
+        if self.snapshot_filter is not None:
+            rows = self.snapshot_filter.keep(name, rows)
+        if rows.num_rows == 0:
+            return {}
+        if sink.keyed:
+            keyed = last_per_key(rows)
+            upserts = images_to_arrow(keyed.upsert_images, sink.arrow)
+            deletes = images_to_arrow(keyed.delete_keys, sink.key_arrow)
+            sink.writer.merge_batch(batch_id, upserts, deletes, offset=end)
+            return {"upserts": upserts.num_rows, "deletes": deletes.num_rows}
+        whole = net_rows(rows)
+        inserts = images_to_arrow(whole.insert_images, sink.arrow)
+        removes = images_to_arrow(whole.remove_images, sink.arrow)
+        prune = sink.keys[0] if sink.keys else None
+        sink.writer.apply_rows(batch_id, inserts, removes, end, prune)
+        return {"inserts": inserts.num_rows, "deletes": removes.num_rows}

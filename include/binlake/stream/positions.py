@@ -1,0 +1,88 @@
+"""Where the binlog is: the source's head, file sizes, and transaction boundaries in a range.
+
+Used by the stream's planning side (the data source's driver-side reader): it never decodes a
+row, so it stays cheap next to the executors that do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from binlake.config import SourceConfig
+from binlake.offsets import BinlogOffset
+from binlake.source.binlog_reader import binary_logs, transactions
+from binlake.source.connection import connect, server_version
+from binlake.source.watermarks import current_offset
+from binlake.state.store import StateStore
+from binlake.stream import segments
+
+#: The state store's name for the newest binlog position seen (its time is the heartbeat).
+HEAD = "stream.head"
+
+
+def source_from_options(options: dict[str, str]) -> SourceConfig:
+    """The source section a Spark job got as options (the password travels apart)."""
+    return SourceConfig.model_validate({**json.loads(options["source"]), "password": options["password"]})
+
+
+def server_ids(options: dict[str, str]) -> tuple[int, int]:
+    start, _, end = options["server_ids"].partition("-")
+    return int(start), int(end or start)
+
+
+class SourcePositions:
+    """Positions of one source's binlog, for planning micro-batches and segments."""
+
+    def __init__(self, source: SourceConfig, server_id: int, pipeline: str, state_uri: str) -> None:
+        self.source = source
+        self.server_id = server_id
+        self.pipeline = pipeline
+        self.state_uri = state_uri
+        self._sizes: dict[str, int] | None = None
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> SourcePositions:
+        # The last id of the range: segment readers use the others.
+        return cls(
+            source_from_options(options), server_ids(options)[1], options["pipeline"], options["state_uri"]
+        )
+
+    def head(self) -> BinlogOffset:
+        """The source's current binlog position (after its last committed transaction)."""
+        with contextlib.closing(connect(self.source)) as conn:
+            head = current_offset(conn, server_version(conn))
+            self._sizes = dict(binary_logs(conn))
+        return BinlogOffset(head.file, head.pos)
+
+    def heartbeat(self, head: BinlogOffset) -> None:
+        """Record that the stream saw the source at ``head`` now (status shows it on an idle source)."""
+        store = StateStore(self.state_uri)
+        try:
+            store.save_offset(self.pipeline, HEAD, head)
+        finally:
+            store.close()
+
+    def sizes(self) -> dict[str, int]:
+        if self._sizes is None:
+            with contextlib.closing(connect(self.source)) as conn:
+                self._sizes = dict(binary_logs(conn))
+        return self._sizes
+
+    def distance(self, start: BinlogOffset, end: BinlogOffset) -> int:
+        return segments.distance(start, end, self.sizes())
+
+    def admit(self, start: BinlogOffset, end: BinlogOffset, max_bytes: int) -> BinlogOffset | None:
+        """Where a micro-batch from ``start`` within ``max_bytes`` ends (None: at ``end``)."""
+        if self.distance(start, end) <= max_bytes:
+            return None
+        return segments.admit(start, self._boundaries(start, end), max_bytes, self.sizes())
+
+    def cut(
+        self, start: BinlogOffset, end: BinlogOffset, parts: int
+    ) -> list[tuple[BinlogOffset, BinlogOffset]]:
+        return segments.cut(start, end, list(self._boundaries(start, end)), parts, self.sizes())
+
+    def _boundaries(self, start: BinlogOffset, end: BinlogOffset) -> Any:
+        return transactions(self.source, self.server_id, start, end)

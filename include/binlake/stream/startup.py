@@ -1,0 +1,203 @@
+"""Where a stream starts: resumed, or by ``source.startup_mode`` (Flink CDC's modes).
+
+- a stream that has run before resumes where the state store says every table is applied
+  (a Spark checkpoint, when there is one, takes precedence inside Spark; both are safe because
+  each table skips changes it already holds);
+- ``initial``: after the snapshot, at its switch offset (the smallest high watermark);
+- ``latest-offset``: the source's current position: only changes from now on;
+- ``earliest-offset``: the start of the oldest binlog file the server has;
+- ``specific-offset``: a file and position, or after the last transaction of a GTID set;
+- ``timestamp``: the first transaction whose events are at or after the time.
+
+A start the server no longer has (purged binlog) stops with a message that names the offset, the
+oldest one there, and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
+from binlake.offsets import BinlogOffset
+from binlake.source.binlog_reader import Boundary, binary_logs, purged_error, transactions
+from binlake.source.connection import connect, server_version
+from binlake.source.watermarks import current_offset
+from binlake.state.store import StateStore
+
+#: The state store's name for the snapshot's switch offset (written by the snapshot job).
+SWITCH = "switch"
+#: The state store's name for where the stream applied everything (written per batch).
+STREAM = "stream"
+#: Where the current stream lineage began (names its Spark checkpoint).
+ORIGIN = "stream.origin"
+FIRST_EVENT = 4
+
+
+class StartupError(BinlakeError):
+    """The stream cannot start where its configuration says."""
+
+
+@dataclass(frozen=True)
+class Start:
+    offset: BinlogOffset
+    reason: str
+    """How the offset was chosen, for the log (``resumed``, ``initial``, …)."""
+
+
+def resolve_start(config: PipelineConfig, store: StateStore, server_id: int) -> Start:
+    """The stream's start offset (see the module docstring), checked against the server's binlog.
+
+    Raises:
+        StartupError: the mode needs something that is missing (a finished snapshot, a GTID in
+            the binlog).
+        BinlogPurgedError: the server no longer has the start offset.
+    """
+    name = config.pipeline.name
+    resumed = store.load_offset(name, STREAM)
+    start = Start(resumed, "resumed") if resumed is not None else _by_mode(config, store, server_id)
+    check_available(config, start.offset)
+    return start
+
+
+def check_available(config: PipelineConfig, offset: BinlogOffset) -> None:
+    """Raise ``BinlogPurgedError`` when the server's binlog no longer holds ``offset``."""
+    with contextlib.closing(connect(config.source)) as conn:
+        files = dict(binary_logs(conn))
+    if offset.file not in files:
+        oldest = min(files, key=lambda f: BinlogOffset(f, 0)) if files else None
+        newest = max(files, key=lambda f: BinlogOffset(f, 0)) if files else None
+        if oldest is not None and newest is not None and offset > BinlogOffset(newest, files[newest]):
+            raise StartupError(
+                f"Cannot start the stream at {offset}: the server's binlog ends at {newest}:{files[newest]}, "
+                "before it. Is this the server the pipeline was set up on? Fix: point `source` at it, or "
+                "start anew with `binlake plan --replan` and `binlake snapshot`."
+            )
+        raise purged_error(offset, oldest, f"`{offset.file}` is not among its binlog files")
+    if offset.pos > files[offset.file]:
+        raise StartupError(
+            f"Cannot start the stream at {offset}: `{offset.file}` holds only {files[offset.file]} bytes. "
+            "Fix: give a position inside the file (a transaction boundary)."
+        )
+
+
+def _by_mode(config: PipelineConfig, store: StateStore, server_id: int) -> Start:
+    source = config.source
+    mode = source.startup_mode
+    if mode == "initial":
+        switch = store.load_offset(config.pipeline.name, SWITCH)
+        if switch is None:
+            raise StartupError(
+                f"Cannot start the stream of `{config.pipeline.name}` with `startup_mode: initial`: its "
+                "snapshot has not finished (there is no switch offset). Fix: run `binlake plan` and "
+                "`binlake snapshot` first."
+            )
+        return Start(switch, "after the snapshot (initial)")
+    if mode == "snapshot":
+        raise StartupError(
+            "`startup_mode: snapshot` reads the tables once and streams nothing. Fix: use `initial` "
+            "(snapshot, then stream) or another mode to stream."
+        )
+    with contextlib.closing(connect(source)) as conn:
+        head = current_offset(conn, server_version(conn))
+        files = [f for f, _ in binary_logs(conn)]
+    if mode == "latest-offset":
+        return Start(BinlogOffset(head.file, head.pos), "latest-offset")
+    if mode == "earliest-offset":
+        return Start(BinlogOffset(files[0], FIRST_EVENT), "earliest-offset")
+    if mode == "specific-offset":
+        wanted = source.startup_offset
+        assert wanted is not None  # the config requires it for this mode
+        if wanted.file is not None and wanted.pos is not None:
+            return Start(BinlogOffset(wanted.file, wanted.pos), "specific-offset")
+        assert wanted.gtid is not None
+        return Start(_after_gtid(config, server_id, files, wanted.gtid), f"after GTID {wanted.gtid}")
+    assert mode == "timestamp"
+    assert source.startup_timestamp_ms is not None
+    return Start(_at_time(config, server_id, files, source.startup_timestamp_ms), "timestamp")
+
+
+def _after_gtid(config: PipelineConfig, server_id: int, files: list[str], gtid: str) -> BinlogOffset:
+    """The end of the last transaction (in binlog order) whose GTID the set contains."""
+    contains = gtid_matcher(gtid)
+    found: BinlogOffset | None = None
+    for boundary in transactions(config.source, server_id, BinlogOffset(files[0], FIRST_EVENT)):
+        if boundary.gtid is not None and contains(boundary.gtid):
+            found = boundary.offset
+    if found is None:
+        raise StartupError(
+            f"Cannot start the stream after GTID `{gtid}`: no transaction of it is in the server's binlog "
+            f"(files {files[0]} to {files[-1]}): it was purged, or not written yet. Fix: start from a "
+            "file and position, or with `startup_mode: initial`."
+        )
+    return found
+
+
+def _at_time(config: PipelineConfig, server_id: int, files: list[str], timestamp_ms: int) -> BinlogOffset:
+    """The boundary before the first transaction at or after ``timestamp_ms``."""
+    wanted = math.ceil(timestamp_ms / 1000)  # event times are whole seconds
+    first = 0
+    for i in range(len(files) - 1, -1, -1):  # the newest file that starts before the time
+        boundary = _first(transactions(config.source, server_id, BinlogOffset(files[i], FIRST_EVENT)))
+        if boundary is not None and boundary.timestamp < wanted:
+            first = i
+            break
+    previous = BinlogOffset(files[first], FIRST_EVENT)
+    for boundary in transactions(config.source, server_id, previous):
+        if boundary.timestamp >= wanted:
+            return previous
+        previous = boundary.offset
+    return previous  # nothing that late yet: start at the end, like latest-offset
+
+
+def _first(boundaries: Iterable[Boundary]) -> Boundary | None:
+    iterator = iter(boundaries)
+    try:
+        return next(iterator)
+    except StopIteration:
+        return None
+    finally:
+        close = getattr(iterator, "close", None)
+        if close is not None:
+            close()
+
+
+_MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
+
+
+def gtid_matcher(gtid_set: str) -> Callable[[str], bool]:
+    """A test of whether a transaction's GTID is in ``gtid_set``.
+
+    MariaDB positions (``0-1-42,1-1-7``): same domain, sequence number at or below. MySQL sets
+    (``uuid:1-100:200,uuid2:5``): same source uuid, number inside an interval.
+    """
+    parts = [p.strip() for p in gtid_set.split(",") if p.strip()]
+    mariadb: dict[int, int] = {}
+    mysql: dict[str, list[tuple[int, int]]] = {}
+    for part in parts:
+        match = _MARIADB_GTID.match(part)
+        if match:
+            mariadb[int(match.group(1))] = int(match.group(3))
+            continue
+        uuid, *intervals = part.split(":")
+        if not intervals:
+            raise StartupError(
+                f"`{part}` is neither a MariaDB GTID (`0-1-42`) nor a MySQL GTID set (`uuid:1-42`)"
+            )
+        for interval in intervals:
+            low, _, high = interval.partition("-")
+            mysql.setdefault(uuid.lower(), []).append((int(low), int(high or low)))
+
+    def contains(gtid: str) -> bool:
+        match = _MARIADB_GTID.match(gtid)
+        if match:
+            limit = mariadb.get(int(match.group(1)))
+            return limit is not None and int(match.group(3)) <= limit
+        uuid, _, number = gtid.rpartition(":")
+        return any(low <= int(number) <= high for low, high in mysql.get(uuid.lower(), []))
+
+    return contains
