@@ -13,7 +13,9 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -64,7 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     snapshot.add_argument("--table", action="append", default=[], help="only this source table (db.table)")
     snapshot.add_argument("--chunk", action="append", default=[], help="only this chunk (db.table#id)")
     snapshot.add_argument("--json", action="store_true", help="print the summary as JSON")
-    status = commands.add_parser("status", help="the plan, chunk progress and the stream's start offset")
+    stream = commands.add_parser(
+        "stream", help="stream the binlog into Iceberg (after the snapshot, or by `source.startup_mode`)"
+    )
+    stream.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="stop once the position the source has now is applied (scheduled incremental runs)",
+    )
+    stream.add_argument("--json", action="store_true", help="print the summary as JSON")
+    status = commands.add_parser("status", help="the plan, chunk progress and the stream's offset and lag")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     maintain = commands.add_parser(
         "maintain", help="compact small files, expire old snapshots, remove orphan files (no writer may run)"
@@ -104,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _maintain(_load(args.config), args)
         if args.command == "snapshot":
             return _snapshot(_load(args.config), args)
+        if args.command == "stream":
+            return _stream(_load(args.config), args)
         if args.command == "status":
             return _status(_load(args.config), as_json=args.json)
     except BinlakeError as e:
@@ -221,6 +234,31 @@ def _snapshot(config: PipelineConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _stream(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from binlake.spark.session import spark_session
+    from binlake.spark.stream_job import print_batch, run_stream
+
+    stop = threading.Event()
+    # SIGTERM (Airflow, systemd, Ctrl-C in a container) ends the stream after its current batch.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    spark = spark_session(config, "stream")
+    try:
+        report = run_stream(config, spark, args.until_caught_up, print_batch, stop)
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    finally:
+        spark.stop()
+    if not args.json:
+        print(
+            f"stream of `{config.pipeline.name}`: {report.batches} batches, {report.rows:,} changes read "
+            f"from {report.start} ({report.start_reason}) to {report.end or report.start} "
+            f"in {report.seconds:.1f} s"
+        )
+    print(json.dumps(report.as_dict()))
+    return EXIT_OK
+
+
 def _print_where(config: PipelineConfig, tables: list[str]) -> None:
     from binlake.sink.catalog import catalog_name
 
@@ -245,6 +283,7 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     store = StateStore(config.pipeline.resolved_state_uri)
     plans = store.load_plans(config.pipeline.name)
     switch = store.load_offset(config.pipeline.name, SWITCH)
+    stream = _stream_status(store, config.pipeline.name)
     tables: list[dict[str, Any]] = [
         {
             "table": p.table.name,
@@ -260,8 +299,11 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     ]
     if as_json:
         print(json.dumps({"pipeline": config.pipeline.name, "tables": tables,
-                          "switch_offset": switch.to_dict() if switch else None}, indent=2))  # fmt: skip
+                          "switch_offset": switch.to_dict() if switch else None, "stream": stream},
+                         indent=2))  # fmt: skip
         return EXIT_OK
+    if stream:
+        print(_stream_line(stream))
     if not plans:
         print(f"pipeline `{config.pipeline.name}`: nothing planned yet (run `binlake plan`)")
         return EXIT_OK
@@ -272,6 +314,53 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
         print(f"{t['table']:<{width}}  {done:>13}  {t['rows']:>11,}  {t['max_high_watermark'] or '-'}")
     print(f"stream start (switch) offset: {switch or 'not yet: the snapshot is unfinished'}")
     return EXIT_OK
+
+
+def _stream_status(store: Any, pipeline: str) -> dict[str, Any] | None:
+    """The stream's offset, last batch, lag, and the last time it looked at the source."""
+    from binlake.stream.positions import HEAD
+    from binlake.stream.startup import STREAM
+
+    applied = store.load_offset_record(pipeline, STREAM)
+    if applied is None:
+        return None
+    head = store.load_offset_record(pipeline, HEAD)
+    batches = store.stream_batches(pipeline, limit=1)
+    last = batches[0] if batches else None
+    caught_up = head is not None and head[0] <= applied[0]
+    return {
+        "offset": applied[0].to_dict(),
+        "applied_at": applied[1].isoformat(),
+        "source_head": head[0].to_dict() if head else None,
+        "source_checked_at": head[1].isoformat() if head else None,
+        "caught_up": caught_up,
+        "last_batch": {
+            "batch_id": last.batch_id,
+            "rows": last.rows,
+            "changes": last.changes,
+            "seconds": round(last.seconds, 3),
+            "lag_s": last.lag_s,
+            "finished_at": last.finished_at.isoformat(),
+        }
+        if last
+        else None,
+    }
+
+
+def _stream_line(stream: dict[str, Any]) -> str:
+    offset = f"{stream['offset']['file']}:{stream['offset']['pos']}"
+    last = stream["last_batch"]
+    if stream["caught_up"]:
+        lag = "caught up"
+    elif last and last["lag_s"] is not None:
+        lag = f"lag {last['lag_s']:.1f} s"
+    else:
+        lag = "behind"
+    seen = f", source last checked {stream['source_checked_at']}" if stream["source_checked_at"] else ""
+    batch = (
+        f"; last batch {last['batch_id']}: {last['rows']:,} changes at {last['finished_at']}" if last else ""
+    )
+    return f"stream: applied up to {offset} ({lag}{seen}){batch}"
 
 
 def _maintain(config: PipelineConfig, args: argparse.Namespace) -> int:

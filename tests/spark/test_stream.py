@@ -2,23 +2,52 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from binlake.config import PipelineConfig
+from binlake.events import TableId
 from binlake.planner import discover_tables, plan
+from binlake.source.binlog_reader import binary_logs
+from binlake.source.connection import server_version
+from binlake.source.watermarks import current_offset
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
+from binlake.state.store import StateStore
+from binlake.stream.positions import HEAD
+from binlake.stream.startup import STREAM
+from binlake.testing import demo
+from binlake.testing.faults import VARIABLE
 from binlake.testing.private_server import PrivateMariaDB
-from tests.spark.test_snapshot import bag, config_for, sink_rows, source_rows
+from binlake.testing.workload import Workload
+from tests.conftest import ServerFactory
+from tests.helpers import run_binlake
+from tests.spark.test_snapshot import ROOT, bag, config_for, sink_rows, source_rows
+
+#: A server whose binlog rotates every 64 KiB: micro-batches and segments span many files.
+SMALL_BINLOG = {"max-binlog-size": "65536"}
 
 
-def stream_config(server: PrivateMariaDB, database: str, tmp_path: Path, **source: Any) -> PipelineConfig:
+def stream_config(
+    server: PrivateMariaDB, database: str, tmp_path: Path, stream: dict[str, Any] | None = None, **source: Any
+) -> PipelineConfig:
+    mode = source.pop("startup_mode", "initial")
     config = config_for(server, database, tmp_path, **source)
-    raw = config.model_dump(mode="json")
+    raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = server.password
-    raw["source"]["startup_mode"] = source.get("startup_mode", "initial")
-    raw["stream"] = {"trigger_interval_s": 1, "segment_bytes": 4096}
+    raw["source"]["startup_mode"] = mode
+    raw["stream"] = {"trigger_interval_s": 1, "segment_bytes": 4096, **(stream or {})}
     return PipelineConfig.model_validate(raw)
 
 
@@ -27,7 +56,14 @@ def assert_sink_equals_source(config: PipelineConfig) -> None:
         assert bag(sink_rows(config, schema.table)) == bag(source_rows(config, schema)), schema.table
 
 
-def test_stream_after_snapshot_is_exact(mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any) -> None:
+def head(server: PrivateMariaDB) -> Any:
+    with contextlib.closing(server.admin_connection()) as conn:
+        return current_offset(conn, server_version(conn))
+
+
+def test_stream_after_snapshot_is_exact(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
     mariadb.execute(
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(10,2))",
         "INSERT INTO t SELECT seq, CONCAT('v', seq), seq / 7 FROM seq_1_to_500",
@@ -42,13 +78,198 @@ def test_stream_after_snapshot_is_exact(mariadb: PrivateMariaDB, database: str, 
         "INSERT INTO t SELECT seq, 'new', 1.5 FROM seq_501_to_800",
         "UPDATE t SET v = 'upd' WHERE id % 3 = 0",
         "DELETE FROM t WHERE id % 10 = 0",
-        "UPDATE t SET id = id + 10000 WHERE id BETWEEN 41 AND 45",
-        "INSERT INTO t VALUES (10, 'back', 0)",
-        "DELETE FROM page_views WHERE customer_id = 1 LIMIT 1",
+        "UPDATE t SET id = id + 10000 WHERE id BETWEEN 41 AND 45",  # primary-key updates
+        "INSERT INTO t VALUES (10, 'back', 0)",  # deleted above, inserted again
+        "DELETE FROM page_views WHERE customer_id = 1 LIMIT 1",  # one of two equal rows
         "INSERT INTO page_views VALUES (3, 'z'), (3, 'z'), (NULL, 'n')",
         "UPDATE page_views SET b = 'w' WHERE customer_id = 2",
         database=database,
     )
     report = run_stream(config, spark, until_caught_up=True)
     assert report.batches >= 1
+    assert report.applied[f"{database}.t"]["deletes"] >= 5
     assert_sink_equals_source(config)
+    # Caught up: a rerun reads nothing new and changes nothing.
+    before = {t: len(sink_rows(config, TableId.parse(t))) for t in report.applied}
+    again = run_stream(config, spark, until_caught_up=True)
+    assert again.rows == 0
+    assert before == {t: len(sink_rows(config, TableId.parse(t))) for t in report.applied}
+
+
+@pytest.mark.slow
+def test_workload_during_snapshot_and_stream_then_caught_up_is_exact(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    demo.load(mariadb.admin_connection, 20000, database=database)
+    config = stream_config(mariadb, database, tmp_path, chunk_size=400)
+    plan(config)
+    workload = Workload(mariadb.admin_connection, database=database, rate=300, txn_size=3).start()
+    stop = threading.Event()
+    try:
+        assert run_snapshot(config, spark).complete
+        reports: list[Any] = []
+        stream = threading.Thread(target=lambda: reports.append(run_stream(config, spark, stop=stop)))
+        stream.start()
+        time.sleep(12)  # the continuous stream runs while the workload writes
+    finally:
+        stats = workload.stop()
+        stop.set()
+    stream.join(120)
+    assert reports
+    assert reports[0].batches >= 2
+    assert stats.total > 1000
+    final = run_stream(config, spark, until_caught_up=True)
+    assert final.end is not None or final.rows == 0
+    assert_sink_equals_source(config)
+
+
+def _start_stream_process(path: Path, crash_at: str | None) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
+    if crash_at:
+        env[VARIABLE] = crash_at
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "jobs" / "stream.py"), "--config", str(path), "--until-caught-up"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash_at", ["before-commit", "after-commit"])
+def test_kill_9_mid_batch_then_restart_is_exact(
+    crash_at: str,
+    mariadb: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+    write_config: Callable[..., Path],
+    spark: Any,
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, 0 FROM seq_1_to_1000",
+        "CREATE TABLE page_views (customer_id INT, v INT)",
+        "INSERT INTO page_views SELECT seq % 50, 0 FROM seq_1_to_1000",
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path, chunk_size=300)
+    path = write_config(config.model_dump(mode="json", exclude_none=True) | {"source": {
+        **config.source.model_dump(mode="json", exclude_none=True), "password": mariadb.password}})  # fmt: skip
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute(
+        "UPDATE t SET v = v + 1 WHERE id <= 600",
+        "INSERT INTO page_views SELECT seq % 50, 1 FROM seq_1_to_300",
+        "DELETE FROM page_views WHERE customer_id = 7 AND v = 0 LIMIT 3",
+        "UPDATE t SET id = id + 5000 WHERE id > 990",
+        database=database,
+    )
+    job = _start_stream_process(path, crash_at)
+    job.wait(300)
+    assert job.returncode == -signal.SIGKILL, job.stderr.read().decode() if job.stderr else ""
+    store = StateStore(config.pipeline.resolved_state_uri)
+    switch = store.load_offset("test", "switch")
+    assert store.load_offset("test", STREAM) == switch  # the killed batch was never recorded
+    t = TableId(database, "t")
+    rows_after_kill = {r["id"]: r["v"] for r in sink_rows(config, t)}
+    updated = sum(v == 1 for v in rows_after_kill.values())
+    if crash_at == "before-commit":
+        assert updated == 0  # nothing of the batch reached Iceberg
+    else:
+        assert updated > 0  # a table's commit landed before the kill
+
+    rerun = _start_stream_process(path, None)
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err.decode()
+    assert json.loads(out.decode().strip().splitlines()[-1])["batches"] >= 1
+    assert_sink_equals_source(config)  # no duplicate (page_views has none to hide behind), no loss
+
+
+def test_binlog_rotation_and_big_transactions_inside_one_batch(
+    mariadb_factory: ServerFactory, tmp_path: Path, spark: Any
+) -> None:
+    server = mariadb_factory(**SMALL_BINLOG)
+    database = f"rot_{os.getpid()}"
+    server.execute(f"CREATE DATABASE `{database}`")
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))", database=database)
+    config = stream_config(server, database, tmp_path, startup_mode="latest-offset",
+                           stream={"max_bytes_per_batch": 64 * 1024 * 1024, "segment_bytes": 32 * 1024})  # fmt: skip
+    first = run_stream(config, spark, until_caught_up=True)  # nothing yet: records where it starts
+    with contextlib.closing(server.admin_connection()) as conn:
+        files_before = len(binary_logs(conn))
+    server.execute(
+        # One transaction of many row events; MariaDB never splits a transaction across files.
+        "INSERT INTO t SELECT seq, REPEAT('a', 150) FROM seq_1_to_4000",
+        *[f"UPDATE t SET v = REPEAT('{c}', 120) WHERE id % 7 = {i}" for i, c in enumerate("bcdefg")],
+        "DELETE FROM t WHERE id % 11 = 0",
+        database=database,
+    )
+    with contextlib.closing(server.admin_connection()) as conn:
+        files_after = len(binary_logs(conn))
+    assert files_after - files_before >= 3  # the changes span several binlog files
+    report = run_stream(config, spark, until_caught_up=True)
+    assert report.start == first.start
+    assert report.batches == 1  # all of it in one micro-batch, cut into parallel segments
+    assert_sink_equals_source(config)
+
+
+def test_small_batches_by_byte_budget_and_an_idle_source(
+    mariadb_factory: ServerFactory, tmp_path: Path, spark: Any
+) -> None:
+    server = mariadb_factory(**SMALL_BINLOG)
+    database = f"idle_{os.getpid()}"
+    server.execute(f"CREATE DATABASE `{database}`")
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))", database=database)
+    config = stream_config(server, database, tmp_path, startup_mode="latest-offset",
+                           stream={"max_bytes_per_batch": 20000, "trigger_interval_s": 1})  # fmt: skip
+    stop = threading.Event()
+    reports: list[Any] = []
+    stream = threading.Thread(target=lambda: reports.append(run_stream(config, spark, stop=stop)))
+    stream.start()
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        # latest-offset: the stream takes only what comes after it started.
+        _wait_until(lambda: store.load_offset("test", STREAM) is not None, 90)
+        for i in range(40):  # 40 transactions of ~2 KB: several batches of at most ~20 KB
+            server.execute(
+                f"INSERT INTO t SELECT seq + {i * 10}, REPEAT('x', 150) FROM seq_1_to_10", database=database
+            )
+        _wait_until(lambda: store.load_offset("test", STREAM) == _plain(head(server)), 90)
+        checked = store.load_offset_record("test", HEAD)
+        time.sleep(3.5)  # idle for longer than the trigger interval
+        checked_later = store.load_offset_record("test", HEAD)
+        assert checked and checked_later and checked_later[1] > checked[1]  # heartbeats go on
+        server.execute("UPDATE t SET v = 'after idle' WHERE id <= 5", database=database)
+        _wait_until(lambda: store.load_offset("test", STREAM) == _plain(head(server)), 90)
+    finally:
+        stop.set()
+        stream.join(60)
+    assert reports
+    assert reports[0].batches >= 4
+    assert_sink_equals_source(config)
+    status = run_binlake("--config", str(_write(tmp_path, config, server)), "status", "--json")
+    assert status.returncode == 0, status.output
+    stream_status = json.loads(status.stdout)["stream"]
+    assert stream_status["caught_up"] is True
+    assert stream_status["last_batch"]["changes"][f"{database}.t"]["upserts"] == 5
+
+
+def _plain(offset: Any) -> Any:
+    from binlake.offsets import BinlogOffset
+
+    return BinlogOffset(offset.file, offset.pos)
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.3)
+
+
+def _write(tmp_path: Path, config: PipelineConfig, server: PrivateMariaDB) -> Path:
+    import yaml
+
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = server.password
+    path = tmp_path / "status.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path

@@ -38,7 +38,7 @@ from binlake.spark.snapshot_job import task_error
 from binlake.state.store import StateStore, StreamBatch, TableBusyError
 from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.startup import ORIGIN, resolve_start
+from binlake.stream.startup import ORIGIN, STREAM, resolve_start
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,11 @@ def run_stream(
         start = resolve_start(config, store, ids.end)
         origin = store.load_offset(name, ORIGIN)
         if origin is None:
+            # A new lineage: from here on, a restart resumes (even before the first batch, so a
+            # `latest-offset` start does not move to a later "latest").
             origin = start.offset
             store.save_offset(name, ORIGIN, origin)
+            store.save_offset(name, STREAM, origin)
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)
         plans = store.load_plans(name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.engine.url import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from binlake.errors import BinlakeError
 from binlake.events import TableId
@@ -200,7 +201,7 @@ class StateStore:
         if url.drivername.startswith("sqlite") and url.database:
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         self.engine: Engine = create_engine(uri, future=True)
-        metadata.create_all(self.engine)
+        _create_tables(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -514,6 +515,20 @@ class StateStore:
                     leases_table.c.holder == holder,
                 )
             )
+
+
+def _create_tables(engine: Engine, attempts: int = 5) -> None:
+    """Create binlake's tables if missing. Several processes may do so at once (the stream's driver
+    and its source both open the store); the loser of that race sees "already exists" and checks
+    again."""
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            return
+        except DBAPIError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def _aware(value: dt.datetime) -> dt.datetime:

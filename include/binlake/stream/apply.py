@@ -28,6 +28,7 @@ from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.records import SEGMENT, images_to_arrow, key_columns, position
 from binlake.stream.startup import STREAM
+from binlake.testing.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class BatchApplier:
             max(0.0, finished.timestamp() - newest) if newest else None,
             finished,
         )
+        crash_point("after-commit")
         self.store.record_stream_batch(self.pipeline, batch, STREAM)
         if self.on_batch is not None:
             self.on_batch(batch)
@@ -123,6 +125,7 @@ class BatchApplier:
             rows = self.snapshot_filter.keep(name, rows)
         if rows.num_rows == 0:
             return {}
+        crash_point("before-commit")
         if sink.keyed:
             keyed = last_per_key(rows)
             upserts = images_to_arrow(keyed.upsert_images, sink.arrow)

@@ -24,7 +24,9 @@ def distance(start: BinlogOffset, end: BinlogOffset, sizes: dict[str, int]) -> i
         return 0
     if start.file == end.file:
         return end.pos - start.pos
-    between = sum(size for file, size in sizes.items() if start < BinlogOffset(file, 0) < end)
+    between = sum(
+        size for file, size in sizes.items() if start.sequence < BinlogOffset(file, 0).sequence < end.sequence
+    )
     head = sizes.get(start.file, start.pos) - start.pos
     return head + between + max(0, end.pos - FILE_HEADER)
 
