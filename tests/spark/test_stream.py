@@ -140,7 +140,6 @@ def test_kill_9_mid_batch_then_restart_is_exact(
     mariadb: PrivateMariaDB,
     database: str,
     tmp_path: Path,
-    write_config: Callable[..., Path],
     spark: Any,
 ) -> None:
     mariadb.execute(
@@ -151,8 +150,7 @@ def test_kill_9_mid_batch_then_restart_is_exact(
         database=database,
     )
     config = stream_config(mariadb, database, tmp_path, chunk_size=300)
-    path = write_config(config.model_dump(mode="json", exclude_none=True) | {"source": {
-        **config.source.model_dump(mode="json", exclude_none=True), "password": mariadb.password}})  # fmt: skip
+    path = _write(tmp_path, config, mariadb)
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute(
@@ -190,8 +188,8 @@ def test_binlog_rotation_and_big_transactions_inside_one_batch(
     database = f"rot_{os.getpid()}"
     server.execute(f"CREATE DATABASE `{database}`")
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))", database=database)
-    config = stream_config(server, database, tmp_path, startup_mode="latest-offset",
-                           stream={"max_bytes_per_batch": 64 * 1024 * 1024, "segment_bytes": 32 * 1024})  # fmt: skip
+    budget = {"max_bytes_per_batch": 64 * 1024 * 1024, "segment_bytes": 32 * 1024}
+    config = stream_config(server, database, tmp_path, startup_mode="latest-offset", stream=budget)
     first = run_stream(config, spark, until_caught_up=True)  # nothing yet: records where it starts
     with contextlib.closing(server.admin_connection()) as conn:
         files_before = len(binary_logs(conn))
@@ -218,8 +216,8 @@ def test_small_batches_by_byte_budget_and_an_idle_source(
     database = f"idle_{os.getpid()}"
     server.execute(f"CREATE DATABASE `{database}`")
     server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))", database=database)
-    config = stream_config(server, database, tmp_path, startup_mode="latest-offset",
-                           stream={"max_bytes_per_batch": 20000, "trigger_interval_s": 1})  # fmt: skip
+    budget = {"max_bytes_per_batch": 20000, "trigger_interval_s": 1}
+    config = stream_config(server, database, tmp_path, startup_mode="latest-offset", stream=budget)
     stop = threading.Event()
     reports: list[Any] = []
     stream = threading.Thread(target=lambda: reports.append(run_stream(config, spark, stop=stop)))
@@ -236,7 +234,9 @@ def test_small_batches_by_byte_budget_and_an_idle_source(
         checked = store.load_offset_record("test", HEAD)
         time.sleep(3.5)  # idle for longer than the trigger interval
         checked_later = store.load_offset_record("test", HEAD)
-        assert checked and checked_later and checked_later[1] > checked[1]  # heartbeats go on
+        assert checked
+        assert checked_later
+        assert checked_later[1] > checked[1]  # heartbeats go on
         server.execute("UPDATE t SET v = 'after idle' WHERE id <= 5", database=database)
         _wait_until(lambda: store.load_offset("test", STREAM) == _plain(head(server)), 90)
     finally:
@@ -273,3 +273,71 @@ def _write(tmp_path: Path, config: PipelineConfig, server: PrivateMariaDB) -> Pa
     path = tmp_path / "status.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def _two_phases(server: PrivateMariaDB, database: str) -> tuple[dict[str, Any], int]:
+    """Rows 1-100 (phase A), then rows 101-150 (phase B); returns where B starts, by each measure."""
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))", database=database)
+    server.execute("INSERT INTO t SELECT seq, 'a' FROM seq_1_to_100", database=database)
+    with contextlib.closing(server.admin_connection()) as conn, conn.cursor() as cur:
+        at = current_offset(conn, server_version(conn))
+        cur.execute("SELECT @@gtid_binlog_pos")
+        gtid = cur.fetchone()[0]
+    second = int(time.time())
+    while int(time.time()) == second:  # event times are whole seconds: B starts in a later one
+        time.sleep(0.05)
+    timestamp_ms = int(time.time()) * 1000
+    server.execute("INSERT INTO t SELECT seq, 'b' FROM seq_101_to_150", database=database)
+    server.execute("UPDATE t SET v = 'b2' WHERE id IN (1, 101)", database=database)
+    return {"file": at.file, "pos": at.pos, "gtid": gtid}, timestamp_ms
+
+
+@pytest.mark.parametrize("mode", ["specific-offset", "specific-gtid", "timestamp", "earliest-offset"])
+def test_startup_modes(mode: str, mariadb_factory: ServerFactory, tmp_path: Path, spark: Any) -> None:
+    server = mariadb_factory(**SMALL_BINLOG)
+    database = f"mode_{mode.replace('-', '_')}_{os.getpid()}"
+    server.execute(f"CREATE DATABASE `{database}`")
+    offset, timestamp_ms = _two_phases(server, database)
+    options: dict[str, Any] = {"startup_mode": "specific-offset" if mode == "specific-gtid" else mode}
+    if mode == "specific-offset":
+        options["startup_offset"] = {"file": offset["file"], "pos": offset["pos"]}
+    elif mode == "specific-gtid":
+        options["startup_offset"] = {"gtid": offset["gtid"]}
+    elif mode == "timestamp":
+        options["startup_timestamp_ms"] = timestamp_ms
+    config = stream_config(server, database, tmp_path, **options)
+    report = run_stream(config, spark, until_caught_up=True)
+    rows = {r["id"]: r["v"] for r in sink_rows(config, TableId(database, "t"))}
+    if mode == "earliest-offset":
+        assert_sink_equals_source(config)  # the whole history is in the binlog
+        assert len(rows) == 150
+    else:
+        # Only phase B: the rows after the start, and the update of row 1 (an upsert of it).
+        assert report.start.file == offset["file"]
+        assert report.start.pos == offset["pos"]
+        assert rows == {**{i: "b" for i in range(101, 151)}, 1: "b2", 101: "b2"}
+
+
+def test_a_purged_start_offset_names_it_the_oldest_and_the_fix(
+    mariadb_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = mariadb_factory(**{"max-binlog-size": "131072"})
+    database = f"purged_{os.getpid()}"
+    server.execute(f"CREATE DATABASE `{database}`")
+    server.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    first = head(server)
+    server.execute("FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
+    newest = head(server)
+    server.execute(f"PURGE BINARY LOGS TO '{newest.file}'")
+    config = stream_config(server, database, tmp_path, startup_mode="specific-offset",
+                           startup_offset={"file": first.file, "pos": first.pos})  # fmt: skip
+    result = run_binlake(
+        "--config", str(_write(tmp_path, config, server)), "stream", "--until-caught-up", timeout=300
+    )
+    assert result.returncode != 0
+    message = result.stderr
+    assert f"{first.file}:{first.pos}" in message
+    assert f"the oldest binlog file there is {newest.file}" in message
+    assert "startup_mode: initial" in message
+    assert "Traceback" not in message
+    assert server.password not in result.output
