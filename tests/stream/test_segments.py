@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog_reader import Boundary
 from binlake.stream.segments import admit, cut, distance
@@ -31,8 +33,9 @@ def test_cut_balances_segments_at_boundaries_across_files() -> None:
     boundaries += [Boundary(off(2, p), 0) for p in range(54, 501, 50)]
     start, end = off(1, 100), off(2, 500)
     segments = cut(start, end, boundaries, 4, SIZES)
-    assert segments[0][0] == start and segments[-1][1] == end
-    assert all(a[1] == b[0] for a, b in zip(segments, segments[1:], strict=False))  # contiguous
+    assert segments[0][0] == start
+    assert segments[-1][1] == end
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(segments))  # contiguous
     cuts = {s[1] for s in segments[:-1]}
     assert cuts <= {b.offset for b in boundaries}  # every cut is a transaction boundary
     sizes = [distance(a, b, SIZES) for a, b in segments]
