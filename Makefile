@@ -10,6 +10,7 @@ VENV       := .venv
 BIN        := $(VENV)/bin
 DEMO_DIR   ?= .binlake/demo
 DEMO_ROWS  ?= 100000
+DEMO_STREAM_S ?= 30
 CONFIG     ?= include/pipelines/demo.yaml
 PYTEST_ARGS ?=
 
@@ -34,7 +35,16 @@ demo: setup
 	set -a; source $(DEMO_DIR)/demo.env; set +a; \
 	  $(BIN)/binlake --config $(CONFIG) validate && \
 	  $(BIN)/binlake --config $(CONFIG) plan && \
-	  $(BIN)/binlake --config $(CONFIG) snapshot
+	  $(BIN)/binlake --config $(CONFIG) snapshot && \
+	  echo "streaming while the demo workload writes for $(DEMO_STREAM_S) s ..." && \
+	  { $(BIN)/binlake --config $(CONFIG) stream --json >$(DEMO_DIR)/stream.json & stream=$$!; } && \
+	  $(BIN)/python -m binlake.testing --dir $(DEMO_DIR) workload --rate 200 --txn-size 2 \
+	    --seconds $(DEMO_STREAM_S) >$(DEMO_DIR)/workload.json && \
+	  kill -TERM $$stream && wait $$stream && \
+	  echo "workload stopped ($$(cat $(DEMO_DIR)/workload.json)); catching up ..." && \
+	  $(BIN)/binlake --config $(CONFIG) stream --until-caught-up && \
+	  $(BIN)/binlake --config $(CONFIG) status && \
+	  $(BIN)/python -m binlake.testing --dir $(DEMO_DIR) compare --config $(CONFIG)
 	@echo "The demo MariaDB keeps running for the next steps; stop it with 'make demo-stop'."
 
 demo-stop: setup

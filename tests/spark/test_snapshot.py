@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 import sqlalchemy
 
 from binlake.config import PipelineConfig
-from binlake.events import CreateTable, TableId
+from binlake.events import TableId
 from binlake.planner import discover_tables, plan
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_identifier
@@ -29,6 +28,7 @@ from binlake.source.watermarks import current_offset
 from binlake.spark.snapshot_job import SWITCH, run_snapshot
 from binlake.state.store import StateStore
 from binlake.testing import demo
+from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from tests.helpers import pipeline_dict, run_binlake
@@ -50,26 +50,6 @@ def config_for(
     raw["pipeline"]["parallelism"] = 2
     raw["source"]["startup_mode"] = "snapshot"
     return PipelineConfig.model_validate(raw)
-
-
-def bag(rows: list[dict[str, Any]]) -> Counter[Row]:
-    return Counter(tuple(sorted(r.items())) for r in rows)
-
-
-def source_rows(
-    config: PipelineConfig, schema: CreateTable, where: str = "1 = 1", params: Any = ()
-) -> list[dict[str, Any]]:
-    converter = RowConverter(schema)
-    with contextlib.closing(connect(config.source)) as conn, conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT * FROM {schema.table.quoted()} WHERE {where}", params)
-        rows = cur.fetchall()
-    return converter.batch(converter.select_columns(rows)).to_pylist()  # type: ignore[no-any-return]
-
-
-def sink_rows(config: PipelineConfig, table: TableId) -> list[dict[str, Any]]:
-    catalog = open_catalog(config)
-    return catalog.load_table(".".join(sink_identifier(config, table))).scan().to_arrow().to_pylist()  # type: ignore[no-any-return]
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
-from binlake.planner import discover_tables, plan
+from binlake.planner import plan
 from binlake.source.binlog_reader import binary_logs
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
@@ -28,12 +28,13 @@ from binlake.state.store import StateStore
 from binlake.stream.positions import HEAD
 from binlake.stream.startup import STREAM
 from binlake.testing import demo
+from binlake.testing.compare import compare, sink_rows
 from binlake.testing.faults import VARIABLE
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from tests.conftest import ServerFactory
 from tests.helpers import run_binlake
-from tests.spark.test_snapshot import ROOT, bag, config_for, sink_rows, source_rows
+from tests.spark.test_snapshot import ROOT, config_for
 
 #: A server whose binlog rotates every 64 KiB: micro-batches and segments span many files.
 SMALL_BINLOG = {"max-binlog-size": "65536"}
@@ -52,8 +53,9 @@ def stream_config(
 
 
 def assert_sink_equals_source(config: PipelineConfig) -> None:
-    for schema in discover_tables(config):
-        assert bag(sink_rows(config, schema.table)) == bag(source_rows(config, schema)), schema.table
+    results = compare(config)
+    assert results
+    assert [r for r in results if not r.equal] == []
 
 
 def head(server: PrivateMariaDB) -> Any:

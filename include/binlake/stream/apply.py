@@ -74,14 +74,16 @@ class BatchApplier:
         self.error: BaseException | None = None
 
     def __call__(self, frame: Any, batch_id: int) -> None:
+        started = time.monotonic()
         try:
-            self.apply(frame.toArrow(), batch_id)
+            self.apply(frame.toArrow(), batch_id, started)
         except BaseException as e:
             self.error = e  # Spark wraps it in Java exceptions; the job re-raises the original
             raise
 
-    def apply(self, data: pa.Table, batch_id: int) -> StreamBatch | None:
-        started = time.monotonic()
+    def apply(self, data: pa.Table, batch_id: int, started: float | None = None) -> StreamBatch | None:
+        """Apply one batch (``started``: when reading it began, for its rows/s)."""
+        started = time.monotonic() if started is None else started
         is_segment = pc.equal(data.column("op"), SEGMENT)
         segments = data.filter(is_segment)
         if segments.num_rows == 0:

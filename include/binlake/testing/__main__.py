@@ -3,6 +3,7 @@
 python -m binlake.testing up [--rows N] [--reload]   start the demo MariaDB and load `shop`
 python -m binlake.testing down                         stop it
 python -m binlake.testing workload --rate R --seconds S   write to `shop` while a pipeline runs
+python -m binlake.testing compare --config FILE        source versus sink, table by table
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from binlake.config import load_config
 from binlake.errors import BinlakeError
 from binlake.testing import demo_server
+from binlake.testing.compare import compare, print_comparison
 from binlake.testing.workload import Workload
 
 
@@ -31,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.add_argument("--seconds", type=float, default=30.0)
     work.add_argument("--txn-size", type=int, default=1)
     work.add_argument("--seed", type=int, default=7)
+    check = commands.add_parser("compare", help="compare every captured table's source and sink rows")
+    check.add_argument("--config", required=True, help="pipeline YAML file")
     args = parser.parse_args(argv)
 
     try:
@@ -38,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             demo_server.up(args.dir, args.rows, args.reload)
         elif args.command == "down":
             print("demo MariaDB stopped" if demo_server.down(args.dir) else "demo MariaDB was not running")
+        elif args.command == "compare":
+            results = compare(load_config(args.config))
+            print_comparison(results)
+            return 0 if all(r.equal for r in results) else 1
         else:
             workload = Workload(
                 lambda: demo_server.connect_admin(args.dir),
