@@ -76,7 +76,9 @@ class BatchApplier:
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
         try:
-            self.apply(frame.toArrow(), batch_id, started)
+            data = frame.toArrow()
+            log.info("batch %d: %d rows read in %.2f s", batch_id, data.num_rows, time.monotonic() - started)
+            self.apply(data, batch_id, started)
         except BaseException as e:
             self.error = e  # Spark wraps it in Java exceptions; the job re-raises the original
             raise

@@ -1,0 +1,257 @@
+"""Stream catch-up rate and steady-state lag, binlog → Iceberg on Spark local[2], as JSON (+ HTML).
+
+    .venv/bin/python bench/stream.py [--changes 1000000] [--steady-seconds 300] [--report out.html]
+
+1. **Catch-up**: writes ``--changes`` row changes (inserts, updates, deletes in transactions of
+   ``--txn-rows`` rows) while no stream runs, then runs ``binlake stream --until-caught-up`` over
+   them into Iceberg, and — in the same run, over the same binlog range — python-mysql-replication
+   decoding every row in one process (what a single-reader CDC tool does). Goal: catch-up at least
+   4x the single reader.
+2. **Steady lag**: a continuous stream while the demo workload writes ``--steady-rate`` changes/s
+   for ``--steady-seconds``; lag per micro-batch = batch end - newest event time. Goal: p99 at most
+   trigger interval + 5 s.
+
+Prints one JSON line; writes an HTML page with the figures and the lag over time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from binlake.config import PipelineConfig
+from binlake.offsets import BinlogOffset
+from binlake.spark.session import spark_session
+from binlake.spark.stream_job import run_stream
+from binlake.state.store import StateStore
+from binlake.testing import demo
+from binlake.testing.private_server import PrivateMariaDB, private_mariadb
+from binlake.testing.workload import Workload
+
+TABLE = """CREATE TABLE bench.events (
+  id BIGINT PRIMARY KEY, customer_id INT NOT NULL, amount DECIMAL(12,2) NOT NULL,
+  status VARCHAR(16) NOT NULL, note VARCHAR(200), created_at DATETIME(6) NOT NULL)"""
+
+
+def _config(
+    server: PrivateMariaDB, work: str, name: str, tables: list[str], interval: float
+) -> PipelineConfig:
+    return PipelineConfig.model_validate(
+        {
+            "pipeline": {
+                "name": name,
+                "work_dir": f"{work}/{name}",
+                "parallelism": 2,
+                "spark": {"master": "local[2]"},
+            },
+            "source": {
+                "hostname": "127.0.0.1",
+                "port": server.port,
+                "username": server.user,
+                "password": server.password,
+                "tables": tables,
+                "chunk_key_columns": {"shop.page_views": "customer_id"},
+                "startup_mode": "latest-offset",
+            },
+            "stream": {"trigger_interval_s": interval},
+        }
+    )
+
+
+def _head(server: PrivateMariaDB) -> BinlogOffset:
+    with server.admin_connection() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        row = cur.fetchone()
+    return BinlogOffset(str(row[0]), int(row[1]))
+
+
+def _write_changes(server: PrivateMariaDB, changes: int, txn_rows: int) -> dict[str, int]:
+    """About ``changes`` row changes: 50 % inserts, 35 % updates, 15 % deletes."""
+    inserts, updates = changes * 50 // 100, changes * 35 // 100
+    deletes = changes - inserts - updates
+    statements = []
+    for low in range(1, inserts + 1, txn_rows):
+        high = min(inserts, low + txn_rows - 1)
+        statements.append(
+            "INSERT INTO bench.events SELECT seq, seq % 5000, seq / 100, 'new', REPEAT('n', 150), "
+            f"'2026-01-01' + INTERVAL seq SECOND FROM seq_{low}_to_{high}"
+        )
+    for low in range(1, updates + 1, txn_rows):
+        high = min(updates, low + txn_rows - 1)
+        statements.append(
+            f"UPDATE bench.events SET status = 'paid', amount = amount + 1 WHERE id BETWEEN {low} AND {high}"
+        )
+    for low in range(inserts - deletes + 1, inserts + 1, txn_rows):
+        high = min(inserts, low + txn_rows - 1)
+        statements.append(f"DELETE FROM bench.events WHERE id BETWEEN {low} AND {high}")
+    server.execute(*statements, database="bench")
+    return {"inserts": inserts, "updates": updates, "deletes": deletes}
+
+
+def _single_reader(server: PrivateMariaDB, start: BinlogOffset, end: BinlogOffset) -> tuple[int, float]:
+    """python-mysql-replication alone, one process: decode every row of the range."""
+    stream = BinLogStreamReader(
+        connection_settings={
+            "host": "127.0.0.1",
+            "port": server.port,
+            "user": server.user,
+            "password": server.password,
+        },
+        server_id=7001,
+        log_file=start.file,
+        log_pos=start.pos,
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        enable_logging=False,
+    )
+    rows, started = 0, time.monotonic()
+    for event in stream:
+        if BinlogOffset(stream.log_file, stream.log_pos) > end:
+            break
+        rows += len(event.rows)
+    stream.close()
+    return rows, time.monotonic() - started
+
+
+def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_rows: int) -> dict[str, Any]:
+    server.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
+    config = _config(server, work, "catchup", [r"bench\.events"], 10)
+    run_stream(config, spark, until_caught_up=True)  # records the start; warms Spark's workers
+    start = _head(server)
+    written = _write_changes(server, changes, txn_rows)
+    end = _head(server)
+    started = time.monotonic()
+    report = run_stream(config, spark, until_caught_up=True)
+    seconds = time.monotonic() - started
+    decoded, reader_seconds = _single_reader(server, start, end)
+    rate, reader_rate = report.rows / seconds, decoded / reader_seconds
+    return {
+        "changes_written": written,
+        "row_changes_read": report.rows,
+        "batches": report.batches,
+        "seconds": round(seconds, 2),
+        "rows_per_s": round(rate),
+        "single_reader_rows": decoded,
+        "single_reader_seconds": round(reader_seconds, 2),
+        "single_reader_rows_per_s": round(reader_rate),
+        "ratio": round(rate / reader_rate, 2),
+        "goal_ratio": 4.0,
+    }
+
+
+def _steady(
+    server: PrivateMariaDB, work: str, spark: Any, rate: float, seconds: float, interval: float
+) -> dict[str, Any]:
+    demo.load(server.admin_connection, 50_000)
+    config = _config(server, work, "steady", [r"shop\..*"], interval)
+    stop = threading.Event()
+    stream = threading.Thread(target=lambda: run_stream(config, spark, stop=stop), daemon=True)
+    stream.start()
+    store = StateStore(config.pipeline.resolved_state_uri)
+    while store.load_offset("steady", "stream") is None:
+        time.sleep(0.5)
+    time.sleep(interval)  # the first trigger has run
+    workload = Workload(server.admin_connection, rate=rate, txn_size=10)
+    stats = workload.run(seconds)
+    time.sleep(2 * interval)
+    stop.set()
+    stream.join(120)
+    batches = [b for b in store.stream_batches("steady", limit=100_000) if b.lag_s is not None and b.rows]
+    batches.sort(key=lambda b: b.finished_at)
+    lags = [b.lag_s for b in batches if b.lag_s is not None]
+    cuts = statistics.quantiles(lags, n=100, method="inclusive") if len(lags) >= 2 else lags * 99
+    return {
+        "workload_changes_per_s": round(stats.total / stats.seconds),
+        "seconds": seconds,
+        "trigger_interval_s": interval,
+        "batches": len(batches),
+        "lag_p50_s": round(statistics.median(lags), 2) if lags else None,
+        "lag_p99_s": round(cuts[98], 2) if lags else None,
+        "lag_max_s": round(max(lags), 2) if lags else None,
+        "goal_p99_s": interval + 5,
+        "lag_series": [
+            (round((b.finished_at - batches[0].finished_at).total_seconds(), 1), round(b.lag_s or 0, 2))
+            for b in batches
+        ],
+    }
+
+
+def _svg(points: list[tuple[float, float]], goal: float) -> str:
+    if not points:
+        return "<p>no batches</p>"
+    width, height = 720, 240
+    max_x = max(x for x, _ in points) or 1
+    max_y = max(max(y for _, y in points), goal) * 1.1
+    scaled = " ".join(
+        f"{40 + x / max_x * (width - 60):.1f},{height - 20 - y / max_y * (height - 40):.1f}"
+        for x, y in points
+    )
+    goal_y = height - 20 - goal / max_y * (height - 40)
+    return (
+        f'<svg width="{width}" height="{height}" style="border:1px solid #ccc">'
+        f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{scaled}"/>'
+        f'<line x1="40" x2="{width - 20}" y1="{goal_y:.1f}" y2="{goal_y:.1f}" '
+        'stroke="#d62728" stroke-dasharray="6,4"/>'
+        f'<text x="44" y="{goal_y - 4:.1f}" fill="#d62728" font-size="12">goal p99 {goal:g} s</text>'
+        f'<text x="44" y="14" font-size="12">lag (s) per micro-batch over {max_x:.0f} s</text></svg>'
+    )
+
+
+def _html(result: dict[str, Any]) -> str:
+    catch, steady = result["catch_up"], result["steady"]
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
+        for section in (catch, {k: v for k, v in steady.items() if k != "lag_series"})
+        for k, v in section.items()
+    )
+    return (
+        "<!doctype html><meta charset='utf-8'><title>binlake stream benchmark</title>"
+        "<style>body{font-family:sans-serif;margin:2em}"
+        "td{padding:2px 12px;border-bottom:1px solid #eee}</style>"
+        f"<h1>binlake stream benchmark</h1>"
+        f"<p>{html.escape(result['master'])}, {time.strftime('%Y-%m-%d %H:%M')}</p>"
+        f"<h2>Catch-up: {catch['rows_per_s']:,} rows/s, {catch['ratio']}x the single reader "
+        f"(goal {catch['goal_ratio']}x)</h2>"
+        f"<h2>Steady {steady['workload_changes_per_s']:,} changes/s: lag p50 {steady['lag_p50_s']} s, "
+        f"p99 {steady['lag_p99_s']} s (goal {steady['goal_p99_s']} s)</h2>"
+        f"{_svg(steady['lag_series'], steady['goal_p99_s'])}<table>{rows}</table>"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--txn-rows", type=int, default=1000)
+    parser.add_argument("--steady-rate", type=float, default=2000)
+    parser.add_argument("--steady-seconds", type=float, default=300)
+    parser.add_argument("--trigger-interval", type=float, default=5)
+    parser.add_argument("--report", type=Path, default=Path("bench/stream.html"))
+    args = parser.parse_args()
+    with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
+        spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "bench")
+        try:
+            catch_up = _catch_up(server, work, spark, args.changes, args.txn_rows)
+            steady = _steady(
+                server, work, spark, args.steady_rate, args.steady_seconds, args.trigger_interval
+            )
+        finally:
+            spark.stop()
+    result = {"benchmark": "stream", "master": "local[2]", "catch_up": catch_up, "steady": steady}
+    args.report.write_text(_html(result), encoding="utf-8")
+    print(json.dumps({**result, "steady": {k: v for k, v in steady.items() if k != "lag_series"},
+                      "report": str(args.report)}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
