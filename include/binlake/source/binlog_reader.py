@@ -52,6 +52,10 @@ class BinlogReadError(BinlakeError):
     """Reading the binlog failed for another reason."""
 
 
+class SchemaChangedError(BinlakeError):
+    """Rows in the binlog were written with other columns than the schema binlake holds."""
+
+
 #: MariaDB GTID event flag: the transaction is a single statement (DDL) without BEGIN/COMMIT.
 _FL_STANDALONE = 1
 
@@ -234,6 +238,7 @@ class BinlogReader:
 
     def _images(self, event: Any, table: TableId, offset: BinlogOffset) -> Iterator[RowImage]:
         convert = self.converters(table)
+        self._check_columns(event, table, offset, convert.table.column_names)
         image = convert.binlog_row
         ts = int(event.timestamp)
         if isinstance(event, WriteRowsEvent):
@@ -251,6 +256,22 @@ class BinlogReader:
                 yield RowImage(
                     table, "delete", image(row["values"], row["none_sources"]), None, offset, ts, i
                 )
+
+    def _check_columns(
+        self, event: Any, table: TableId, offset: BinlogOffset, expected: tuple[str, ...]
+    ) -> None:
+        """Refuse rows whose columns differ from the schema in hand: decoding them by name would
+        silently drop a new column or null a dropped one."""
+        names = tuple(c.name for c in event.columns)
+        unnamed = any(n is None or str(n).startswith("UNKNOWN_COL") for n in names)
+        if (len(names) == len(expected)) if unnamed else (names == expected):
+            return
+        raise SchemaChangedError(
+            f"The binlog at {offset} holds rows of {table} with columns ({', '.join(map(str, names))}), "
+            f"but the schema in hand has ({', '.join(expected)}): the table changed (DDL) after it was "
+            "read. Applying schema changes from the binlog comes with schema evolution; until then, "
+            "re-snapshot the table (`binlake plan --replan`, `binlake snapshot`) after a DDL."
+        )
 
 
 def _read_error(

@@ -227,14 +227,22 @@ def _run_query(
 
 
 def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
+    """binlake's own error behind a failed query: the batch function's, or a task's."""
     if isinstance(applier.error, BinlakeError):
         return applier.error
-    if applier.error is not None:
-        return StreamError(f"Applying a micro-batch failed: {applier.error!r}. A rerun applies it again.")
-    message = task_error(error)
+    # A task's error reaches the batch function when it collects the batch's rows.
+    message = task_error(applier.error) if applier.error is not None else None
+    message = message or task_error(error)
     if message is not None:
-        return StreamError(f"A stream task failed: {message}")
-    return StreamError(f"The streaming query failed: {str(error).splitlines()[0][:500]}")
+        return StreamError(
+            f"A stream task failed; nothing of its batch was applied. The task said: {message}"
+        )
+    cause = applier.error if applier.error is not None else error
+    text = str(cause).strip()
+    return StreamError(
+        f"The stream failed: {text.splitlines()[0][:500] if text else repr(cause)}. "
+        "Nothing of the failed batch was recorded; a rerun applies it again."
+    )
 
 
 def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
