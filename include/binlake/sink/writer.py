@@ -227,6 +227,7 @@ class IcebergWriter:
         removes: pa.Table,
         offset: BinlogOffset,
         prune_column: str | None = None,
+        complete: bool = True,
     ) -> CommitResult:
         """Whole-row changes of a table without a primary key: add ``inserts``, and for each row
         of ``removes`` remove exactly one stored row equal to it (duplicates stay exact).
@@ -237,6 +238,9 @@ class IcebergWriter:
         Args:
             prune_column: a column whose file bounds narrow the files that can hold ``removes``
                 (the chunk key); None reads every file.
+            complete: whether the table holds every row of the source (after a snapshot): then a
+                row to remove that is not there is worth a warning; a stream that started later
+                (``latest-offset``) meets such rows as a matter of course.
         """
         started = time.monotonic()
         properties = _batch_properties(batch_id, offset)
@@ -245,7 +249,7 @@ class IcebergWriter:
             if self._applied(batch_id, offset):
                 return CommitResult("skipped", None, time.monotonic() - started, attempt)
             try:
-                self._rewrite_rows(properties, inserts, removes, prune_column)
+                self._rewrite_rows(properties, inserts, removes, prune_column, complete)
             except CommitFailedException as e:
                 log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
                 continue
@@ -270,7 +274,12 @@ class IcebergWriter:
         return False
 
     def _rewrite_rows(
-        self, properties: dict[str, str], inserts: pa.Table, removes: pa.Table, prune_column: str | None
+        self,
+        properties: dict[str, str],
+        inserts: pa.Table,
+        removes: pa.Table,
+        prune_column: str | None,
+        complete: bool,
     ) -> None:
         table = self.table
         with table.transaction() as tx:
@@ -294,8 +303,8 @@ class IcebergWriter:
                     rewrites.append((task, data.filter(pa.array(keep, pa.bool_()))))
             missing = sum(n for n in wanted.values() if n > 0)
             if missing:
-                log.warning("%d removed rows of %s were not found in the table (already gone?)",
-                            missing, self.identifier)  # fmt: skip
+                level = logging.WARNING if complete else logging.DEBUG
+                log.log(level, "%d removed rows of %s were not found in the table", missing, self.identifier)
             if rewrites or inserts.num_rows:
                 write_uuid, counter = uuid.uuid4(), itertools.count(0)
                 with tx.update_snapshot(snapshot_properties=properties).overwrite(

@@ -167,6 +167,7 @@ def run_stream(
             snapshot_filter,
             on_batch=on_batch,
             before_batch=lambda: _hold(store, name, held),
+            complete=config.source.startup_mode == "initial",
         )
         _hold(store, name, held)
         _run_query(config, spark, applier, start.offset, origin, schemas, until_caught_up, stop)

@@ -63,6 +63,7 @@ class BatchApplier:
         snapshot_filter: SnapshotFilter | None,
         on_batch: BatchCallback | None = None,
         before_batch: Callable[[], None] | None = None,
+        complete: bool = True,
     ) -> None:
         self.pipeline = pipeline
         self.run_id = run_id
@@ -71,6 +72,8 @@ class BatchApplier:
         self.snapshot_filter = snapshot_filter
         self.on_batch = on_batch
         self.before_batch = before_batch
+        self.complete = complete
+        """Whether the sink tables held every source row when the stream began (after a snapshot)."""
         self.error: BaseException | None = None
 
     def __call__(self, frame: Any, batch_id: int) -> None:
@@ -140,5 +143,5 @@ class BatchApplier:
         inserts = images_to_arrow(whole.insert_images, sink.arrow)
         removes = images_to_arrow(whole.remove_images, sink.arrow)
         prune = sink.keys[0] if sink.keys else None
-        sink.writer.apply_rows(batch_id, inserts, removes, end, prune)
+        sink.writer.apply_rows(batch_id, inserts, removes, end, prune, self.complete)
         return {"inserts": inserts.num_rows, "deletes": removes.num_rows}
