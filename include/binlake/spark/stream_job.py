@@ -219,12 +219,25 @@ def _run_query(
     try:
         while query.isActive:
             if stop is not None and stop.is_set():
-                query.stop()
+                _stop_between_batches(query)
                 break
             query.awaitTermination(1)
         query.awaitTermination()
     except Exception as e:
+        if stop is not None and stop.is_set():
+            # Asked to stop and a batch was cut off anyway: nothing of it was recorded, and the
+            # next run applies it (exactly once), so this is a clean stop.
+            log.info("stream stopped during a batch; the next run applies it again")
+            return
         raise _stream_error(applier, e) from None
+
+
+def _stop_between_batches(query: Any, wait_s: float = 600.0) -> None:
+    """Stop the query when no micro-batch runs (Spark's stop would cancel the one in flight)."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
 
 
 def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:

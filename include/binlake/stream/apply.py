@@ -100,11 +100,15 @@ class BatchApplier:
         changes = data.filter(pc.invert(is_segment)).sort_by([("at", "ascending"), ("idx", "ascending")])
         applied: dict[str, dict[str, int]] = {}
         for name in sorted(pc.unique(changes.column("table")).to_pylist()):
+            table_started = time.monotonic()
             counts = self._apply_table(
                 name, changes.filter(pc.equal(changes.column("table"), name)), batch_id, end
             )
             if counts:
                 applied[name] = counts
+                log.info(
+                    "batch %d: %s %s in %.2f s", batch_id, name, counts, time.monotonic() - table_started
+                )
         newest = pc.max(data.column("ts")).as_py() or 0
         finished = dt.datetime.now(dt.UTC)
         batch = StreamBatch(
