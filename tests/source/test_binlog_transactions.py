@@ -18,6 +18,8 @@ from tests.helpers import pipeline_dict, source_config
 
 def test_boundaries_are_the_positions_after_each_commit(mariadb: PrivateMariaDB, database: str) -> None:
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v TEXT)", database=database)
+    config = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], "."))
+    (schema,) = discover_tables(config)  # before the ALTER below: the rows read were written so
     statements = [
         "INSERT INTO t VALUES (1, 'a')",
         "INSERT INTO t SELECT seq, REPEAT('x', 500) FROM seq_2_to_3000",  # many row events
@@ -40,8 +42,6 @@ def test_boundaries_are_the_positions_after_each_commit(mariadb: PrivateMariaDB,
     assert all(b.gtid for b in found)  # MariaDB writes a GTID for every transaction
 
     # A reader started at a boundary sees exactly the rows after it, up to the next one.
-    config = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], "."))
-    (schema,) = discover_tables(config)
     converter = RowConverter(schema)
     table = TableId(database, "t")
     rows = list(
