@@ -249,7 +249,7 @@ class StreamConfig(_Model):
     max_bytes_per_batch: int = Field(default=64 * 1024 * 1024, ge=1024)
     """Binlog bytes one micro-batch reads at most (it always holds at least one transaction):
     bounds a catch-up batch's memory and time."""
-    segment_bytes: int = Field(default=1024 * 1024, ge=1024)
+    segment_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     """Binlog bytes per parallel segment: a batch is cut into about this size, at transaction
     boundaries, into at most 2 × ``pipeline.parallelism`` segments."""
     checkpoint_dir: Path | None = None

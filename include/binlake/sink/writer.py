@@ -39,8 +39,9 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.conversions import from_bytes
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
-from pyiceberg.table import FileScanTask
+from pyiceberg.table import FileScanTask, Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.types import DateType, IcebergType, PrimitiveType, TimestampType, TimestamptzType
 
@@ -305,23 +306,7 @@ class IcebergWriter:
             if missing:
                 level = logging.WARNING if complete else logging.DEBUG
                 log.log(level, "%d removed rows of %s were not found in the table", missing, self.identifier)
-            if rewrites or inserts.num_rows:
-                write_uuid, counter = uuid.uuid4(), itertools.count(0)
-                with tx.update_snapshot(snapshot_properties=properties).overwrite(
-                    commit_uuid=write_uuid
-                ) as snap:
-                    for task, kept in rewrites:
-                        snap.delete_data_file(task.file)
-                        if kept.num_rows:
-                            for data_file in _dataframe_to_data_files(
-                                metadata, kept, table.io, write_uuid, counter
-                            ):
-                                snap.append_data_file(data_file)
-                    if inserts.num_rows:
-                        for data_file in _dataframe_to_data_files(
-                            metadata, inserts.cast(schema), table.io, write_uuid, counter
-                        ):
-                            snap.append_data_file(data_file)
+            _overwrite(tx, table.io, properties, rewrites, inserts.cast(schema) if inserts.num_rows else None)
             tx.set_properties(properties)
 
     def _files_for_rows(self, rows: pa.Table, column: str | None) -> list[FileScanTask]:
@@ -339,7 +324,6 @@ class IcebergWriter:
         table = self.table
         with table.transaction() as tx:
             metadata = tx.table_metadata
-            write_uuid, counter = uuid.uuid4(), itertools.count(0)
             order = [(k, "ascending") for k in key_columns]
             rewrites: list[tuple[FileScanTask, pa.Table]] = []
             pending = upserts
@@ -355,22 +339,7 @@ class IcebergWriter:
                     pending = pending.filter(pc.invert(mine))
                     rewrites.append((task, merged.sort_by(order)))
             new_rows = pending.sort_by(order) if pending.num_rows else None
-            if rewrites or new_rows is not None:
-                with tx.update_snapshot(snapshot_properties=properties).overwrite(
-                    commit_uuid=write_uuid
-                ) as snap:
-                    for task, kept in rewrites:
-                        snap.delete_data_file(task.file)
-                        if kept.num_rows:
-                            for data_file in _dataframe_to_data_files(
-                                metadata, kept, table.io, write_uuid, counter
-                            ):
-                                snap.append_data_file(data_file)
-                    if new_rows is not None:
-                        for data_file in _dataframe_to_data_files(
-                            metadata, new_rows, table.io, write_uuid, counter
-                        ):
-                            snap.append_data_file(data_file)
+            _overwrite(tx, table.io, properties, rewrites, new_rows)
             tx.set_properties(properties)
 
     def _merge_on_read(
@@ -456,6 +425,29 @@ class IcebergWriter:
             bytes_added=number("added-files-size"),
             bytes_removed=number("removed-files-size"),
         )
+
+
+def _overwrite(
+    tx: Transaction,
+    io: FileIO,
+    properties: dict[str, str],
+    rewrites: list[tuple[FileScanTask, pa.Table]],
+    new_rows: pa.Table | None,
+) -> None:
+    """One copy-on-write commit: each rewritten file replaced by its kept rows, plus new rows."""
+    if not rewrites and new_rows is None:
+        return
+    metadata = tx.table_metadata
+    write_uuid, counter = uuid.uuid4(), itertools.count(0)
+    with tx.update_snapshot(snapshot_properties=properties).overwrite(commit_uuid=write_uuid) as snap:
+        for task, kept in rewrites:
+            snap.delete_data_file(task.file)
+            if kept.num_rows:
+                for data_file in _dataframe_to_data_files(metadata, kept, io, write_uuid, counter):
+                    snap.append_data_file(data_file)
+        if new_rows is not None:
+            for data_file in _dataframe_to_data_files(metadata, new_rows, io, write_uuid, counter):
+                snap.append_data_file(data_file)
 
 
 def _batch_properties(batch_id: int, offset: BinlogOffset | None) -> dict[str, str]:
