@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -44,10 +45,11 @@ def cluster(tmp_path: Path) -> Iterator[str]:
     env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOG_DIR": str(tmp_path / "logs"), "SPARK_WORKER_DIR": str(tmp_path / "work")}  # fmt: skip
     spark_class = str(SPARK_HOME / "bin" / "spark-class")
+    master_log = tmp_path / "master.log"
     master = subprocess.Popen(
         [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
          "--webui-port", str(ui)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=env, stdout=subprocess.DEVNULL, stderr=master_log.open("w"), start_new_session=True,
     )  # fmt: skip
     url = f"spark://127.0.0.1:{port}"
     worker = subprocess.Popen(
@@ -59,7 +61,12 @@ def cluster(tmp_path: Path) -> Iterator[str]:
         _wait_for(lambda: socket.create_connection(("127.0.0.1", port), 1).close() is None, "the master")
 
         def worker_alive() -> bool:
-            with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as page:
+            # The UI may not get the port asked for (another Spark UI took it meanwhile and Spark
+            # moved to the next one): ask the address the master's log says it started at.
+            started = re.search(r"MasterWebUI.* started at (http://\S+)", master_log.read_text())
+            if started is None:
+                return False
+            with urllib.request.urlopen(f"{started.group(1)}/json/", timeout=2) as page:
                 return bool(json.load(page).get("aliveworkers"))
 
         _wait_for(worker_alive, "the worker to register")
