@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -203,22 +203,10 @@ class IcebergWriter:
                 whether the batch is in already: batch ids restart with a new Spark checkpoint,
                 binlog offsets do not.
         """
-        started = time.monotonic()
         key_columns = self._key_columns()
         keys = _keys(upserts, deletes, key_columns)
-        properties = _batch_properties(batch_id, offset)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            self.table.refresh()
-            if self._applied(batch_id, offset):
-                return CommitResult("skipped", None, time.monotonic() - started, attempt)
-            try:
-                self._merge(properties, upserts, keys, key_columns)
-            except CommitFailedException as e:
-                log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
-                continue
-            return self._result("committed", started, attempt)
-        raise CommitConflictError(
-            f"Could not merge batch {batch_id} into {self.identifier}: {MAX_ATTEMPTS} conflicts"
+        return self._commit_batch(
+            batch_id, offset, lambda properties: self._merge(properties, upserts, keys, key_columns)
         )
 
     def apply_rows(
@@ -243,6 +231,17 @@ class IcebergWriter:
                 row to remove that is not there is worth a warning; a stream that started later
                 (``latest-offset``) meets such rows as a matter of course.
         """
+        return self._commit_batch(
+            batch_id,
+            offset,
+            lambda properties: self._rewrite_rows(properties, inserts, removes, prune_column, complete),
+        )
+
+    def _commit_batch(
+        self, batch_id: int, offset: BinlogOffset | None, commit: Callable[[dict[str, str]], None]
+    ) -> CommitResult:
+        """Run ``commit`` (one Iceberg commit that stores the batch's properties) unless the batch
+        is in already; on a conflict refresh, check again, and retry."""
         started = time.monotonic()
         properties = _batch_properties(batch_id, offset)
         for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -250,7 +249,7 @@ class IcebergWriter:
             if self._applied(batch_id, offset):
                 return CommitResult("skipped", None, time.monotonic() - started, attempt)
             try:
-                self._rewrite_rows(properties, inserts, removes, prune_column, complete)
+                commit(properties)
             except CommitFailedException as e:
                 log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
                 continue

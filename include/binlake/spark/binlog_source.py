@@ -88,10 +88,6 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         admitted = positions.admit(begin, end, limit.max_bytes)
         return _offset_dict(admitted if admitted is not None and admitted < end else end)
 
-    @override
-    def reportLatestOffset(self) -> dict[str, Any] | None:
-        return None
-
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = _offset(start), _offset(end)
         if finish <= begin:
