@@ -246,9 +246,16 @@ def _bits_to_bytes(width: int) -> Converter:
 def _pad_binary(length: int) -> Converter:
     # The binlog drops BINARY(n)'s trailing zero bytes; SELECT returns all n bytes.
     def convert(value: Any) -> Any:
-        return None if value is None else bytes(value).ljust(length, b"\0")
+        return None if value is None else _binary(value).ljust(length, b"\0")
 
     return convert
+
+
+def _binary(value: Any) -> Any:
+    # python-mysql-replication "decodes" binary values in the charset `binary`, which Python does
+    # not know; the lookup fails and the bytes stay, except for an empty value: b"".decode() never
+    # looks the codec up and returns "" (a str).
+    return value.encode() if isinstance(value, str) else value
 
 
 def _utc(value: Any) -> Any:
@@ -304,6 +311,8 @@ def binlog_converter(column: Column) -> Converter | None:
         return _bits_to_bytes(column.precision or 1)
     if t == "binary" and column.length:
         return _pad_binary(column.length)
+    if t in _BINARY_TYPES:
+        return _binary
     if t == "timestamp":
         return _zero_timestamp
     if t == "year":

@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -32,6 +32,7 @@ from binlake.events import DataChange, TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.connection import connect
+from binlake.source.row_decoder import RowDecoder
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +63,11 @@ _FL_STANDALONE = 1
 RowOp = Literal["insert", "update", "delete"]
 
 
-@dataclass(frozen=True)
-class RowImage:
+class RowImage(NamedTuple):
     """One row change, lean: images are normalised tuples in the table's column order.
 
-    ``index`` orders the rows of one rows event (they share its offset).
+    ``idx`` orders the rows of one rows event (they share its offset). A named tuple: one is
+    made per row change, and a frozen dataclass costs several times more to create.
     """
 
     table: TableId
@@ -75,7 +76,7 @@ class RowImage:
     after: tuple[Any, ...] | None
     offset: BinlogOffset
     timestamp: int
-    index: int
+    idx: int
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,8 @@ class BinlogReader:
         end: last offset to include; None reads to the current end of the binlog.
         tables: only changes of these tables are returned.
         converters: normalises row images per table (see ``schema.type_mapping``).
+        lean: decode only the key of before images and deletes of tables with a primary key (the
+            stream's mode: nothing else of them is used); other columns of those images are None.
     """
 
     def __init__(
@@ -181,8 +184,11 @@ class BinlogReader:
         end: BinlogOffset | None,
         tables: set[TableId],
         converters: Callable[[TableId], RowConverter],
+        lean: bool = False,
     ) -> None:
         self.source = source
+        self.lean = lean
+        self._decoders: dict[TableId, RowDecoder] = {}
         self.server_id = server_id
         self.start = start
         self.end = end
@@ -239,8 +245,21 @@ class BinlogReader:
     def _images(self, event: Any, table: TableId, offset: BinlogOffset) -> Iterator[RowImage]:
         convert = self.converters(table)
         self._check_columns(event, table, offset, convert.table.column_names)
-        image = convert.binlog_row
         ts = int(event.timestamp)
+        decoded = self._decode(event, table, convert)
+        if decoded is not None:
+            op: RowOp = "insert" if isinstance(event, WriteRowsEvent) else "delete"
+            if isinstance(event, UpdateRowsEvent):
+                for i in range(0, len(decoded), 2):
+                    yield RowImage(table, "update", decoded[i], decoded[i + 1], offset, ts, i // 2)
+            elif op == "insert":
+                for i, image in enumerate(decoded):
+                    yield RowImage(table, op, None, image, offset, ts, i)
+            else:
+                for i, image in enumerate(decoded):
+                    yield RowImage(table, op, image, None, offset, ts, i)
+            return
+        image = convert.binlog_row
         if isinstance(event, WriteRowsEvent):
             for i, row in enumerate(event.rows):
                 yield RowImage(
@@ -256,6 +275,25 @@ class BinlogReader:
                 yield RowImage(
                     table, "delete", image(row["values"], row["none_sources"]), None, offset, ts, i
                 )
+
+    def _decode(self, event: Any, table: TableId, convert: RowConverter) -> list[Any] | None:
+        """The event's row images by binlake's decoder, or None where the library must decode."""
+        decoder = self._decoders.get(table)
+        if decoder is None or decoder.wire is not event.columns or decoder.converter is not convert:
+            keys = convert.table.primary_key
+            key_at = [convert.table.column_names.index(k) for k in keys]
+            decoder = self._decoders[table] = RowDecoder(convert.table, event.columns, convert, key_at)
+        update = isinstance(event, UpdateRowsEvent)
+        bitmaps = (
+            (event.columns_present_bitmap, event.columns_present_bitmap2)
+            if update
+            else (event.columns_present_bitmap,)
+        )
+        if not decoder.supports(*bitmaps):
+            return None
+        data = event.packet.read(event.event_size - event.packet.read_bytes)
+        lean = self.lean and bool(convert.table.primary_key) and not isinstance(event, WriteRowsEvent)
+        return decoder.images(data, update, lean)
 
     def _check_columns(
         self, event: Any, table: TableId, offset: BinlogOffset, expected: tuple[str, ...]

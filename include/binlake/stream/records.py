@@ -76,43 +76,40 @@ class RecordBuilder:
                 bool(table.primary_key),
                 [names.index(k) for k in keys],
             )
-        self._columns: dict[str, list[Any]] = {f.name: [] for f in ARROW_SCHEMA}
+        self._lists: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
         self._last: tuple[BinlogOffset, int] | None = None
         self.rows = 0
 
     def __len__(self) -> int:
-        return len(self._columns["op"])
+        return len(self._lists[1])
 
     def add(self, row: RowImage) -> None:
-        name, keyed, key_at = self._specs[row.table]
-        if self._last is None or self._last[0] is not row.offset:
-            self._last = (row.offset, position(row.offset))
+        table, _, before, after, offset, ts, index = row
+        name, keyed, key_at = self._specs[table]
+        if self._last is None or self._last[0] is not offset:
+            self._last = (offset, position(offset))
         at = self._last[1]
         self.rows += 1
-        dumps = pickle.dumps
+        dumps, append = pickle.dumps, self._append
         if keyed:
-            if row.after is not None:
-                after_key = tuple(row.after[i] for i in key_at)
-                if row.before is not None:
-                    before_key = tuple(row.before[i] for i in key_at)
+            if after is not None:
+                after_key = tuple([after[i] for i in key_at])
+                if before is not None:
+                    before_key = tuple([before[i] for i in key_at])
                     if before_key != after_key:  # the key itself changed: delete the old one
-                        self._append(
-                            name, "delete", dumps(before_key), None, at, 2 * row.index, row.timestamp
-                        )
-                self._append(name, "upsert", dumps(after_key), dumps(row.after), at, 2 * row.index + 1,
-                             row.timestamp)  # fmt: skip
-            else:
-                assert row.before is not None
-                key = dumps(tuple(row.before[i] for i in key_at))
-                self._append(name, "delete", key, None, at, 2 * row.index, row.timestamp)
+                        append(name, "delete", dumps(before_key), None, at, 2 * index, ts)
+                append(name, "upsert", dumps(after_key), dumps(after), at, 2 * index + 1, ts)
+            elif before is not None:
+                key = dumps(tuple([before[i] for i in key_at]))
+                append(name, "delete", key, None, at, 2 * index, ts)
             return
         # Without a key a row is its own identity: an update removes its before image, adds its after.
-        if row.before is not None:
-            key = dumps(tuple(row.before[i] for i in key_at))
-            self._append(name, "delete", key, dumps(row.before), at, 2 * row.index, row.timestamp)
-        if row.after is not None:
-            key = dumps(tuple(row.after[i] for i in key_at))
-            self._append(name, "insert", key, dumps(row.after), at, 2 * row.index + 1, row.timestamp)
+        if before is not None:
+            key = dumps(tuple([before[i] for i in key_at]))
+            append(name, "delete", key, dumps(before), at, 2 * index, ts)
+        if after is not None:
+            key = dumps(tuple([after[i] for i in key_at]))
+            append(name, "insert", key, dumps(after), at, 2 * index + 1, ts)
 
     def segment(self, end: BinlogOffset, timestamp: int) -> None:
         """The segment's closing row: its end offset and the time of its newest event."""
@@ -120,8 +117,9 @@ class RecordBuilder:
 
     def batch(self) -> pa.RecordBatch:
         """The rows added since the last call."""
-        batch = pa.RecordBatch.from_pydict(self._columns, schema=ARROW_SCHEMA)
-        self._columns = {f.name: [] for f in ARROW_SCHEMA}
+        arrays = [pa.array(values, type=f.type) for values, f in zip(self._lists, ARROW_SCHEMA, strict=True)]
+        self._lists = [[] for _ in ARROW_SCHEMA]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
         return batch
 
     def _append(
@@ -135,15 +133,15 @@ class RecordBuilder:
         ts: int,
         file: str | None = None,
     ) -> None:
-        columns = self._columns
-        columns["table"].append(table)
-        columns["op"].append(op)
-        columns["key"].append(key)
-        columns["image"].append(image)
-        columns["at"].append(at)
-        columns["idx"].append(idx)
-        columns["ts"].append(ts)
-        columns["file"].append(file)
+        t, o, k, i, a, x, s, f = self._lists
+        t.append(table)
+        o.append(op)
+        k.append(key)
+        i.append(image)
+        a.append(at)
+        x.append(idx)
+        s.append(ts)
+        f.append(file)
 
 
 def images_to_arrow(images: Sequence[bytes], schema: pa.Schema) -> pa.Table:
