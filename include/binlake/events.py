@@ -91,6 +91,8 @@ class CreateTable:
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...] = ()
     comment: str | None = None
+    collation: str | None = None
+    """The table's default collation (what a new text column gets when its DDL names none)."""
 
     def column(self, name: str) -> Column:
         for column in self.columns:
@@ -202,6 +204,7 @@ def table_to_dict(table: CreateTable) -> dict[str, Any]:
         "columns": [{**c.__dict__, "values": list(c.values)} for c in table.columns],
         "primary_key": list(table.primary_key),
         "comment": table.comment,
+        "collation": table.collation,
     }
 
 
@@ -211,4 +214,71 @@ def table_from_dict(data: dict[str, Any]) -> CreateTable:
         tuple(Column(**{**c, "values": tuple(c["values"])}) for c in data["columns"]),
         tuple(data["primary_key"]),
         data.get("comment"),
+        data.get("collation"),
     )
+
+
+_CHANGE_KINDS: dict[str, type] = {
+    "create_table": CreateTable,
+    "add_column": AddColumn,
+    "drop_column": DropColumn,
+    "rename_column": RenameColumn,
+    "alter_column_type": AlterColumnType,
+    "truncate_table": TruncateTable,
+    "drop_table": DropTable,
+    "rename_table": RenameTable,
+}
+
+
+def change_to_dict(change: SchemaChange) -> dict[str, Any]:
+    """A schema change as plain JSON-able data (for the state store and Airflow's XCom)."""
+    kind = next(k for k, cls in _CHANGE_KINDS.items() if isinstance(change, cls))
+    if isinstance(change, CreateTable):
+        return {"kind": kind, **table_to_dict(change)}
+    data: dict[str, Any] = {"kind": kind}
+    for name, value in change.__dict__.items():
+        if isinstance(value, TableId):
+            data[name] = {"database": value.database, "table": value.table}
+        elif isinstance(value, Column):
+            data[name] = {**value.__dict__, "values": list(value.values)}
+        else:
+            data[name] = value
+    return data
+
+
+def change_from_dict(data: dict[str, Any]) -> SchemaChange:
+    kind = _CHANGE_KINDS[data["kind"]]
+    if kind is CreateTable:
+        return table_from_dict(data)
+    args: dict[str, Any] = {}
+    for name, value in data.items():
+        if name == "kind":
+            continue
+        if name in ("table", "new_table"):
+            args[name] = TableId(**value)
+        elif name == "column":
+            args[name] = Column(**{**value, "values": tuple(value["values"])})
+        else:
+            args[name] = value
+    change: SchemaChange = kind(**args)
+    return change
+
+
+def describe_change(change: SchemaChange) -> str:
+    """One line for logs, status and the Airflow UI."""
+    if isinstance(change, CreateTable):
+        return f"create table {change.table} ({', '.join(change.column_names)})"
+    if isinstance(change, AddColumn):
+        where = {"first": " first", "after": f" after `{change.after}`"}.get(change.position, "")
+        return f"add column `{change.column.name}` {change.column.column_type} to {change.table}{where}"
+    if isinstance(change, DropColumn):
+        return f"drop column `{change.name}` of {change.table}"
+    if isinstance(change, RenameColumn):
+        return f"rename column `{change.old_name}` of {change.table} to `{change.new_name}`"
+    if isinstance(change, AlterColumnType):
+        return f"change column `{change.column.name}` of {change.table} to {change.column.column_type}"
+    if isinstance(change, TruncateTable):
+        return f"truncate {change.table}"
+    if isinstance(change, DropTable):
+        return f"drop table {change.table}"
+    return f"rename table {change.table} to {change.new_table}"

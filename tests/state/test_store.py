@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from binlake.events import TableId
+from binlake.events import AddColumn, Column, CreateTable, RenameTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.chunk_splitter import Chunk, ChunkRange, SplitPlan
 from binlake.state.codec import decode_key, encode_key
@@ -118,3 +118,46 @@ def test_finishing_an_unknown_chunk_is_an_error(store: StateStore) -> None:
             BinlogOffset("b.1", 4),
             0,
         )
+
+
+# -- schema history and schema change requests -----------------------------------------------------
+
+
+def test_schema_history_answers_by_position(store: StateStore) -> None:
+    t = TableId("db", "t")
+    v1 = CreateTable(t, (Column("id", "int", "int(11)"),), ("id",), collation="utf8mb4_general_ci")
+    v2 = CreateTable(t, (*v1.columns, Column("v", "varchar", "varchar(5)", length=5)), ("id",))
+    at1, at2 = BinlogOffset("binlog.000002", 4000), BinlogOffset("binlog.000010", 12)
+    store.record_schema("p", t, at1, v1, "snapshot")
+    store.record_schema("p", t, at2, v2, "add column")
+    store.record_schema("p", t, at2, v2, "add column")  # a replay records it once
+    store.record_schema("p", t, BinlogOffset("binlog.000011", 4), None, "drop table")
+    assert store.schema_at("p", t, BinlogOffset("binlog.000002", 3999)) is None
+    assert store.schema_at("p", t, at1).schema == v1  # type: ignore[union-attr]
+    # file number before position: binlog.000009:999999 is before binlog.000010:12
+    assert store.schema_at("p", t, BinlogOffset("binlog.000009", 999999)).schema == v1  # type: ignore[union-attr]
+    assert store.schema_at("p", t, at2).schema == v2  # type: ignore[union-attr]
+    assert store.schema_at("p", t, BinlogOffset("binlog.000012", 4)).schema is None  # type: ignore[union-attr]
+    assert [v.cause for v in store.schema_versions("p", t)] == ["snapshot", "add column", "drop table"]
+    assert store.schema_at("other", t, at2) is None
+    store.delete_schema_history("p")
+    assert store.schema_versions("p") == []
+
+
+def test_schema_change_requests(store: StateStore) -> None:
+    t = TableId("db", "t")
+    add = AddColumn(t, Column("v", "enum", "enum('a')", values=("a",)), "after", "id")
+    at = BinlogOffset("binlog.000003", 777)
+    first = store.request_schema_change("p", at, 0, add, "lenient")
+    again = store.request_schema_change("p", at, 0, add, "lenient")  # a replay finds the same record
+    assert first == again
+    assert (first.change, first.status, first.table) == (add, "pending", t)
+    rename = RenameTable(t, TableId("db", "u"))
+    store.request_schema_change("p", at, 1, rename, "lenient")
+    assert [r.change for r in store.schema_changes("p", "pending")] == [add, rename]
+    store.finish_schema_change("p", at, 0, "applied", None)
+    store.finish_schema_change("p", at, 1, "failed", "the sink refused it")
+    assert store.schema_changes("p", "pending") == []
+    done = store.schema_changes("p")
+    assert [(r.status, r.message) for r in done] == [("applied", None), ("failed", "the sink refused it")]
+    assert done[0].finished_at is not None

@@ -115,9 +115,22 @@ def discover(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> list[C
             if table in wanted:
                 columns.setdefault(table, []).append(_column(row, (table, str(row[2])) in json_columns))
     keys = primary_keys(conn, tables)
+    collations = _table_collations(conn, tables)
     return [
-        CreateTable(table, tuple(columns[table]), tuple(keys[table])) for table in tables if table in columns
+        CreateTable(table, tuple(columns[table]), tuple(keys[table]), collation=collations.get(table))
+        for table in tables
+        if table in columns
     ]
+
+
+def _table_collations(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> dict[TableId, str]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA IN %s",
+            (tuple({t.database for t in tables}),),
+        )
+        return {TableId(str(r[0]), str(r[1])): str(r[2]) for r in cur.fetchall() if r[2] is not None}
 
 
 def _column(row: tuple[Any, ...], is_json: bool) -> Column:

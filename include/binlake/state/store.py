@@ -36,7 +36,15 @@ from sqlalchemy.engine.url import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from binlake.errors import BinlakeError
-from binlake.events import TableId
+from binlake.events import (
+    CreateTable,
+    SchemaChange,
+    TableId,
+    change_from_dict,
+    change_to_dict,
+    table_from_dict,
+    table_to_dict,
+)
 from binlake.offsets import BinlogOffset
 from binlake.source.chunk_splitter import Chunk, ChunkRange, SplitPlan, Strategy
 from binlake.state.codec import decode_key, encode_key
@@ -111,8 +119,64 @@ stream_batches_table = Table(
     Column("finished_at", DateTime(timezone=True), nullable=False),
 )
 
+schema_history_table = Table(
+    "binlake_schema_history",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("at", BigInteger, primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("schema", Text),  # null: the table does not exist (dropped, renamed away) from here on
+    Column("cause", Text, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+)
+
+schema_changes_table = Table(
+    "binlake_schema_changes",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("at", BigInteger, primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("table_name", String(400), nullable=False),
+    Column("change", Text, nullable=False),
+    Column("behavior", String(20), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("message", Text),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+)
+
+SchemaChangeStatus = Literal["pending", "applied", "ignored", "failed"]
+
 #: Batches kept per pipeline in ``binlake_stream_batches`` (older ones are pruned).
 STREAM_HISTORY = 10_000
+
+
+@dataclass(frozen=True)
+class SchemaVersion:
+    """A table's schema from ``offset`` on (None: the table does not exist there)."""
+
+    table: TableId
+    offset: BinlogOffset
+    schema: CreateTable | None
+    cause: str
+
+
+@dataclass(frozen=True)
+class SchemaChangeRequest:
+    """A schema change the stream met, and what became of it (the DDL-apply protocol's record)."""
+
+    offset: BinlogOffset
+    seq: int
+    """Order among the changes of one statement (``RENAME TABLE a TO b, c TO d``)."""
+    table: TableId
+    change: SchemaChange
+    behavior: str
+    status: SchemaChangeStatus
+    message: str | None
+    requested_at: dt.datetime
+    finished_at: dt.datetime | None
 
 
 class TableBusyError(BinlakeError):
@@ -458,6 +522,122 @@ class StateStore:
             )
         return batches
 
+    # -- schema history --------------------------------------------------------------------------
+
+    def record_schema(
+        self, pipeline: str, table: TableId, offset: BinlogOffset, schema: CreateTable | None, cause: str
+    ) -> None:
+        """Store ``table``'s schema from ``offset`` on (idempotent: a replay records it once)."""
+        values = {
+            "pipeline": pipeline,
+            "table_name": table.name,
+            "at": _sortable(offset),
+            "offset": _offset_text(offset),
+            "schema": None if schema is None else json.dumps(table_to_dict(schema)),
+            "cause": cause,
+            "recorded_at": _now(),
+        }
+        with self.engine.begin() as conn:
+            key = and_(
+                schema_history_table.c.pipeline == pipeline,
+                schema_history_table.c.table_name == table.name,
+                schema_history_table.c.at == values["at"],
+            )
+            conn.execute(delete(schema_history_table).where(key))
+            conn.execute(insert(schema_history_table).values(**values))
+
+    def schema_at(self, pipeline: str, table: TableId, offset: BinlogOffset) -> SchemaVersion | None:
+        """The version of ``table`` in force at ``offset`` (None: no version recorded up to there)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(schema_history_table)
+                .where(
+                    schema_history_table.c.pipeline == pipeline,
+                    schema_history_table.c.table_name == table.name,
+                    schema_history_table.c.at <= _sortable(offset),
+                )
+                .order_by(schema_history_table.c.at.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else _version(table, row)
+
+    def schema_versions(self, pipeline: str, table: TableId | None = None) -> list[SchemaVersion]:
+        """Every recorded version (of one table, or of all), oldest first."""
+        query = select(schema_history_table).where(schema_history_table.c.pipeline == pipeline)
+        if table is not None:
+            query = query.where(schema_history_table.c.table_name == table.name)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(schema_history_table.c.at)).all()
+        return [_version(TableId.parse(r.table_name), r) for r in rows]
+
+    def delete_schema_history(self, pipeline: str) -> None:
+        """Forget every version (a new snapshot starts a new history)."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(schema_history_table).where(schema_history_table.c.pipeline == pipeline))
+
+    # -- schema change requests --------------------------------------------------------------------
+
+    def request_schema_change(
+        self, pipeline: str, offset: BinlogOffset, seq: int, change: SchemaChange, behavior: str
+    ) -> SchemaChangeRequest:
+        """Record a schema change as pending, or return the record already there (a replay)."""
+        existing = self._schema_change(pipeline, offset, seq)
+        if existing is not None:
+            return existing
+        with self.engine.begin() as conn:
+            conn.execute(
+                insert(schema_changes_table).values(
+                    pipeline=pipeline,
+                    at=_sortable(offset),
+                    seq=seq,
+                    offset=_offset_text(offset),
+                    table_name=change.table.name,
+                    change=json.dumps(change_to_dict(change)),
+                    behavior=behavior,
+                    status="pending",
+                    requested_at=_now(),
+                )
+            )
+        found = self._schema_change(pipeline, offset, seq)
+        assert found is not None
+        return found
+
+    def finish_schema_change(
+        self, pipeline: str, offset: BinlogOffset, seq: int, status: SchemaChangeStatus, message: str | None
+    ) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                update(schema_changes_table)
+                .where(
+                    schema_changes_table.c.pipeline == pipeline,
+                    schema_changes_table.c.at == _sortable(offset),
+                    schema_changes_table.c.seq == seq,
+                )
+                .values(status=status, message=message, finished_at=_now())
+            )
+
+    def schema_changes(
+        self, pipeline: str, status: SchemaChangeStatus | None = None
+    ) -> list[SchemaChangeRequest]:
+        """Schema change requests in binlog order (only those with ``status``, if given)."""
+        query = select(schema_changes_table).where(schema_changes_table.c.pipeline == pipeline)
+        if status is not None:
+            query = query.where(schema_changes_table.c.status == status)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query.order_by(schema_changes_table.c.at, schema_changes_table.c.seq)).all()
+        return [_request(r) for r in rows]
+
+    def _schema_change(self, pipeline: str, offset: BinlogOffset, seq: int) -> SchemaChangeRequest | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(schema_changes_table).where(
+                    schema_changes_table.c.pipeline == pipeline,
+                    schema_changes_table.c.at == _sortable(offset),
+                    schema_changes_table.c.seq == seq,
+                )
+            ).first()
+        return None if row is None else _request(row)
+
     # -- leases ------------------------------------------------------------------------------------
 
     def acquire_lease(self, pipeline: str, table: str, holder: str, ttl: dt.timedelta) -> Lease:
@@ -534,3 +714,31 @@ def _create_tables(engine: Engine, attempts: int = 5) -> None:
 def _aware(value: dt.datetime) -> dt.datetime:
     # SQLite hands back naive datetimes even for timezone-aware columns; they were stored in UTC.
     return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def _sortable(offset: BinlogOffset) -> int:
+    """The offset as one integer that sorts like offsets (file sequence number, then position)."""
+    return offset.sequence << 32 | offset.pos
+
+
+def _version(table: TableId, row: Any) -> SchemaVersion:
+    offset = _offset(row.offset)
+    assert offset is not None
+    schema = None if row.schema is None else table_from_dict(json.loads(row.schema))
+    return SchemaVersion(table, offset, schema, row.cause)
+
+
+def _request(row: Any) -> SchemaChangeRequest:
+    offset = _offset(row.offset)
+    assert offset is not None
+    return SchemaChangeRequest(
+        offset,
+        row.seq,
+        TableId.parse(row.table_name),
+        change_from_dict(json.loads(row.change)),
+        row.behavior,
+        row.status,
+        row.message,
+        _aware(row.requested_at),
+        None if row.finished_at is None else _aware(row.finished_at),
+    )

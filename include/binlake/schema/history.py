@@ -1,0 +1,82 @@
+"""Schema history: every version of a source table's schema, with the binlog position it began at.
+
+Decoding a row needs the schema the row was written with, not today's (a catch-up that crosses a
+DDL, a restart after one). ``evolve`` computes a table's next version from a ``SchemaChange``; the
+state store keeps the versions (``StateStore.record_schema`` / ``schema_at``), keyed by position,
+so ``schema_at(table, p)`` is the version in force at p — after a restart too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from binlake.events import (
+    AddColumn,
+    AlterColumnType,
+    CreateTable,
+    DropColumn,
+    DropTable,
+    RenameColumn,
+    RenameTable,
+    SchemaChange,
+    TableId,
+    TruncateTable,
+)
+
+
+class SchemaEvolutionError(ValueError):
+    """A change that does not fit the schema it is applied to (a missing or duplicate column)."""
+
+
+def evolve(table: TableId, schema: CreateTable | None, change: SchemaChange) -> CreateTable | None:
+    """The schema of ``table`` after ``change`` (None: the table no longer exists under that name)."""
+    if isinstance(change, CreateTable):
+        return change if change.table == table else schema
+    if isinstance(change, RenameTable):
+        if change.new_table == table:
+            if schema is None:
+                raise SchemaEvolutionError(f"{change.table} is renamed to {table}, but its schema is unknown")
+            return replace(schema, table=table)
+        return None if change.table == table else schema
+    if isinstance(change, DropTable):
+        return None if change.table == table else schema
+    if change.table != table or isinstance(change, TruncateTable):
+        return schema
+    if schema is None:
+        raise SchemaEvolutionError(f"{change} changes {table}, whose schema is unknown")
+    names = [c.name.lower() for c in schema.columns]
+    columns = list(schema.columns)
+    keys = list(schema.primary_key)
+    if isinstance(change, AddColumn):
+        if change.column.name.lower() in names:
+            raise SchemaEvolutionError(f"{table} already has a column `{change.column.name}`")
+        at = len(columns)
+        if change.position == "first":
+            at = 0
+        elif change.position == "after" and change.after is not None:
+            at = _index(table, names, change.after) + 1
+        columns.insert(at, change.column)
+    elif isinstance(change, DropColumn):
+        del columns[_index(table, names, change.name)]
+        keys = [k for k in keys if k.lower() != change.name.lower()]
+    elif isinstance(change, RenameColumn):
+        i = _index(table, names, change.old_name)
+        columns[i] = replace(columns[i], name=change.new_name)
+        keys = [change.new_name if k.lower() == change.old_name.lower() else k for k in keys]
+    elif isinstance(change, AlterColumnType):
+        columns[_index(table, names, change.column.name)] = change.column
+    return replace(schema, columns=tuple(columns), primary_key=tuple(keys))
+
+
+def tables_changed(change: SchemaChange) -> tuple[TableId, ...]:
+    """The tables whose schema ``change`` touches (both names of a rename)."""
+    if isinstance(change, RenameTable):
+        return (change.table, change.new_table)
+    return (change.table,)
+
+
+def _index(table: TableId, names: list[str], name: str) -> int:
+    try:
+        return names.index(name.lower())
+    except ValueError:
+        raise SchemaEvolutionError(f"{table} has no column `{name}` (columns: {', '.join(names)})") from None
