@@ -254,6 +254,11 @@ class StreamConfig(_Model):
     boundaries, into at most 2 × ``pipeline.parallelism`` segments."""
     checkpoint_dir: Path | None = None
     """Folder of the Spark checkpoints; default ``<work_dir>/checkpoints``."""
+    schema_change_applier: Literal["inline", "external"] = "inline"
+    """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
+    (the stream records it and waits: Airflow's DDL DAG applies it)."""
+    schema_change_timeout_s: float = Field(default=180.0, gt=0)
+    """How long the stream waits for an external applier before it fails, naming the change."""
 
 
 class PipelineConfig(_Model):

@@ -23,7 +23,7 @@ from binlake.source.binlog_reader import binary_logs
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
 from binlake.spark.snapshot_job import run_snapshot
-from binlake.spark.stream_job import StreamError, run_stream
+from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore
 from binlake.stream.positions import HEAD
 from binlake.stream.startup import STREAM
@@ -343,22 +343,3 @@ def test_a_purged_start_offset_names_it_the_oldest_and_the_fix(
     assert "startup_mode: initial" in message
     assert "Traceback" not in message
     assert server.password not in result.output
-
-
-def test_rows_written_after_a_ddl_stop_the_stream_with_a_clear_error(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
-) -> None:
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)", database=database)
-    config = stream_config(mariadb, database, tmp_path, startup_mode="latest-offset")
-    run_stream(config, spark, until_caught_up=True)
-    mariadb.execute(
-        "INSERT INTO t VALUES (1, 1)",
-        "ALTER TABLE t ADD COLUMN w INT",
-        "INSERT INTO t VALUES (2, 2, 2)",
-        database=database,
-    )
-    # The stream reads today's schema at its start; the row before the ALTER does not fit it.
-    expected = r"holds rows of .*\.t with columns \(id, v\), but .* has \(id, v, w\)"
-    with pytest.raises(StreamError, match=expected):
-        run_stream(config, spark, until_caught_up=True)
-    assert sink_rows(config, TableId(database, "t")) == []  # nothing of the failed batch landed

@@ -29,7 +29,10 @@ class SchemaEvolutionError(ValueError):
 
 
 def evolve(table: TableId, schema: CreateTable | None, change: SchemaChange) -> CreateTable | None:
-    """The schema of ``table`` after ``change`` (None: the table no longer exists under that name)."""
+    """The schema of ``table`` after ``change`` (None: the table no longer exists under that name).
+
+    For the new name of a renamed table, ``schema`` is the old name's.
+    """
     if isinstance(change, CreateTable):
         return change if change.table == table else schema
     if isinstance(change, RenameTable):

@@ -138,6 +138,23 @@ class IcebergMetadataApplier:
         )
         return result
 
+    def can_alter(self, change: AlterColumnType) -> bool:
+        """Whether the sink can make ``change`` in place (same type, or a safe widening)."""
+        try:
+            table = self._load(change.table)
+        except NoSuchTableError:
+            return False
+        if not _has(table, change.column.name):
+            return False
+        current = table.schema().find_field(change.column.name).field_type
+        wanted = iceberg_type(change.column)
+        try:
+            if current != wanted:
+                _check_promotion(change, current, wanted)
+        except UnsupportedSchemaChangeError:
+            return False
+        return True
+
     def identifier(self, table: TableId) -> str:
         return ".".join(self.naming(table))
 

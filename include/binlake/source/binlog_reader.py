@@ -88,6 +88,11 @@ class Boundary:
     """Event time (epoch seconds) of the transaction's last event."""
     gtid: str | None = None
     """The transaction's GTID, where the server writes them."""
+    statement: str | None = None
+    """The text of a standalone statement (DDL, GRANT …) that ends here; never log it: it may hold
+    a password (``CREATE USER … IDENTIFIED BY``)."""
+    database: str = ""
+    """The statement's default database (unqualified names in it belong there)."""
 
 
 def oldest_binlog(conn: pymysql.Connection[Any]) -> str | None:
@@ -147,14 +152,17 @@ def transactions(
                 gtid = event.gtid
                 continue
             if isinstance(event, QueryEvent):
-                statement = event.query.strip().upper()
-                if statement == "BEGIN":
+                keyword = event.query.strip().upper()
+                if keyword == "BEGIN":
                     in_transaction = True
                     continue
-                if in_transaction and statement not in ("COMMIT", "ROLLBACK"):
+                if in_transaction and keyword not in ("COMMIT", "ROLLBACK"):
                     continue  # e.g. SAVEPOINT inside a transaction
+            standalone = isinstance(event, QueryEvent) and not in_transaction
             in_transaction = False
-            yield Boundary(offset, int(event.timestamp), gtid)
+            statement = _text(event.query) if standalone else None
+            database = _text(event.schema) if standalone else ""
+            yield Boundary(offset, int(event.timestamp), gtid, statement, database)
             gtid = None
     except pymysql.err.OperationalError as e:
         raise _read_error(source, start, e) from None
@@ -306,10 +314,14 @@ class BinlogReader:
             return
         raise SchemaChangedError(
             f"The binlog at {offset} holds rows of {table} with columns ({', '.join(map(str, names))}), "
-            f"but the schema in hand has ({', '.join(expected)}): the table changed (DDL) after it was "
-            "read. Applying schema changes from the binlog comes with schema evolution; until then, "
-            "re-snapshot the table (`binlake plan --replan`, `binlake snapshot`) after a DDL."
+            f"but the schema in hand has ({', '.join(expected)}): the table changed by a statement "
+            "binlake did not apply (the log names a table statement it could not read). Fix: "
+            "re-snapshot the table (`binlake plan --replan`, `binlake snapshot`)."
         )
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value or "")
 
 
 def _read_error(

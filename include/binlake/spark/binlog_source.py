@@ -31,13 +31,19 @@ from binlake.stream.records import SPARK_SCHEMA
 
 
 class Segment(InputPartition):
-    """A range (start, end] of the binlog that one task decodes; both ends are boundaries."""
+    """A range (start, end] of the binlog that one task decodes; both ends are boundaries.
 
-    def __init__(self, index: int, start: dict[str, Any], end: dict[str, Any]) -> None:
+    ``tables``: the captured tables' schemas in force in the range (JSON). A micro-batch never
+    crosses a schema change of a captured table except at its very start, so the schemas in force
+    at its end hold for all of its rows.
+    """
+
+    def __init__(self, index: int, start: dict[str, Any], end: dict[str, Any], tables: str) -> None:
         super().__init__(index)
         self.index = index
         self.start = start
         self.end = end
+        self.tables = tables
 
 
 class BinlogDataSource(DataSource):
@@ -84,9 +90,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end <= begin:
             return start
         if isinstance(limit, ReadAllAvailable) or not isinstance(limit, ReadMaxBytes):
-            return _offset_dict(end)
+            return _offset_dict(_schema_cut(self.options, positions, begin, end))
         admitted = positions.admit(begin, end, limit.max_bytes)
-        return _offset_dict(admitted if admitted is not None and admitted < end else end)
+        return _offset_dict(_schema_cut(self.options, positions, begin, admitted or end))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = _offset(start), _offset(end)
@@ -97,14 +103,17 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         slots = int(self.options["parallelism"]) * 2
         parts = max(1, min(slots, math.ceil(total / int(self.options["segment_bytes"]))))
         ranges = positions.cut(begin, finish, parts) if parts > 1 else [(begin, finish)]
-        return [Segment(i, _offset_dict(a), _offset_dict(b)) for i, (a, b) in enumerate(ranges)]
+        tables = _tables_at(self.options, finish)
+        return [Segment(i, _offset_dict(a), _offset_dict(b), tables) for i, (a, b) in enumerate(ranges)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: this runs in a Spark Python worker, possibly on another machine.
         from binlake.spark.stream_task import read_segment
 
         assert isinstance(partition, Segment)
-        yield from read_segment(self.options, partition.index, partition.start, partition.end)
+        yield from read_segment(
+            self.options, partition.index, partition.start, partition.end, partition.tables
+        )
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to do: the sink records how far each table got, in the same Iceberg commit as
@@ -116,6 +125,44 @@ def _positions(options: dict[str, str]) -> Any:
     from binlake.stream.positions import SourcePositions
 
     return SourcePositions.from_options(options)
+
+
+def _schema_cut(options: dict[str, str], positions: Any, begin: Any, end: Any) -> Any:
+    """Where the batch from ``begin`` must end so that no schema change of a captured table lies
+    inside it: before the first such statement (flush), unless that statement comes first — then
+    the protocol applies it here and the batch runs on to the next one."""
+    from binlake.state.store import StateStore
+    from binlake.stream.positions import config_from_options
+    from binlake.stream.schema_changes import SchemaChangeProtocol
+
+    store = StateStore(options["state_uri"])
+    try:
+        protocol = SchemaChangeProtocol(config_from_options(options), store)
+        for before, boundary in positions.statements(begin, end):
+            ddl = protocol.tracker.ddl(before, boundary)
+            if ddl is None:
+                continue
+            if before > begin:
+                return before
+            protocol.handle(ddl)
+            begin = ddl.offset
+        return end
+    finally:
+        store.close()
+
+
+def _tables_at(options: dict[str, str], offset: Any) -> str:
+    from binlake.events import table_to_dict
+    from binlake.state.store import StateStore
+    from binlake.stream.positions import config_from_options
+    from binlake.stream.schema_changes import SchemaTracker
+
+    store = StateStore(options["state_uri"])
+    try:
+        schemas = SchemaTracker(config_from_options(options), store).schemas_at(offset)
+    finally:
+        store.close()
+    return json.dumps({t.name: table_to_dict(s) for t, s in schemas.items()})
 
 
 def _offset(data: dict[str, Any]) -> Any:

@@ -331,6 +331,7 @@ def _switch(store: StateStore, pipeline: str) -> BinlogOffset | None:
         store.save_offset(pipeline, SWITCH, start)
         store.delete_offset(pipeline, STREAM)
         store.delete_offset(pipeline, ORIGIN)
+        store.delete_schema_history(pipeline)  # the new stream records the schemas it starts with
     log.info("snapshot complete: the stream starts at %s", start)
     return start
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -28,7 +29,7 @@ from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
-from binlake.events import table_to_dict
+from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
 from binlake.sink.catalog import open_catalog, sink_identifier
@@ -38,6 +39,7 @@ from binlake.spark.snapshot_job import task_error
 from binlake.state.store import StateStore, StreamBatch, TableBusyError
 from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import ORIGIN, STREAM, resolve_start
 
 log = logging.getLogger(__name__)
@@ -121,20 +123,7 @@ def run_stream(
     store = StateStore(config.pipeline.resolved_state_uri)
     held: list[str] = []
     try:
-        schemas = discover_tables(config)
-        if not schemas:
-            raise StreamError(
-                f"No table of the source matches `source.tables` {config.source.tables}: nothing to stream."
-            )
-        create_sink_tables(config, schemas)  # modes without a snapshot start from empty tables
-        catalog = open_catalog(config)
-        chunk_keys = dict(config.source.chunk_key_columns)
-        sinks = {
-            s.table.name: TableSink(
-                s, IcebergWriter(catalog, ".".join(sink_identifier(config, s.table))), chunk_keys
-            )
-            for s in schemas
-        }
+        discovered = discover_tables(config)
         start = resolve_start(config, store, ids.end)
         origin = store.load_offset(name, ORIGIN)
         if origin is None:
@@ -143,6 +132,18 @@ def run_stream(
             origin = start.offset
             store.save_offset(name, ORIGIN, origin)
             store.save_offset(name, STREAM, origin)
+        schemas = _schemas(config, store, discovered, start.offset)
+        catalog = open_catalog(config)
+        chunk_keys = dict(config.source.chunk_key_columns)
+
+        def make_sink(schema: CreateTable, version: BinlogOffset | None = None) -> TableSink | None:
+            identifier = ".".join(sink_identifier(config, schema.table))
+            if not catalog.table_exists(identifier):
+                return None
+            return TableSink(schema, IcebergWriter(catalog, identifier), chunk_keys, version)
+
+        sinks = {s.table.name: sink for s in schemas if (sink := make_sink(s)) is not None}
+        tracker = SchemaTracker(config, store)
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)
         plans = store.load_plans(name)
@@ -168,6 +169,8 @@ def run_stream(
             on_batch=on_batch,
             before_batch=lambda: _hold(store, name, held),
             complete=config.source.startup_mode == "initial",
+            tracker=tracker,
+            make_sink=make_sink,
         )
         _hold(store, name, held)
         _run_query(config, spark, applier, start.offset, origin, schemas, until_caught_up, stop)
@@ -177,6 +180,36 @@ def run_stream(
         for identifier in held:
             store.release_lease(name, identifier, HOLDER)
         store.close()
+
+
+def _schemas(
+    config: PipelineConfig, store: StateStore, discovered: list[CreateTable], start: BinlogOffset
+) -> list[CreateTable]:
+    """The captured tables' schemas at ``start``: from the schema history once it has begun,
+    else (a new stream) the server's, which then begin the history.
+
+    Tables are never taken from today's server on a resume: the binlog between the stream's
+    position and now may still hold their CREATE, ALTER or RENAME, which the stream applies when
+    it gets there.
+    """
+    tracker = SchemaTracker(config, store)
+    if not store.schema_versions(config.pipeline.name):
+        if not discovered:
+            raise StreamError(
+                f"No table of the source matches `source.tables` {config.source.tables}: nothing to stream."
+            )
+        create_sink_tables(config, discovered)  # modes without a snapshot start from empty tables
+        tracker.bootstrap(discovered, start)
+    known = {v.table for v in store.schema_versions(config.pipeline.name)}
+    unknown = sorted(str(s.table) for s in discovered if s.table not in known)
+    if unknown:
+        log.warning(
+            "tables %s match `source.tables` but the stream has no history of them (they existed before "
+            "it began and were not captured): their changes are not streamed. Fix: snapshot them "
+            "(a backfill), or re-plan the pipeline.",
+            unknown,
+        )
+    return list(tracker.schemas_at(start).values())
 
 
 def _run_query(
@@ -194,7 +227,7 @@ def _run_query(
     options = {
         "source": json.dumps(config.source.model_dump(mode="json", exclude={"password"})),
         "password": config.source.password.get_secret_value(),
-        "tables": json.dumps({s.table.name: table_to_dict(s) for s in schemas}),
+        "config": json.dumps(config.model_dump(mode="json", exclude={"source": {"password"}})),
         "chunk_keys": json.dumps(dict(config.source.chunk_key_columns)),
         "start": json.dumps({"file": start.file, "pos": start.pos}),
         "server_ids": f"{config.source.server_id.start}-{config.source.server_id.end}",
@@ -240,6 +273,9 @@ def _stop_between_batches(query: Any, wait_s: float = 600.0) -> None:
     query.stop()
 
 
+_LAST_EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception): .+$", re.MULTILINE)
+
+
 def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
     """binlake's own error behind a failed query: the batch function's, or a task's."""
     if isinstance(applier.error, BinlakeError):
@@ -252,6 +288,12 @@ def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
             f"A stream task failed; nothing of its batch was applied. The task said: {message}"
         )
     cause = applier.error if applier.error is not None else error
+    raised = _LAST_EXCEPTION.findall(str(cause))
+    if raised:  # another library's error in a Python traceback (the source's side, a task)
+        return StreamError(
+            f"The stream failed: {raised[-1][:500]}. Nothing of the failed batch was recorded; a rerun "
+            "applies it again."
+        )
     text = str(cause).strip()
     return StreamError(
         f"The stream failed: {text.splitlines()[0][:500] if text else repr(cause)}. "

@@ -31,18 +31,24 @@ class ZeroDateError(BinlakeError):
 
 
 def read_segment(
-    options: dict[str, str], index: int, start: dict[str, Any], end: dict[str, Any]
+    options: dict[str, str], index: int, start: dict[str, Any], end: dict[str, Any], schemas: str
 ) -> Iterator[pa.RecordBatch]:
-    """The changes of the captured tables in (start, end], then the segment's closing row."""
+    """The changes of the captured tables in (start, end], then the segment's closing row.
+
+    ``schemas``: the tables' schemas in force in the range (JSON), from the schema history.
+    """
     source = source_from_options(options)
-    tables = {
-        TableId.parse(name): table_from_dict(data) for name, data in json.loads(options["tables"]).items()
-    }
+    tables = {TableId.parse(name): table_from_dict(data) for name, data in json.loads(schemas).items()}
+    finish = BinlogOffset(str(end["file"]), int(end["pos"]))
+    builder = RecordBuilder(tables.values(), json.loads(options["chunk_keys"]))
+    if not tables:  # every captured table was dropped: only the segment's end to report
+        builder.segment(finish, 0)
+        yield builder.batch()
+        return
     converters = {table: RowConverter(schema) for table, schema in tables.items()}
     first, last = server_ids(options)
     # The last id belongs to the planning side; segments of one batch take the others in turn.
     server_id = first + index % max(1, last - first) if last > first else first
-    finish = BinlogOffset(str(end["file"]), int(end["pos"]))
     reader = BinlogReader(
         source,
         server_id,
@@ -52,7 +58,6 @@ def read_segment(
         converters.__getitem__,
         lean=True,
     )
-    builder = RecordBuilder(tables.values(), json.loads(options["chunk_keys"]))
     yield from _without_gc(_batches(reader, builder))
     if source.zero_dates == "reject":
         _refuse_zero_dates(converters, start, end)

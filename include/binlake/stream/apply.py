@@ -21,12 +21,14 @@ import pyarrow.compute as pc
 
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
+from binlake.schema.behaviors import project
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.writer import IcebergWriter
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.records import SEGMENT, images_to_arrow, key_columns, position
+from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import STREAM
 from binlake.testing.faults import crash_point
 
@@ -35,17 +37,33 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TableSink:
-    """A captured table and the Iceberg table its changes go to."""
+    """A captured table (one schema version of it) and the Iceberg table its changes go to."""
 
     schema: CreateTable
     writer: IcebergWriter
     chunk_keys: dict[str, str]
+    version: BinlogOffset | None = None
+    """Where this schema version began (None: the schema the stream started with)."""
 
     def __post_init__(self) -> None:
         self.arrow = arrow_schema(self.schema)
         self.keys = key_columns(self.schema, self.chunk_keys)
         self.keyed = bool(self.schema.primary_key)
         self.key_arrow = arrow_schema(self.schema, list(self.keys)) if self.keys else pa.schema([])
+        # The sink's own schema: after a schema change it may differ from the source's (lenient
+        # keeps dropped columns, ignore keeps everything); rows are projected onto it by name.
+        self.sink_arrow = self.writer.table.schema().as_arrow()
+        present = set(self.sink_arrow.names)
+        self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in self.keys if k in present])
+
+    def rows(self, images: list[bytes]) -> pa.Table:
+        return project(images_to_arrow(images, self.arrow), self.sink_arrow)
+
+    def key_rows(self, keys: list[bytes]) -> pa.Table:
+        return project(images_to_arrow(keys, self.key_arrow), self.sink_key_arrow)
+
+
+SinkFactory = Callable[[CreateTable, BinlogOffset], "TableSink | None"]
 
 
 BatchCallback = Callable[[StreamBatch], None]
@@ -64,6 +82,8 @@ class BatchApplier:
         on_batch: BatchCallback | None = None,
         before_batch: Callable[[], None] | None = None,
         complete: bool = True,
+        tracker: SchemaTracker | None = None,
+        make_sink: SinkFactory | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.run_id = run_id
@@ -74,6 +94,8 @@ class BatchApplier:
         self.before_batch = before_batch
         self.complete = complete
         """Whether the sink tables held every source row when the stream began (after a snapshot)."""
+        self.tracker = tracker
+        self.make_sink = make_sink
         self.error: BaseException | None = None
 
     def __call__(self, frame: Any, batch_id: int) -> None:
@@ -98,6 +120,7 @@ class BatchApplier:
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
         end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
         changes = data.filter(pc.invert(is_segment)).sort_by([("at", "ascending"), ("idx", "ascending")])
+        self._follow_schemas(end)
         applied: dict[str, dict[str, int]] = {}
         for name in sorted(pc.unique(changes.column("table")).to_pylist()):
             table_started = time.monotonic()
@@ -127,8 +150,33 @@ class BatchApplier:
             self.on_batch(batch)
         return batch
 
+    def _follow_schemas(self, end: BinlogOffset) -> None:
+        """Sinks for the schema versions in force in this batch (a batch never crosses a change)."""
+        if self.tracker is None or self.make_sink is None:
+            return
+        for table, version in self.tracker.versions_at(end).items():
+            current = self.sinks.get(table.name)
+            if current is not None and current.version == version.offset:
+                continue
+            if current is not None and current.version is None and current.schema == version.schema:
+                current.version = version.offset  # the version the stream started with
+                continue
+            assert version.schema is not None
+            sink = self.make_sink(version.schema, version.offset)
+            if sink is None:
+                self.sinks.pop(table.name, None)
+            else:
+                self.sinks[table.name] = sink
+
     def _apply_table(self, name: str, rows: pa.Table, batch_id: int, end: BinlogOffset) -> dict[str, int]:
-        sink = self.sinks[name]
+        sink = self.sinks.get(name)
+        if sink is None:
+            log.warning(
+                "batch %d: %d changes of %s dropped: the sink has no table for it "
+                "(its creation was not applied under the pipeline's schema change behaviour)",
+                batch_id, rows.num_rows, name,
+            )  # fmt: skip
+            return {}
         done = sink.writer.stream_offset()
         if done is not None:
             rows = rows.filter(pc.greater(rows.column("at"), position(done)))
@@ -139,13 +187,13 @@ class BatchApplier:
         crash_point("before-commit")
         if sink.keyed:
             keyed = last_per_key(rows)
-            upserts = images_to_arrow(keyed.upsert_images, sink.arrow)
-            deletes = images_to_arrow(keyed.delete_keys, sink.key_arrow)
+            upserts = sink.rows(keyed.upsert_images)
+            deletes = sink.key_rows(keyed.delete_keys)
             sink.writer.merge_batch(batch_id, upserts, deletes, offset=end)
             return {"upserts": upserts.num_rows, "deletes": deletes.num_rows}
         whole = net_rows(rows)
-        inserts = images_to_arrow(whole.insert_images, sink.arrow)
-        removes = images_to_arrow(whole.remove_images, sink.arrow)
+        inserts = sink.rows(whole.insert_images)
+        removes = sink.rows(whole.remove_images)
         prune = sink.keys[0] if sink.keys else None
         sink.writer.apply_rows(batch_id, inserts, removes, end, prune, self.complete)
         return {"inserts": inserts.num_rows, "deletes": removes.num_rows}

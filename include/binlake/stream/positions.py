@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
-from binlake.config import SourceConfig
+from binlake.config import PipelineConfig, SourceConfig
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_reader import binary_logs, transactions
+from binlake.source.binlog_reader import Boundary, binary_logs, transactions
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import current_offset
 from binlake.state.store import StateStore
@@ -25,6 +26,13 @@ HEAD = "stream.head"
 def source_from_options(options: dict[str, str]) -> SourceConfig:
     """The source section a Spark job got as options (the password travels apart)."""
     return SourceConfig.model_validate({**json.loads(options["source"]), "password": options["password"]})
+
+
+def config_from_options(options: dict[str, str]) -> PipelineConfig:
+    """The pipeline's config a Spark job got as options (the password travels apart)."""
+    data = json.loads(options["config"])
+    data["source"]["password"] = options["password"]
+    return PipelineConfig.model_validate(data)
 
 
 def server_ids(options: dict[str, str]) -> tuple[int, int]:
@@ -83,6 +91,14 @@ class SourcePositions:
         self, start: BinlogOffset, end: BinlogOffset, parts: int
     ) -> list[tuple[BinlogOffset, BinlogOffset]]:
         return segments.cut(start, end, list(self._boundaries(start, end)), parts, self.sizes())
+
+    def statements(self, start: BinlogOffset, end: BinlogOffset) -> Iterator[tuple[BinlogOffset, Boundary]]:
+        """Standalone statements (DDL …) in (start, end]: the boundary before each, and its own."""
+        previous = start
+        for boundary in self._boundaries(start, end):
+            if boundary.statement is not None:
+                yield previous, boundary
+            previous = boundary.offset
 
     def _boundaries(self, start: BinlogOffset, end: BinlogOffset) -> Any:
         return transactions(self.source, self.server_id, start, end)

@@ -1,0 +1,280 @@
+"""The schema-change protocol (seed 000): the stream meets a DDL → flush → request → apply → resume.
+
+The stream's planning side (the binlog source's ``latestOffset``) sees every standalone statement
+of the range it plans (a header-only scan). For one that changes a captured table, or creates a
+table the include regexes match:
+
+1. **flush**: the micro-batch ends at the boundary before the statement, so every earlier change
+   is committed with the old schema first (Flink CDC's FlushEvent; the batch boundary is the flush);
+2. **request**: the new source schema goes into the schema history at the statement's position,
+   and each change is recorded as pending in the state store (position, change, behaviour) — both
+   idempotent, so a replay after a crash finds them;
+3. **apply**: ``inline`` (the stream applies it through the metadata applier) or ``external``
+   (the stream waits until something else — Airflow's DDL DAG — marks it applied, ignored or
+   failed; after ``stream.schema_change_timeout_s`` the stream fails, naming the change);
+4. **resume**: the next batch starts at the statement and decodes with the new schema.
+
+Other tables wait while one table's change is applied: a micro-batch is one binlog range for all
+tables, and per-table ranges would need per-table offsets, which Spark's single offset cannot hold.
+Inline application takes well under a second, so the wait is short.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
+from binlake.events import (
+    AlterColumnType,
+    CreateTable,
+    RenameTable,
+    SchemaChange,
+    TableId,
+    describe_change,
+)
+from binlake.offsets import BinlogOffset
+from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
+from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
+from binlake.schema.metadata_applier import (
+    IcebergMetadataApplier,
+    TableLayout,
+    UnsupportedSchemaChangeError,
+)
+from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.source.binlog_reader import Boundary
+from binlake.source.connection import connect
+from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
+from binlake.source.discovery import TableSelector, discover
+from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
+from binlake.testing.faults import crash_point
+
+log = logging.getLogger(__name__)
+
+#: The history's cause for versions read from the server when a stream begins.
+DISCOVERED = "discovered"
+
+
+class SchemaChangeFailedError(BinlakeError):
+    """A schema change stopped the stream (refused, failed to apply, or not applied in time)."""
+
+
+@dataclass(frozen=True)
+class Ddl:
+    """A statement that changes captured tables, where it lies, and what it changes."""
+
+    before: BinlogOffset
+    """The boundary before the statement: the flush point."""
+    offset: BinlogOffset
+    """The boundary after it: where the new schema begins."""
+    changes: tuple[SchemaChange, ...]
+
+
+class SchemaTracker:
+    """The source schemas of one pipeline by binlog position (over the state store's history)."""
+
+    def __init__(self, config: PipelineConfig, store: StateStore) -> None:
+        self.config = config
+        self.store = store
+        self.pipeline = config.pipeline.name
+        self.selector = TableSelector(config.source.tables, config.source.tables_exclude)
+
+    def bootstrap(self, schemas: list[CreateTable], offset: BinlogOffset) -> None:
+        """Record the discovered schema of each captured table the history does not know yet."""
+        known = {v.table for v in self.store.schema_versions(self.pipeline)}
+        for schema in schemas:
+            if schema.table not in known:
+                self.store.record_schema(self.pipeline, schema.table, offset, schema, DISCOVERED)
+
+    def schemas_at(self, offset: BinlogOffset) -> dict[TableId, CreateTable]:
+        """The captured tables that exist at ``offset``, with the schema in force there."""
+        return {t: v.schema for t, v in self.versions_at(offset).items() if v.schema is not None}
+
+    def versions_at(self, offset: BinlogOffset) -> dict[TableId, SchemaVersion]:
+        """The schema version in force at ``offset`` of each captured table that exists there."""
+        latest: dict[TableId, SchemaVersion] = {}
+        for version in self.store.schema_versions(self.pipeline):
+            if version.offset <= offset:
+                latest[version.table] = version
+        return {t: v for t, v in latest.items() if v.schema is not None and self.selector.matches(t)}
+
+    def ddl(self, before: BinlogOffset, boundary: Boundary) -> Ddl | None:
+        """The captured-table changes of a standalone statement (None: it changes none of them)."""
+        assert boundary.statement is not None
+        current = self.schemas_at(before)
+        try:
+            changes = parse_ddl(boundary.statement, boundary.database, current.get)
+        except UnparsedDdlError as e:
+            return self._unparsed(boundary, str(e))
+        relevant = [c for c in changes if any(self.selector.matches(t) for t in tables_changed(c))]
+        relevant = [self._renamed_in(c, current, boundary.offset) for c in relevant]
+        return Ddl(before, boundary.offset, tuple(relevant)) if relevant else None
+
+    def _renamed_in(
+        self, change: SchemaChange, current: dict[TableId, CreateTable], at: BinlogOffset
+    ) -> SchemaChange:
+        """A table renamed into the include set from outside it is a new table to the stream."""
+        if not isinstance(change, RenameTable) or change.table in current:
+            return change
+        with contextlib.closing(connect(self.config.source)) as conn:
+            found = discover(conn, [change.new_table])
+        if not found:
+            raise SchemaChangeFailedError(
+                f"{change.table} was renamed to {change.new_table} at {at}, which `source.tables` "
+                f"captures, but {change.new_table} no longer exists on the source to read its schema."
+            )
+        log.warning(
+            "%s was renamed into `source.tables` as %s at %s: it is streamed from there on, but the rows "
+            "it held then are not in the sink. Fix: backfill %s.",
+            change.table, change.new_table, at, change.new_table,
+        )  # fmt: skip
+        return found[0]
+
+    def _unparsed(self, boundary: Boundary, reason: str) -> Ddl | None:
+        # Only table statements reach this point (the parser ignores the rest unread), so naming
+        # the statement's start cannot leak a password.
+        words = " ".join((boundary.statement or "").split()[:8])
+        message = f"A table statement at {boundary.offset} could not be read ({reason}): `{words} …`."
+        if self.config.pipeline.schema_change_behavior in ("exception", "evolve"):
+            raise SchemaChangeFailedError(
+                f"{message} With `pipeline.schema_change_behavior: "
+                f"{self.config.pipeline.schema_change_behavior}` the stream stops here. Fix: apply "
+                "the change to the Iceberg table by hand and re-snapshot the table, or choose "
+                "`lenient` to log such statements and go on."
+            )
+        log.warning("%s It is not applied; rows of other columns after it stop the stream.", message)
+        return None
+
+    def record(self, ddl: Ddl) -> None:
+        """Step 2 (history half): the source schemas after ``ddl``, at its position."""
+        current = self.schemas_at(ddl.before)
+        for change in ddl.changes:
+            before = dict(current)
+            for table in tables_changed(change):
+                # A renamed table's new name starts from the old name's schema.
+                renamed = isinstance(change, RenameTable) and table == change.new_table
+                try:
+                    after = evolve(table, before.get(change.table if renamed else table), change)
+                except SchemaEvolutionError as e:
+                    raise SchemaChangeFailedError(
+                        f"The schema change at {ddl.offset} ({describe_change(change)}) does not fit the "
+                        f"schema binlake holds for {table}: {e}. Fix: re-snapshot the table "
+                        "(`binlake plan --replan`, `binlake snapshot`)."
+                    ) from None
+                if after is None:
+                    current.pop(table, None)
+                else:
+                    current[table] = after
+                self.store.record_schema(self.pipeline, table, ddl.offset, after, describe_change(change))
+
+
+Applier = Callable[[SchemaChangeRequest], None]
+
+
+class SchemaChangeProtocol:
+    """Runs the protocol for the stream's planning side (see the module docstring)."""
+
+    def __init__(
+        self, config: PipelineConfig, store: StateStore, sleep: Callable[[float], None] = time.sleep
+    ):
+        self.config = config
+        self.store = store
+        self.tracker = SchemaTracker(config, store)
+        self.sleep = sleep
+
+    def handle(self, ddl: Ddl) -> None:
+        """Request, apply (or wait for) and record every change of ``ddl``; raise if one failed."""
+        pipeline, behavior = self.config.pipeline.name, self.config.pipeline.schema_change_behavior
+        self.tracker.record(ddl)
+        requests = [
+            self.store.request_schema_change(pipeline, ddl.offset, seq, change, behavior)
+            for seq, change in enumerate(ddl.changes)
+        ]
+        crash_point("schema-before-apply")
+        for request in requests:
+            if request.status == "pending":
+                if self.config.stream.schema_change_applier == "inline":
+                    apply_request(self.config, self.store, request)
+                    crash_point("schema-after-apply")
+                else:
+                    log.info(
+                        "waiting for the schema change %s to be applied", describe_change(request.change)
+                    )
+            final = self._wait(request)
+            if final.status == "failed":
+                raise SchemaChangeFailedError(
+                    f"The schema change at {final.offset} ({describe_change(final.change)}) failed: "
+                    f"{final.message}"
+                )
+
+    def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
+        deadline = time.monotonic() + self.config.stream.schema_change_timeout_s
+        while True:
+            found = [
+                r
+                for r in self.store.schema_changes(self.config.pipeline.name)
+                if r.offset == request.offset and r.seq == request.seq
+            ]
+            if found and found[0].status != "pending":
+                return found[0]
+            if time.monotonic() > deadline:
+                raise SchemaChangeFailedError(
+                    f"The schema change at {request.offset} ({describe_change(request.change)}) is still "
+                    f"pending after {self.config.stream.schema_change_timeout_s:g} s "
+                    "(`stream.schema_change_timeout_s`): nothing applied it. Fix: start the pipeline's "
+                    "DDL DAG in Airflow (`binlake__<name>__ddl`), or set "
+                    "`stream.schema_change_applier: inline`."
+                )
+            self.sleep(1.0)
+
+
+def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChangeRequest) -> str:
+    """The DDL-apply step: make ``request``'s change in the sink under its behaviour, record the outcome.
+
+    Inline, the stream calls this itself; Airflow's DDL task calls it for the external applier.
+    Idempotent: every sink change is a no-op when already made.
+
+    Returns:
+        The status recorded: ``applied``, ``ignored`` or ``failed``.
+    """
+    pipeline = config.pipeline.name
+    applier = IcebergMetadataApplier(
+        open_catalog(config),
+        lambda table: sink_identifier(config, table),
+        TableLayout(config.sink.bucket_count, dict(config.sink.table_properties)),
+    )
+    change = request.change
+    target = change.new_table if isinstance(change, RenameTable) else change.table
+    if isinstance(change, RenameTable) and not SchemaTracker(config, store).selector.matches(target):
+        reason = f"renamed out of `source.tables`: {change.table} is no longer captured; its sink table stays"
+        store.finish_schema_change(pipeline, request.offset, request.seq, "ignored", reason)
+        log.warning("schema change %s at %s: %s", describe_change(change), request.offset, reason)
+        return "ignored"
+    version = store.schema_at(pipeline, target, request.offset)
+    safe = isinstance(change, AlterColumnType) and applier.can_alter(change)
+    try:
+        planned = sink_changes(change, request.behavior, safe, version.schema if version else None)
+    except SchemaChangeRefusedError as e:
+        store.finish_schema_change(pipeline, request.offset, request.seq, "failed", str(e))
+        return "failed"
+    if not planned:
+        reason = f"behaviour `{request.behavior}` leaves the sink as it is"
+        store.finish_schema_change(pipeline, request.offset, request.seq, "ignored", reason)
+        log.info("schema change %s at %s: %s", describe_change(change), request.offset, reason)
+        return "ignored"
+    try:
+        for step in planned:
+            applier.apply(step, f"{request.offset}#{request.seq}")
+    except UnsupportedSchemaChangeError as e:
+        status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
+        store.finish_schema_change(pipeline, request.offset, request.seq, status, str(e))
+        log.warning("schema change %s at %s: %s (%s)", describe_change(change), request.offset, status, e)
+        return status
+    done = "; ".join(describe_change(step) for step in planned)
+    store.finish_schema_change(pipeline, request.offset, request.seq, "applied", done)
+    log.info("schema change %s at %s applied to the sink: %s", describe_change(change), request.offset, done)
+    return "applied"

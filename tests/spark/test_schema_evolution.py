@@ -1,0 +1,311 @@
+"""Schema changes in the binlog, end to end: DML before and after each DDL in one catch-up.
+
+Each test starts a stream (which records the schemas it begins with), then writes DML and DDL
+while no stream runs, and catches up once: the stream meets every DDL in the middle of its range.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from binlake.config import PipelineConfig
+from binlake.events import AddColumn, TableId
+from binlake.planner import discover_tables
+from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.spark.stream_job import StreamError, run_stream
+from binlake.state.store import StateStore
+from binlake.stream.schema_changes import apply_request
+from binlake.testing.compare import bag, sink_rows, source_rows
+from binlake.testing.private_server import PrivateMariaDB
+from tests.spark.test_stream import _start_stream_process, _write, assert_sink_equals_source, stream_config
+
+pytestmark = pytest.mark.slow
+
+TABLE = "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
+#: DML around every column change, in one catch-up.
+COLUMN_CHANGES = [
+    "INSERT INTO t VALUES (1, 1, 'one', 10), (2, 2, 'two', 20), (3, 3, 'three', 30)",
+    "ALTER TABLE t ADD COLUMN d DECIMAL(6,2) AFTER a",
+    "INSERT INTO t VALUES (4, 4, 4.5, 'four', 40)",
+    "UPDATE t SET d = 1.25, c = c + 1 WHERE id = 1",
+    "ALTER TABLE t DROP COLUMN c",
+    "INSERT INTO t VALUES (5, 5, 5.5, 'five')",
+    "UPDATE t SET b = 'TWO' WHERE id = 2",
+    "ALTER TABLE t RENAME COLUMN b TO bb",
+    "INSERT INTO t VALUES (6, 6, 6.5, 'six')",
+    "DELETE FROM t WHERE id = 3",
+    "ALTER TABLE t MODIFY a BIGINT",
+    "INSERT INTO t VALUES (7, 9000000000, 7.5, 'seven')",
+    "ALTER TABLE t CHANGE bb b2 VARCHAR(40)",
+    "INSERT INTO t VALUES (8, 8, 8.5, 'eight, a longer text')",
+    "UPDATE t SET b2 = 'uno' WHERE id = 1",
+]
+
+
+def _config(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, behavior: str, **stream: Any
+) -> PipelineConfig:
+    config = stream_config(mariadb, database, tmp_path, stream or None, startup_mode="latest-offset")
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    raw["pipeline"]["schema_change_behavior"] = behavior
+    return PipelineConfig.model_validate(raw)
+
+
+def _start(mariadb: PrivateMariaDB, database: str, config: PipelineConfig, spark: Any, ddl: str) -> None:
+    mariadb.execute(ddl, database=database)
+    run_stream(config, spark, until_caught_up=True)  # records the schemas it starts with
+
+
+def _sink_columns(config: PipelineConfig, table: TableId) -> list[str]:
+    catalog = open_catalog(config)
+    return [f.name for f in catalog.load_table(".".join(sink_identifier(config, table))).schema().fields]
+
+
+def _projected_equal(config: PipelineConfig, table: TableId, renamed: dict[str, list[str]]) -> None:
+    """The sink, read through the source's columns, equals the source; a renamed column's value is
+    under its newest name that holds one (lenient adds the new name, rows before keep the old)."""
+    (schema,) = [s for s in discover_tables(config) if s.table == table]
+    source = bag(source_rows(config, schema))
+
+    def value(row: dict[str, Any], name: str) -> Any:
+        return next((row[n] for n in renamed.get(name, [name]) if row[n] is not None), None)
+
+    sink = bag([{k: value(r, k) for k in schema.column_names} for r in sink_rows(config, table)])
+    assert sink == source
+
+
+def test_evolve_follows_every_column_change(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "evolve")
+    _start(
+        mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
+    )
+    mariadb.execute(*COLUMN_CHANGES, database=database)
+    report = run_stream(config, spark, until_caught_up=True)
+    assert report.batches >= 5  # flushed before each change
+    assert_sink_equals_source(config)
+    t = TableId(database, "t")
+    assert _sink_columns(config, t) == ["id", "a", "d", "b2"]
+    store = StateStore(config.pipeline.resolved_state_uri)
+    requests = store.schema_changes(config.pipeline.name)
+    assert [r.status for r in requests] == ["applied"] * len(requests)
+    assert len(requests) == 6  # add, drop, rename, type, and CHANGE: rename + type
+    # the history holds every version by position: the first, then one per statement
+    assert len(store.schema_versions(config.pipeline.name, t)) == 1 + 5
+
+
+def test_lenient_keeps_dropped_and_renamed_columns(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "lenient")
+    _start(
+        mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
+    )
+    mariadb.execute(*COLUMN_CHANGES, database=database)
+    run_stream(config, spark, until_caught_up=True)
+    t = TableId(database, "t")
+    _projected_equal(config, t, {"b2": ["b2", "bb", "b"]})
+    # c was dropped: kept; b renamed to bb, then bb to b2: both kept, b2 added.
+    assert _sink_columns(config, t) == ["id", "a", "d", "b", "c", "bb", "b2"]
+    rows = {r["id"]: r for r in sink_rows(config, t)}
+    assert rows[4]["c"] == 40  # written before the drop, never touched again: kept
+    assert rows[5]["c"] is None  # written after it
+    assert rows[4]["b"] == "four"  # before the rename …
+    assert rows[6]["b"] is None  # … and after it
+    assert rows[6]["bb"] == "six"
+
+
+def test_tables_created_truncated_dropped_and_renamed(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "evolve")
+    mariadb.execute("CREATE TABLE gone (id INT PRIMARY KEY)", "CREATE TABLE r (id INT PRIMARY KEY, v INT)",
+                    database=database)  # fmt: skip
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1), (2, 2)",
+        "INSERT INTO gone VALUES (1)",
+        "INSERT INTO r VALUES (1, 1)",
+        "TRUNCATE TABLE t",
+        "INSERT INTO t VALUES (3, 3)",
+        "CREATE TABLE n (id INT PRIMARY KEY, s VARCHAR(5))",
+        "INSERT INTO n VALUES (1, 'x'), (2, 'y')",
+        "UPDATE n SET s = 'z' WHERE id = 2",
+        "DROP TABLE gone",
+        "RENAME TABLE r TO r2",
+        "INSERT INTO r2 VALUES (2, 2)",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)  # t (truncated), n (created), r2 (renamed)
+    catalog = open_catalog(config)
+    assert not catalog.table_exists(".".join(sink_identifier(config, TableId(database, "gone"))))
+    assert not catalog.table_exists(".".join(sink_identifier(config, TableId(database, "r"))))
+    assert sorted(r["id"] for r in sink_rows(config, TableId(database, "r2"))) == [1, 2]
+
+
+def test_exception_stops_at_the_change_after_committing_what_came_before(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "exception")
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1)",
+        "ALTER TABLE t ADD COLUMN w INT",
+        "INSERT INTO t VALUES (2, 2, 2)",
+        database=database,
+    )
+    with pytest.raises(StreamError, match=r"add column `w` int\(11\) to .*\.t.*`exception`"):
+        run_stream(config, spark, until_caught_up=True)
+    t = TableId(database, "t")
+    assert [r["id"] for r in sink_rows(config, t)] == [1]  # flushed before the change, nothing after
+    assert _sink_columns(config, t) == ["id", "v"]
+
+
+def test_external_applier_waits_then_a_restart_applies_it_once(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "evolve",
+                     schema_change_applier="external", schema_change_timeout_s=2)  # fmt: skip
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1)",
+        "ALTER TABLE t ADD COLUMN w INT",
+        "INSERT INTO t VALUES (2, 2, 2)",
+        database=database,
+    )
+    # Nothing applies it: the stream waits, then fails naming the pending change.
+    with pytest.raises(StreamError, match=r"add column `w`.* still pending after 2 s"):
+        run_stream(config, spark, until_caught_up=True)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    (pending,) = store.schema_changes(config.pipeline.name, "pending")
+    assert isinstance(pending.change, AddColumn)
+    t = TableId(database, "t")
+    assert [r["id"] for r in sink_rows(config, t)] == [1]
+    # The DDL-apply step (Airflow's task) applies it; the restarted stream goes on, once.
+    assert apply_request(config, store, pending) == "applied"
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    assert [r.status for r in store.schema_changes(config.pipeline.name)] == ["applied"]
+
+
+def test_ignore_keeps_the_sink_schema(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "ignore")
+    _start(
+        mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
+    )
+    mariadb.execute(*COLUMN_CHANGES, database=database)
+    run_stream(config, spark, until_caught_up=True)
+    t = TableId(database, "t")
+    assert _sink_columns(config, t) == ["id", "a", "b", "c"]
+    rows = {r["id"]: r for r in sink_rows(config, t)}
+    assert sorted(rows) == [1, 2, 4, 5, 6, 7, 8]
+    assert rows[7]["a"] is None  # a became BIGINT: 9000000000 does not fit the sink's int
+    assert rows[6]["b"] is None  # renamed away from the sink's b
+
+
+def test_try_evolve_goes_on_when_the_sink_refuses(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "try_evolve")
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT)")
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1)",
+        "ALTER TABLE t MODIFY a VARCHAR(10)",  # int → string: Iceberg cannot
+        "INSERT INTO t VALUES (2, 'two')",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    (request,) = store.schema_changes(config.pipeline.name)
+    assert request.status == "ignored"
+    assert "not a safe type promotion" in (request.message or "")
+    rows = {r["id"]: r for r in sink_rows(config, TableId(database, "t"))}
+    assert rows == {1: {"id": 1, "a": 1}, 2: {"id": 2, "a": None}}
+
+
+def test_lenient_puts_an_incompatible_type_change_in_a_new_column(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "lenient")
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT)")
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1)",
+        "ALTER TABLE t MODIFY a VARCHAR(10)",
+        "INSERT INTO t VALUES (2, 'two')",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    rows = {r["id"]: r for r in sink_rows(config, TableId(database, "t"))}
+    assert rows == {1: {"id": 1, "a": 1, "a__varchar": None}, 2: {"id": 2, "a": None, "a__varchar": "two"}}
+
+
+def test_renamed_out_of_and_into_the_captured_tables(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "evolve")
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    raw["source"]["tables_exclude"] = [rf"{database}\.tmp_.*"]
+    config = PipelineConfig.model_validate(raw)
+    mariadb.execute("CREATE TABLE tmp_src (id INT PRIMARY KEY, v INT)", "INSERT INTO tmp_src VALUES (1, 1)",
+                    database=database)  # fmt: skip
+    _start(mariadb, database, config, spark, "CREATE TABLE keep (id INT PRIMARY KEY)")
+    mariadb.execute(
+        "INSERT INTO keep VALUES (1)",
+        "RENAME TABLE keep TO tmp_keep",  # out: no longer captured, its sink table stays
+        "INSERT INTO tmp_keep VALUES (2)",
+        "RENAME TABLE tmp_src TO incoming",  # in: streamed from here on
+        "INSERT INTO incoming VALUES (2, 2)",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert [r["id"] for r in sink_rows(config, TableId(database, "keep"))] == [1]
+    # the row it held when it was renamed in is not streamed: a backfill brings it (logged)
+    assert sink_rows(config, TableId(database, "incoming")) == [{"id": 2, "v": 2}]
+    store = StateStore(config.pipeline.resolved_state_uri)
+    statuses = [(type(r.change).__name__, r.status) for r in store.schema_changes(config.pipeline.name)]
+    assert statuses == [("RenameTable", "ignored"), ("CreateTable", "applied")]
+
+
+@pytest.mark.parametrize("crash_at", ["schema-before-apply", "schema-after-apply"])
+def test_kill_9_around_applying_a_change_then_restart_applies_it_once(
+    crash_at: str, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "evolve")
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1), (2, 2)",
+        "ALTER TABLE t ADD COLUMN w VARCHAR(5) AFTER id, DROP COLUMN v",
+        "INSERT INTO t VALUES (3, 'three')",
+        "UPDATE t SET w = 'one' WHERE id = 1",
+        database=database,
+    )
+    path = _write(tmp_path, config, mariadb)
+    job = _start_stream_process(path, crash_at)
+    job.wait(300)
+    assert job.returncode == -signal.SIGKILL, job.stderr.read().decode() if job.stderr else ""
+    store = StateStore(config.pipeline.resolved_state_uri)
+    statuses = [r.status for r in store.schema_changes(config.pipeline.name)]
+    t = TableId(database, "t")
+    if crash_at == "schema-before-apply":
+        assert statuses == ["pending", "pending"]
+        assert _sink_columns(config, t) == ["id", "v"]
+    else:
+        assert statuses[0] == "applied"  # killed right after the first of the two
+    assert sorted(r["id"] for r in sink_rows(config, t)) == [1, 2]  # flushed; nothing after the DDL
+
+    rerun = _start_stream_process(path, None)
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err.decode()
+    assert [r.status for r in store.schema_changes(config.pipeline.name)] == ["applied", "applied"]
+    assert _sink_columns(config, t) == ["id", "w"]
+    assert_sink_equals_source(config)
