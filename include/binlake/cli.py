@@ -284,6 +284,7 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     plans = store.load_plans(config.pipeline.name)
     switch = store.load_offset(config.pipeline.name, SWITCH)
     stream = _stream_status(store, config.pipeline.name)
+    changes = _schema_change_status(store, config.pipeline.name)
     tables: list[dict[str, Any]] = [
         {
             "table": p.table.name,
@@ -299,11 +300,14 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     ]
     if as_json:
         print(json.dumps({"pipeline": config.pipeline.name, "tables": tables,
-                          "switch_offset": switch.to_dict() if switch else None, "stream": stream},
-                         indent=2))  # fmt: skip
+                          "switch_offset": switch.to_dict() if switch else None, "stream": stream,
+                          "schema_changes": changes}, indent=2))  # fmt: skip
         return EXIT_OK
     if stream:
         print(_stream_line(stream))
+    for change in changes:
+        note = f" ({change['message']})" if change["message"] else ""
+        print(f"schema change at {change['offset']}: {change['change']}: {change['status']}{note}")
     if not plans:
         print(f"pipeline `{config.pipeline.name}`: nothing planned yet (run `binlake plan`)")
         return EXIT_OK
@@ -345,6 +349,24 @@ def _stream_status(store: Any, pipeline: str) -> dict[str, Any] | None:
         if last
         else None,
     }
+
+
+def _schema_change_status(store: Any, pipeline: str, last: int = 5) -> list[dict[str, Any]]:
+    """The pending schema changes and the last few others, oldest first."""
+    from binlake.events import describe_change
+
+    requests = store.schema_changes(pipeline)
+    shown = [r for r in requests if r.status == "pending"] or requests[-last:]
+    return [
+        {
+            "offset": f"{r.offset.file}:{r.offset.pos}",
+            "change": describe_change(r.change),
+            "behavior": r.behavior,
+            "status": r.status,
+            "message": r.message,
+        }
+        for r in shown
+    ]
 
 
 def _stream_line(stream: dict[str, Any]) -> str:

@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
-from binlake.events import CreateTable, TableId
+from binlake.events import CreateTable, SchemaChange, TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.route import merged_creation, routed
 from binlake.source.chunk_splitter import ChunkSplitter, SplitPlan
 from binlake.source.connection import connect
 from binlake.source.discovery import TableSelector, discover, list_tables
@@ -52,7 +53,13 @@ def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> No
         TableLayout(config.sink.bucket_count, dict(config.sink.table_properties)),
     )
     for schema in schemas:
-        applier.apply(schema)
+        for change in sink_creation(config, schema):
+            applier.apply(change)
+
+
+def sink_creation(config: PipelineConfig, schema: CreateTable) -> list[SchemaChange]:
+    """The changes that create ``schema``'s sink table (or, routed, merge it into a shared one)."""
+    return merged_creation(schema) if routed(config, schema.table) else [schema]
 
 
 def plan(

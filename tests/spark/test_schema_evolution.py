@@ -6,6 +6,7 @@ while no stream runs, and catches up once: the stream meets every DDL in the mid
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from binlake.state.store import StateStore
 from binlake.stream.schema_changes import apply_request
 from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
+from tests.helpers import run_binlake
 from tests.spark.test_stream import _start_stream_process, _write, assert_sink_equals_source, stream_config
 
 pytestmark = pytest.mark.slow
@@ -186,6 +188,10 @@ def test_external_applier_waits_then_a_restart_applies_it_once(
     store = StateStore(config.pipeline.resolved_state_uri)
     (pending,) = store.schema_changes(config.pipeline.name, "pending")
     assert isinstance(pending.change, AddColumn)
+    status = run_binlake("--config", str(_write(tmp_path, config, mariadb)), "status")
+    assert re.search(
+        r"schema change at binlog\.\d+:\d+: add column `w` int\(11\) to .*: pending", status.stdout
+    )
     t = TableId(database, "t")
     assert [r["id"] for r in sink_rows(config, t)] == [1]
     # The DDL-apply step (Airflow's task) applies it; the restarted stream goes on, once.
@@ -309,3 +315,76 @@ def test_kill_9_around_applying_a_change_then_restart_applies_it_once(
     assert [r.status for r in store.schema_changes(config.pipeline.name)] == ["applied", "applied"]
     assert _sink_columns(config, t) == ["id", "w"]
     assert_sink_equals_source(config)
+
+
+TABLE_CHANGES = [
+    "INSERT INTO t VALUES (1, 1), (2, 2)",
+    "INSERT INTO gone VALUES (1)",
+    "INSERT INTO r VALUES (1, 1)",
+    "TRUNCATE TABLE t",
+    "INSERT INTO t VALUES (3, 3)",
+    "CREATE TABLE n (id INT PRIMARY KEY, s VARCHAR(5))",
+    "INSERT INTO n VALUES (1, 'x')",
+    "DROP TABLE gone",
+    "RENAME TABLE r TO r2",
+    "INSERT INTO r2 VALUES (2, 2)",
+    "ALTER TABLE t CONVERT TO CHARACTER SET latin1",  # a table statement the parser cannot read
+    "INSERT INTO t VALUES (4, 4)",
+]
+
+
+@pytest.mark.parametrize(
+    ("behavior", "t_ids", "gone_kept", "n_ids", "r2_ids"),
+    [
+        ("lenient", [1, 2, 3, 4], True, [1], [1, 2]),  # truncate and drop are logged, not applied
+        ("try_evolve", [3, 4], False, [1], [1, 2]),
+        ("ignore", [1, 2, 3, 4], True, None, None),  # no new sink tables, none renamed
+    ],
+)
+def test_table_changes_under_each_behaviour(
+    behavior: str,
+    t_ids: list[int],
+    gone_kept: bool,
+    n_ids: list[int] | None,
+    r2_ids: list[int] | None,
+    mariadb: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+    spark: Any,
+) -> None:
+    config = _config(mariadb, database, tmp_path, behavior)
+    mariadb.execute("CREATE TABLE gone (id INT PRIMARY KEY)", "CREATE TABLE r (id INT PRIMARY KEY, v INT)",
+                    database=database)  # fmt: skip
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute(*TABLE_CHANGES, database=database)
+    run_stream(config, spark, until_caught_up=True)
+    catalog = open_catalog(config)
+
+    def ids(table: str) -> list[int] | None:
+        identifier = ".".join(sink_identifier(config, TableId(database, table)))
+        if not catalog.table_exists(identifier):
+            return None
+        return sorted(r["id"] for r in catalog.load_table(identifier).scan().to_arrow().to_pylist())
+
+    assert ids("t") == t_ids
+    assert (ids("gone") is not None) == gone_kept
+    assert ids("n") == n_ids
+    assert ids("r2") == r2_ids
+
+
+def test_a_table_statement_it_cannot_read_stops_evolve_naming_where(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _config(mariadb, database, tmp_path, "evolve")
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1)",
+        "ALTER TABLE t CONVERT TO CHARACTER SET latin1",
+        "INSERT INTO t VALUES (2, 2)",
+        database=database,
+    )
+    with pytest.raises(
+        StreamError, match=r"table statement at binlog\.\d+:\d+ could not be read.*CONVERT TO"
+    ):
+        run_stream(config, spark, until_caught_up=True)
+    assert [r["id"] for r in sink_rows(config, TableId(database, "t"))] == [1]

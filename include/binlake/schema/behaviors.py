@@ -36,6 +36,7 @@ from binlake.events import (
     SchemaChange,
     TruncateTable,
 )
+from binlake.sink.route import merged_creation
 
 
 class SchemaChangeRefusedError(BinlakeError):
@@ -43,7 +44,11 @@ class SchemaChangeRefusedError(BinlakeError):
 
 
 def sink_changes(
-    change: SchemaChange, behavior: str, safe_widening: bool, source_after: CreateTable | None
+    change: SchemaChange,
+    behavior: str,
+    safe_widening: bool,
+    source_after: CreateTable | None,
+    routed: bool = False,
 ) -> list[SchemaChange]:
     """The changes to make to the sink for ``change``.
 
@@ -52,6 +57,9 @@ def sink_changes(
         behavior: ``pipeline.schema_change_behavior``.
         safe_widening: whether Iceberg can make an ``AlterColumnType`` change in place.
         source_after: the source table's schema after the change (column types of renames).
+        routed: the sink table is shared by routed sources (``sink/route.py``): changes that would
+            take data from the other sources are made leniently, a source's own table-level
+            changes are not applied to the shared table.
 
     Raises:
         SchemaChangeRefusedError: behaviour ``exception`` and a change other than a new table.
@@ -65,7 +73,12 @@ def sink_changes(
             "`pipeline.schema_change_behavior` is `exception`, which fails on every schema change but "
             "a new table"
         )
-    if behavior in ("evolve", "try_evolve"):
+    if routed:
+        if isinstance(change, CreateTable):
+            return merged_creation(change)
+        if isinstance(change, RenameTable):
+            return []
+    elif behavior in ("evolve", "try_evolve"):
         return [change]
     return _lenient(change, safe_widening, source_after)
 

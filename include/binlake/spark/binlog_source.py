@@ -131,6 +131,7 @@ def _schema_cut(options: dict[str, str], positions: Any, begin: Any, end: Any) -
     """Where the batch from ``begin`` must end so that no schema change of a captured table lies
     inside it: before the first such statement (flush), unless that statement comes first — then
     the protocol applies it here and the batch runs on to the next one."""
+    from binlake.errors import BinlakeError
     from binlake.state.store import StateStore
     from binlake.stream.positions import config_from_options
     from binlake.stream.schema_changes import SchemaChangeProtocol
@@ -139,7 +140,12 @@ def _schema_cut(options: dict[str, str], positions: Any, begin: Any, end: Any) -
     try:
         protocol = SchemaChangeProtocol(config_from_options(options), store)
         for before, boundary in positions.statements(begin, end):
-            ddl = protocol.tracker.ddl(before, boundary)
+            try:
+                ddl = protocol.tracker.ddl(before, boundary)
+            except BinlakeError:
+                if before > begin:
+                    return before  # commit what came before the statement, then fail at it
+                raise
             if ddl is None:
                 continue
             if before > begin:

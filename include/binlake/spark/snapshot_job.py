@@ -32,6 +32,7 @@ from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
+from binlake.sink.route import routed
 from binlake.sink.writer import ChunkCommit, IcebergWriter
 from binlake.spark.snapshot_source import SnapshotDataSource
 from binlake.state.codec import encode_key
@@ -151,7 +152,7 @@ def run_snapshot(
         finally:
             for identifier in held:
                 store.release_lease(name, identifier, WRITER)
-        report.switch_offset = _switch(store, name)
+        report.switch_offset = _switch(store, name, schemas)
         report.high_watermarks = _high_watermarks(store, name)
         report.seconds = time.monotonic() - started
         return report
@@ -270,6 +271,7 @@ def _options(
         "password": config.source.password.get_secret_value(),
         "tables": json.dumps({t.name: table_to_dict(s) for t, s in schemas.items() if t in writers}),
         "locations": json.dumps({t.name: w.table.location() for t, w in writers.items()}),
+        "routed": json.dumps([t.name for t in writers if routed(config, t)]),
         "target_file_size": str(min(target.values(), default=DEFAULT_TARGET_FILE_SIZE)),
         "server_ids": f"{server_ids.start}-{server_ids.end}",
     }
@@ -319,8 +321,12 @@ def _run_wave(
         )
 
 
-def _switch(store: StateStore, pipeline: str) -> BinlogOffset | None:
-    """Store and return the stream's start offset once every planned chunk is finished."""
+def _switch(store: StateStore, pipeline: str, schemas: dict[TableId, CreateTable]) -> BinlogOffset | None:
+    """Store and return the stream's start offset once every planned chunk is finished.
+
+    The schemas the snapshot read with begin the schema history there: the stream decodes from
+    the switch offset on with them, and meets every later DDL in the binlog.
+    """
     plans = store.load_plans(pipeline)
     states = [c for p in plans for c in p.chunks]
     if not states or any(c.status != "finished" or c.high_watermark is None for c in states):
@@ -331,7 +337,10 @@ def _switch(store: StateStore, pipeline: str) -> BinlogOffset | None:
         store.save_offset(pipeline, SWITCH, start)
         store.delete_offset(pipeline, STREAM)
         store.delete_offset(pipeline, ORIGIN)
-        store.delete_schema_history(pipeline)  # the new stream records the schemas it starts with
+        store.delete_schema_history(pipeline)
+        for plan in plans:
+            if plan.table in schemas:
+                store.record_schema(pipeline, plan.table, start, schemas[plan.table], "snapshot")
     log.info("snapshot complete: the stream starts at %s", start)
     return start
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from binlake.config import SourceConfig
 from binlake.events import TableId, table_from_dict
+from binlake.sink.route import with_source_table
 from binlake.source.chunk_reader import ChunkReader
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.spark.snapshot_source import elapsed, max_rss_kb, task_id
@@ -89,13 +90,14 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
     tid = task_id(index)
     table_name = specs[0]["table"]
     schema = table_from_dict(tables[table_name])
+    routed = table_name in json.loads(options.get("routed", "[]"))
     summaries: list[dict[str, Any]] = []
     with ChunkReader(source, schema, server_id) as reader:
+        file_schema = reader.converter.schema
+        if routed:  # a shared sink table: each row names its source table
+            file_schema = with_source_table(schema.table, file_schema.empty_table()).schema
         writer = RollingParquetWriter(
-            locations[table_name] + "/data",
-            f"snapshot-{tid}",
-            reader.converter.schema,
-            int(options["target_file_size"]),
+            locations[table_name] + "/data", f"snapshot-{tid}", file_schema, int(options["target_file_size"])
         )
         for spec in specs:
             chunk = Chunk(
@@ -105,7 +107,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
                 ChunkRange(decode_key(spec["start"]), decode_key(spec["end"])),
             )
             result = reader.read(chunk)
-            writer.write(result.data)
+            writer.write(with_source_table(schema.table, result.data) if routed else result.data)
             summaries.append(
                 {
                     "chunk_id": f"{table_name}#{chunk.chunk_id}",

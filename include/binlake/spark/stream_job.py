@@ -33,6 +33,7 @@ from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
 from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.route import routed
 from binlake.sink.writer import IcebergWriter
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.snapshot_job import task_error
@@ -136,11 +137,19 @@ def run_stream(
         catalog = open_catalog(config)
         chunk_keys = dict(config.source.chunk_key_columns)
 
+        writers: dict[str, IcebergWriter] = {}
+
         def make_sink(schema: CreateTable, version: BinlogOffset | None = None) -> TableSink | None:
             identifier = ".".join(sink_identifier(config, schema.table))
             if not catalog.table_exists(identifier):
                 return None
-            return TableSink(schema, IcebergWriter(catalog, identifier), chunk_keys, version)
+            # One writer per sink table (routed sources share it); fresh after a schema change.
+            writer = writers.get(identifier)
+            if writer is None:
+                writer = writers[identifier] = IcebergWriter(catalog, identifier)
+            else:
+                writer.table.refresh()
+            return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
 
         sinks = {s.table.name: sink for s in schemas if (sink := make_sink(s)) is not None}
         tracker = SchemaTracker(config, store)

@@ -19,10 +19,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import project
 from binlake.schema.type_mapping import arrow_schema
+from binlake.sink.route import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.sink.writer import IcebergWriter
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.compaction import last_per_key, net_rows
@@ -44,6 +46,8 @@ class TableSink:
     chunk_keys: dict[str, str]
     version: BinlogOffset | None = None
     """Where this schema version began (None: the schema the stream started with)."""
+    routed: bool = False
+    """Whether the sink table is shared by routed sources (rows carry ``_source_table``)."""
 
     def __post_init__(self) -> None:
         self.arrow = arrow_schema(self.schema)
@@ -54,13 +58,27 @@ class TableSink:
         # keeps dropped columns, ignore keeps everything); rows are projected onto it by name.
         self.sink_arrow = self.writer.table.schema().as_arrow()
         present = set(self.sink_arrow.names)
-        self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in self.keys if k in present])
+        sink_keys = [SOURCE_TABLE_COLUMN, *self.keys] if self.routed else list(self.keys)
+        self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in sink_keys if k in present])
 
     def rows(self, images: list[bytes]) -> pa.Table:
-        return project(images_to_arrow(images, self.arrow), self.sink_arrow)
+        return project(self._routed(images_to_arrow(images, self.arrow)), self.sink_arrow)
 
     def key_rows(self, keys: list[bytes]) -> pa.Table:
-        return project(images_to_arrow(keys, self.key_arrow), self.sink_key_arrow)
+        return project(self._routed(images_to_arrow(keys, self.key_arrow)), self.sink_key_arrow)
+
+    def _routed(self, rows: pa.Table) -> pa.Table:
+        return with_source_table(self.schema.table, rows) if self.routed else rows
+
+
+@dataclass
+class _Prepared:
+    """One source table's share of a batch, ready to commit (with others routed to its sink)."""
+
+    name: str
+    sink: TableSink
+    upserts: pa.Table
+    deletes: pa.Table
 
 
 SinkFactory = Callable[[CreateTable, BinlogOffset], "TableSink | None"]
@@ -122,16 +140,22 @@ class BatchApplier:
         changes = data.filter(pc.invert(is_segment)).sort_by([("at", "ascending"), ("idx", "ascending")])
         self._follow_schemas(end)
         applied: dict[str, dict[str, int]] = {}
+        by_sink: dict[str, list[_Prepared]] = {}
         for name in sorted(pc.unique(changes.column("table")).to_pylist()):
+            prepared = self._prepare(name, changes.filter(pc.equal(changes.column("table"), name)), batch_id)
+            if prepared is not None:
+                by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
+        for identifier, parts in by_sink.items():
             table_started = time.monotonic()
-            counts = self._apply_table(
-                name, changes.filter(pc.equal(changes.column("table"), name)), batch_id, end
-            )
-            if counts:
-                applied[name] = counts
-                log.info(
-                    "batch %d: %s %s in %.2f s", batch_id, name, counts, time.monotonic() - table_started
-                )
+            crash_point("before-commit")
+            self._commit(parts, batch_id, end)
+            for part in parts:
+                kind = ("upserts", "deletes") if part.sink.keyed else ("inserts", "deletes")
+                applied[part.name] = {kind[0]: part.upserts.num_rows, kind[1]: part.deletes.num_rows}
+            log.info(
+                "batch %d: %s %s in %.2f s", batch_id, identifier,
+                {p.name: applied[p.name] for p in parts}, time.monotonic() - table_started,
+            )  # fmt: skip
         newest = pc.max(data.column("ts")).as_py() or 0
         finished = dt.datetime.now(dt.UTC)
         batch = StreamBatch(
@@ -168,7 +192,8 @@ class BatchApplier:
             else:
                 self.sinks[table.name] = sink
 
-    def _apply_table(self, name: str, rows: pa.Table, batch_id: int, end: BinlogOffset) -> dict[str, int]:
+    def _prepare(self, name: str, rows: pa.Table, batch_id: int) -> _Prepared | None:
+        """Filter and compact one source table's changes into rows for its sink table."""
         sink = self.sinks.get(name)
         if sink is None:
             log.warning(
@@ -176,24 +201,37 @@ class BatchApplier:
                 "(its creation was not applied under the pipeline's schema change behaviour)",
                 batch_id, rows.num_rows, name,
             )  # fmt: skip
-            return {}
+            return None
         done = sink.writer.stream_offset()
         if done is not None:
             rows = rows.filter(pc.greater(rows.column("at"), position(done)))
         if self.snapshot_filter is not None:
             rows = self.snapshot_filter.keep(name, rows)
         if rows.num_rows == 0:
-            return {}
-        crash_point("before-commit")
+            return None
         if sink.keyed:
             keyed = last_per_key(rows)
-            upserts = sink.rows(keyed.upsert_images)
-            deletes = sink.key_rows(keyed.delete_keys)
-            sink.writer.merge_batch(batch_id, upserts, deletes, offset=end)
-            return {"upserts": upserts.num_rows, "deletes": deletes.num_rows}
+            return _Prepared(name, sink, sink.rows(keyed.upsert_images), sink.key_rows(keyed.delete_keys))
         whole = net_rows(rows)
-        inserts = sink.rows(whole.insert_images)
-        removes = sink.rows(whole.remove_images)
-        prune = sink.keys[0] if sink.keys else None
-        sink.writer.apply_rows(batch_id, inserts, removes, end, prune, self.complete)
-        return {"inserts": inserts.num_rows, "deletes": removes.num_rows}
+        return _Prepared(name, sink, sink.rows(whole.insert_images), sink.rows(whole.remove_images))
+
+    def _commit(self, parts: list[_Prepared], batch_id: int, end: BinlogOffset) -> None:
+        """One commit per sink table, whatever number of (routed) source tables feed it."""
+        sink = parts[0].sink
+        if any(p.sink.keyed != sink.keyed for p in parts):
+            raise BinlakeError(
+                f"The sources routed to {sink.writer.identifier} ({', '.join(p.name for p in parts)}) mix "
+                "tables with and without a primary key, which one sink table cannot hold. Fix: route "
+                "them to different sink tables."
+            )
+        upserts = _concat([p.upserts for p in parts])
+        deletes = _concat([p.deletes for p in parts])
+        if sink.keyed:
+            sink.writer.merge_batch(batch_id, upserts, deletes, offset=end)
+        else:
+            prune = sink.keys[0] if sink.keys and len(parts) == 1 else None
+            sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, self.complete)
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")

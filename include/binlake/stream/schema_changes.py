@@ -46,6 +46,7 @@ from binlake.schema.metadata_applier import (
     UnsupportedSchemaChangeError,
 )
 from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.route import routed
 from binlake.source.binlog_reader import Boundary
 from binlake.source.connection import connect
 from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
@@ -257,7 +258,9 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     version = store.schema_at(pipeline, target, request.offset)
     safe = isinstance(change, AlterColumnType) and applier.can_alter(change)
     try:
-        planned = sink_changes(change, request.behavior, safe, version.schema if version else None)
+        planned = sink_changes(
+            change, request.behavior, safe, version.schema if version else None, routed(config, change.table)
+        )
     except SchemaChangeRefusedError as e:
         store.finish_schema_change(pipeline, request.offset, request.seq, "failed", str(e))
         return "failed"

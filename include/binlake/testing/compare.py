@@ -16,6 +16,7 @@ from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.route import SOURCE_TABLE_COLUMN, routed
 from binlake.source.connection import connect
 
 Row = tuple[tuple[str, Any], ...]
@@ -44,6 +45,17 @@ def sink_rows(config: PipelineConfig, table: TableId) -> list[dict[str, Any]]:
     return catalog.load_table(".".join(sink_identifier(config, table))).scan().to_arrow().to_pylist()  # type: ignore[no-any-return]
 
 
+def sink_rows_of(config: PipelineConfig, schema: CreateTable) -> list[dict[str, Any]]:
+    """The sink's rows of one source table, in the source's columns: a routed (shared) sink table
+    holds other sources' rows too (told apart by ``_source_table``), and after lenient schema
+    changes a sink table may hold columns the source no longer has."""
+    rows = sink_rows(config, schema.table)
+    if routed(config, schema.table):
+        rows = [r for r in rows if r[SOURCE_TABLE_COLUMN] == schema.table.name]
+    names = schema.column_names
+    return [{n: r.get(n) for n in names} for r in rows]
+
+
 @dataclass(frozen=True)
 class TableComparison:
     table: str
@@ -64,7 +76,7 @@ def compare(config: PipelineConfig) -> list[TableComparison]:
     results = []
     for schema in discover_tables(config):
         source = bag(source_rows(config, schema))
-        sink = bag(sink_rows(config, schema.table))
+        sink = bag(sink_rows_of(config, schema))
         results.append(
             TableComparison(
                 schema.table.name,

@@ -1,0 +1,63 @@
+"""Route (seed 001): many source tables into one sink table, their schemas merged.
+
+A ``route`` rule sends every source table its regex matches (``shop_[0-9]+\\.orders_[0-9]+``) to
+one sink table (``ods.orders``). A routed sink table holds the union of its sources' columns (a
+column added to one shard appears in it; rows of the others have null there) and one more column,
+``_source_table`` (``database.table`` of the row's source), which leads its key: keys of different
+shards never collide, and each shard's rows stay apart.
+
+Column drops, renames and incompatible type changes of one shard must not take data from the
+others, so a routed table follows them leniently whatever the pipeline's behaviour (drops kept,
+renames added, types widened where safe); a shard's truncate, drop or rename is logged and not
+applied to the merged table.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pyarrow as pa
+
+from binlake.config import PipelineConfig
+from binlake.events import AddColumn, Column, CreateTable, SchemaChange, TableId
+
+SOURCE_TABLE_COLUMN = "_source_table"
+_SOURCE_COLUMN = Column(
+    SOURCE_TABLE_COLUMN,
+    "varchar",
+    "varchar(129)",
+    nullable=False,
+    length=129,
+    charset="utf8mb4",
+    collation="utf8mb4_bin",
+)
+
+
+def routed(config: PipelineConfig, table: TableId) -> bool:
+    """Whether a ``route`` rule sends ``table`` to a (possibly shared) sink table."""
+    return any(re.fullmatch(rule.source_table, table.name) for rule in config.route)
+
+
+def sink_schema(config: PipelineConfig, schema: CreateTable) -> CreateTable:
+    """The schema of ``schema``'s sink table: with ``_source_table`` leading it and its key if routed."""
+    return merged_schema(schema) if routed(config, schema.table) else schema
+
+
+def merged_schema(schema: CreateTable) -> CreateTable:
+    """``schema`` as a routed sink table holds it: ``_source_table`` first, and first in the key."""
+    key = (SOURCE_TABLE_COLUMN, *schema.primary_key) if schema.primary_key else ()
+    return replace(schema, columns=(_SOURCE_COLUMN, *schema.columns), primary_key=key)
+
+
+def merged_creation(schema: CreateTable) -> list[SchemaChange]:
+    """The changes that give a routed source's sink table its columns: a create (a no-op when
+    another source made it), then each column the table may lack (each a no-op if it has it)."""
+    adds = [AddColumn(schema.table, replace(c, nullable=True)) for c in schema.columns]
+    return [merged_schema(schema), *adds]
+
+
+def with_source_table(table: TableId, rows: pa.Table) -> pa.Table:
+    """``rows`` of ``table`` with the ``_source_table`` column in front."""
+    field = pa.field(SOURCE_TABLE_COLUMN, pa.string(), nullable=False)  # a key column: required
+    return rows.add_column(0, field, pa.array([table.name] * rows.num_rows, pa.string()))

@@ -1,0 +1,60 @@
+"""Route: sharded source tables merged into one sink table, with a column added to one shard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from binlake.config import PipelineConfig
+from binlake.events import TableId
+from binlake.planner import plan
+from binlake.sink.catalog import open_catalog
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.spark.stream_job import run_stream
+from binlake.testing.compare import sink_rows
+from binlake.testing.private_server import PrivateMariaDB
+from tests.spark.test_stream import assert_sink_equals_source, stream_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_shards_merge_into_one_table_and_a_column_added_to_one_shard_appears(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE orders_1 (id INT PRIMARY KEY, amount INT)",
+        "CREATE TABLE orders_2 (id INT PRIMARY KEY, amount INT)",
+        "INSERT INTO orders_1 SELECT seq, seq FROM seq_1_to_500",
+        "INSERT INTO orders_2 SELECT seq, seq * 10 FROM seq_1_to_300",  # the same ids: keys collide
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path, chunk_size=200)
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute(
+        "UPDATE orders_1 SET amount = -1 WHERE id <= 10",
+        "ALTER TABLE orders_2 ADD COLUMN note VARCHAR(10)",
+        "INSERT INTO orders_2 VALUES (1000, 1, 'new')",
+        "UPDATE orders_2 SET note = 'old' WHERE id = 5",
+        "DELETE FROM orders_2 WHERE id = 6",
+        "DELETE FROM orders_1 WHERE id = 7",
+        "CREATE TABLE orders_3 (id INT PRIMARY KEY, amount INT, extra INT)",  # a new shard
+        "INSERT INTO orders_3 VALUES (1, 1, 1)",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)  # each shard's rows, told apart by _source_table
+    merged = open_catalog(config).load_table("ods.orders")
+    assert [f.name for f in merged.schema().fields] == ["_source_table", "id", "amount", "note", "extra"]
+    rows = sink_rows(config, TableId(database, "orders_1"))  # the whole merged table
+    assert len(rows) == 499 + 299 + 1 + 1
+    by_key = {(r["_source_table"], r["id"]): r for r in rows}
+    assert by_key[(f"{database}.orders_1", 5)]["note"] is None
+    assert by_key[(f"{database}.orders_2", 5)]["note"] == "old"
+    assert by_key[(f"{database}.orders_3", 1)]["extra"] == 1
