@@ -81,10 +81,11 @@ def _projected_equal(config: PipelineConfig, table: TableId, renamed: dict[str, 
     assert sink == source
 
 
+@pytest.mark.parametrize("behavior", ["evolve", "try_evolve"])  # every change here is one Iceberg can make
 def test_evolve_follows_every_column_change(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+    behavior: str, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
-    config = _config(mariadb, database, tmp_path, "evolve")
+    config = _config(mariadb, database, tmp_path, behavior)
     _start(
         mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
     )

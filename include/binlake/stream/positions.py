@@ -90,15 +90,30 @@ class SourcePositions:
     def cut(
         self, start: BinlogOffset, end: BinlogOffset, parts: int
     ) -> list[tuple[BinlogOffset, BinlogOffset]]:
-        return segments.cut(start, end, list(self._boundaries(start, end)), parts, self.sizes())
+        return segments.cut(start, end, self._scanned(start, end), parts, self.sizes())
 
     def statements(self, start: BinlogOffset, end: BinlogOffset) -> Iterator[tuple[BinlogOffset, Boundary]]:
         """Standalone statements (DDL …) in (start, end]: the boundary before each, and its own."""
         previous = start
-        for boundary in self._boundaries(start, end):
+        for boundary in self._scanned(start, end):
             if boundary.statement is not None:
                 yield previous, boundary
             previous = boundary.offset
 
     def _boundaries(self, start: BinlogOffset, end: BinlogOffset) -> Any:
         return transactions(self.source, self.server_id, start, end)
+
+    def _scanned(self, start: BinlogOffset, end: BinlogOffset) -> list[Boundary]:
+        """Every boundary in (start, end], from the last full scan when it covers the range: a
+        batch's planning (statements) and its segments (cut) would otherwise scan it twice."""
+        global _last_scan
+        key = (self.source.hostname, self.source.port, start)
+        if _last_scan is not None and _last_scan[0] == key and _last_scan[1] >= end:
+            return [b for b in _last_scan[2] if b.offset <= end]
+        found = list(self._boundaries(start, end))
+        _last_scan = (key, end, found)
+        return found
+
+
+#: The last full boundary scan of this process: (source, start), end, boundaries.
+_last_scan: tuple[tuple[str, int, BinlogOffset], BinlogOffset, list[Boundary]] | None = None
