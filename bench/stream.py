@@ -44,7 +44,7 @@ TABLE = """CREATE TABLE bench.events (
 
 
 def _config(
-    server: PrivateMariaDB, work: str, name: str, tables: list[str], interval: float
+    server: PrivateMariaDB, work: str, name: str, tables: list[str], interval: float, mor: bool = False
 ) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
@@ -64,6 +64,7 @@ def _config(
                 "startup_mode": "latest-offset",
             },
             "stream": {"trigger_interval_s": interval},
+            "sink": {"table_properties": {"write.merge.mode": "merge-on-read"} if mor else {}},
         }
     )
 
@@ -151,10 +152,10 @@ def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_r
 
 
 def _steady(
-    server: PrivateMariaDB, work: str, spark: Any, rate: float, seconds: float, interval: float
+    server: PrivateMariaDB, work: str, spark: Any, rate: float, seconds: float, interval: float, mor: bool
 ) -> dict[str, Any]:
     demo.load(server.admin_connection, 50_000)
-    config = _config(server, work, "steady", [r"shop\..*"], interval)
+    config = _config(server, work, "steady", [r"shop\..*"], interval, mor)
     stop = threading.Event()
     stream = threading.Thread(target=lambda: run_stream(config, spark, stop=stop), daemon=True)
     stream.start()
@@ -180,6 +181,7 @@ def _steady(
         "lag_p99_s": round(cuts[98], 2) if lags else None,
         "lag_max_s": round(max(lags), 2) if lags else None,
         "goal_p99_s": interval + 5,
+        "merge_mode": "merge-on-read" if mor else "copy-on-write",
         "lag_series": [
             (round((b.finished_at - batches[0].finished_at).total_seconds(), 1), round(b.lag_s or 0, 2))
             for b in batches
@@ -221,9 +223,14 @@ def _html(result: dict[str, Any]) -> str:
         "td{padding:2px 12px;border-bottom:1px solid #eee}</style>"
         f"<h1>binlake stream benchmark</h1>"
         f"<p>{html.escape(result['master'])}, {time.strftime('%Y-%m-%d %H:%M')}</p>"
-        f"<h2>Catch-up: {catch['rows_per_s']:,} rows/s, {catch['ratio']}x the single reader "
-        f"(goal {catch['goal_ratio']}x)</h2>"
-        f"<h2>Steady {steady['workload_changes_per_s']:,} changes/s: lag p50 {steady['lag_p50_s']} s, "
+        + (
+            f"<h2>Catch-up: {catch['rows_per_s']:,} rows/s, {catch['ratio']}x the single reader "
+            f"(goal {catch['goal_ratio']}x)</h2>"
+            if catch
+            else ""
+        )
+        + f"<h2>Steady {steady['workload_changes_per_s']:,} changes/s into {steady['merge_mode']} tables: "
+        f"lag p50 {steady['lag_p50_s']} s, "
         f"p99 {steady['lag_p99_s']} s (goal {steady['goal_p99_s']} s)</h2>"
         f"{_svg(steady['lag_series'], steady['goal_p99_s'])}<table>{rows}</table>"
     )
@@ -236,15 +243,18 @@ def main() -> None:
     parser.add_argument("--steady-rate", type=float, default=2000)
     parser.add_argument("--steady-seconds", type=float, default=300)
     parser.add_argument("--trigger-interval", type=float, default=5)
+    parser.add_argument("--merge-on-read", action="store_true", help="steady part into merge-on-read tables")
+    parser.add_argument("--steady-only", action="store_true", help="skip the catch-up part")
     parser.add_argument("--report", type=Path, default=Path("bench/stream.html"))
     args = parser.parse_args()
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
         spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "bench")
         try:
-            catch_up = _catch_up(server, work, spark, args.changes, args.txn_rows)
+            catch_up = {} if args.steady_only else _catch_up(server, work, spark, args.changes, args.txn_rows)
             steady = _steady(
-                server, work, spark, args.steady_rate, args.steady_seconds, args.trigger_interval
-            )
+                server, work, spark, args.steady_rate, args.steady_seconds, args.trigger_interval,
+                args.merge_on_read,
+            )  # fmt: skip
         finally:
             spark.stop()
     result = {"benchmark": "stream", "master": "local[2]", "catch_up": catch_up, "steady": steady}
