@@ -63,6 +63,16 @@ def _start(mariadb: PrivateMariaDB, database: str, config: PipelineConfig, spark
     run_stream(config, spark, until_caught_up=True)  # records the schemas it starts with
 
 
+def _column_changes(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, behavior: str
+) -> PipelineConfig:
+    """A stream under ``behavior`` that begins on TABLE; then COLUMN_CHANGES written, not yet read."""
+    config = _config(mariadb, database, tmp_path, behavior)
+    _start(mariadb, database, config, spark, TABLE)
+    mariadb.execute(*COLUMN_CHANGES, database=database)
+    return config
+
+
 def _sink_columns(config: PipelineConfig, table: TableId) -> list[str]:
     catalog = open_catalog(config)
     return [f.name for f in catalog.load_table(".".join(sink_identifier(config, table))).schema().fields]
@@ -85,11 +95,7 @@ def _projected_equal(config: PipelineConfig, table: TableId, renamed: dict[str, 
 def test_evolve_follows_every_column_change(
     behavior: str, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
-    config = _config(mariadb, database, tmp_path, behavior)
-    _start(
-        mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
-    )
-    mariadb.execute(*COLUMN_CHANGES, database=database)
+    config = _column_changes(mariadb, database, tmp_path, spark, behavior)
     report = run_stream(config, spark, until_caught_up=True)
     assert report.batches >= 5  # flushed before each change
     assert_sink_equals_source(config)
@@ -106,11 +112,7 @@ def test_evolve_follows_every_column_change(
 def test_lenient_keeps_dropped_and_renamed_columns(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
-    config = _config(mariadb, database, tmp_path, "lenient")
-    _start(
-        mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
-    )
-    mariadb.execute(*COLUMN_CHANGES, database=database)
+    config = _column_changes(mariadb, database, tmp_path, spark, "lenient")
     run_stream(config, spark, until_caught_up=True)
     t = TableId(database, "t")
     _projected_equal(config, t, {"b2": ["b2", "bb", "b"]})
@@ -205,11 +207,7 @@ def test_external_applier_waits_then_a_restart_applies_it_once(
 def test_ignore_keeps_the_sink_schema(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
-    config = _config(mariadb, database, tmp_path, "ignore")
-    _start(
-        mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, a INT, b VARCHAR(10), c INT)"
-    )
-    mariadb.execute(*COLUMN_CHANGES, database=database)
+    config = _column_changes(mariadb, database, tmp_path, spark, "ignore")
     run_stream(config, spark, until_caught_up=True)
     t = TableId(database, "t")
     assert _sink_columns(config, t) == ["id", "a", "b", "c"]
