@@ -5,10 +5,9 @@ transaction boundary. The driver-side reader only looks at positions (SHOW MASTE
 BINARY LOGS, and a header-only scan to find transaction boundaries); executors decode segments in
 parallel (``spark/stream_task.py``) and return rows of ``stream.records``.
 
-Options (all strings): ``source`` (JSON, without the password), ``password`` (separate: Spark
-redacts options named like it), ``tables`` (schemas by name, JSON), ``chunk_keys`` (JSON),
-``start`` (offset JSON), ``server_ids`` (``start-end``), ``max_bytes``, ``segment_bytes``,
-``parallelism``, ``state_uri`` and ``pipeline`` (for heartbeats).
+Options (all strings): ``config`` (the pipeline's config as JSON, without the password),
+``password`` (separate: Spark redacts options named like it; see ``stream.positions.config_options``)
+and ``start`` (offset JSON). The tables' schemas come from the schema history, per segment.
 """
 
 from __future__ import annotations
@@ -65,6 +64,16 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.target: dict[str, Any] | None = None
+        self._config: Any = None
+
+    @property
+    def config(self) -> Any:
+        """The pipeline's config (read from the options once per process)."""
+        if self._config is None:
+            from binlake.stream.positions import config_from_options
+
+            self._config = config_from_options(self.options)
+        return self._config
 
     @override
     def initialOffset(self) -> dict[str, Any]:
@@ -72,16 +81,16 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @override
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxBytes(int(self.options["max_bytes"]))
+        return ReadMaxBytes(self.config.stream.max_bytes_per_batch)
 
     @override
     def prepareForTriggerAvailableNow(self) -> None:
         # --until-caught-up: stop at the position the source has now.
-        self.target = _offset_dict(_positions(self.options).head())
+        self.target = _offset_dict(_positions(self.config).head())
 
     @override
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        positions = _positions(self.options)
+        positions = _positions(self.config)
         head = positions.head()
         positions.heartbeat(head)
         end = _offset(self.target) if self.target is not None else head
@@ -90,20 +99,20 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end <= begin:
             return start
         if isinstance(limit, ReadAllAvailable) or not isinstance(limit, ReadMaxBytes):
-            return _offset_dict(_schema_cut(self.options, positions, begin, end))
+            return _offset_dict(_schema_cut(self.config, positions, begin, end))
         admitted = positions.admit(begin, end, limit.max_bytes)
-        return _offset_dict(_schema_cut(self.options, positions, begin, admitted or end))
+        return _offset_dict(_schema_cut(self.config, positions, begin, admitted or end))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin, finish = _offset(start), _offset(end)
         if finish <= begin:
             return []
-        positions = _positions(self.options)
+        positions = _positions(self.config)
         total = positions.distance(begin, finish)
-        slots = int(self.options["parallelism"]) * 2
-        parts = max(1, min(slots, math.ceil(total / int(self.options["segment_bytes"]))))
+        slots = self.config.pipeline.parallelism * 2
+        parts = max(1, min(slots, math.ceil(total / self.config.stream.segment_bytes)))
         ranges = positions.cut(begin, finish, parts) if parts > 1 else [(begin, finish)]
-        tables = _tables_at(self.options, finish)
+        tables = _tables_at(self.config, finish)
         return [Segment(i, _offset_dict(a), _offset_dict(b), tables) for i, (a, b) in enumerate(ranges)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -112,7 +121,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         assert isinstance(partition, Segment)
         yield from read_segment(
-            self.options, partition.index, partition.start, partition.end, partition.tables
+            self.config, partition.index, partition.start, partition.end, partition.tables
         )
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -121,24 +130,23 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
 
-def _positions(options: dict[str, str]) -> Any:
+def _positions(config: Any) -> Any:
     from binlake.stream.positions import SourcePositions
 
-    return SourcePositions.from_options(options)
+    return SourcePositions.from_config(config)
 
 
-def _schema_cut(options: dict[str, str], positions: Any, begin: Any, end: Any) -> Any:
+def _schema_cut(config: Any, positions: Any, begin: Any, end: Any) -> Any:
     """Where the batch from ``begin`` must end so that no schema change of a captured table lies
     inside it: before the first such statement (flush), unless that statement comes first — then
     the protocol applies it here and the batch runs on to the next one."""
     from binlake.errors import BinlakeError
     from binlake.state.store import StateStore
-    from binlake.stream.positions import config_from_options
     from binlake.stream.schema_changes import SchemaChangeProtocol
 
-    store = StateStore(options["state_uri"])
+    store = StateStore(config.pipeline.resolved_state_uri)
     try:
-        protocol = SchemaChangeProtocol(config_from_options(options), store)
+        protocol = SchemaChangeProtocol(config, store)
         for before, boundary in positions.statements(begin, end):
             try:
                 ddl = protocol.tracker.ddl(before, boundary)
@@ -157,15 +165,14 @@ def _schema_cut(options: dict[str, str], positions: Any, begin: Any, end: Any) -
         store.close()
 
 
-def _tables_at(options: dict[str, str], offset: Any) -> str:
+def _tables_at(config: Any, offset: Any) -> str:
     from binlake.events import table_to_dict
     from binlake.state.store import StateStore
-    from binlake.stream.positions import config_from_options
     from binlake.stream.schema_changes import SchemaTracker
 
-    store = StateStore(options["state_uri"])
+    store = StateStore(config.pipeline.resolved_state_uri)
     try:
-        schemas = SchemaTracker(config_from_options(options), store).schemas_at(offset)
+        schemas = SchemaTracker(config, store).schemas_at(offset)
     finally:
         store.close()
     return json.dumps({t.name: table_to_dict(s) for t, s in schemas.items()})

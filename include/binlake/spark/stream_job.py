@@ -40,6 +40,7 @@ from binlake.spark.snapshot_job import task_error
 from binlake.state.store import StateStore, StreamBatch, TableBusyError
 from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.positions import config_options
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import ORIGIN, STREAM, resolve_start
 
@@ -133,7 +134,8 @@ def run_stream(
             origin = start.offset
             store.save_offset(name, ORIGIN, origin)
             store.save_offset(name, STREAM, origin)
-        schemas = _schemas(config, store, discovered, start.offset)
+        tracker = SchemaTracker(config, store)
+        schemas = _schemas(config, tracker, discovered, start.offset)
         catalog = open_catalog(config)
         chunk_keys = dict(config.source.chunk_key_columns)
 
@@ -152,7 +154,6 @@ def run_stream(
             return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
 
         sinks = {s.table.name: sink for s in schemas if (sink := make_sink(s)) is not None}
-        tracker = SchemaTracker(config, store)
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)
         plans = store.load_plans(name)
@@ -182,7 +183,7 @@ def run_stream(
             make_sink=make_sink,
         )
         _hold(store, name, held)
-        _run_query(config, spark, applier, start.offset, origin, schemas, until_caught_up, stop)
+        _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
         report.seconds = time.monotonic() - started
         return report
     finally:
@@ -192,7 +193,7 @@ def run_stream(
 
 
 def _schemas(
-    config: PipelineConfig, store: StateStore, discovered: list[CreateTable], start: BinlogOffset
+    config: PipelineConfig, tracker: SchemaTracker, discovered: list[CreateTable], start: BinlogOffset
 ) -> list[CreateTable]:
     """The captured tables' schemas at ``start``: from the schema history once it has begun,
     else (a new stream) the server's, which then begin the history.
@@ -201,7 +202,7 @@ def _schemas(
     position and now may still hold their CREATE, ALTER or RENAME, which the stream applies when
     it gets there.
     """
-    tracker = SchemaTracker(config, store)
+    store = tracker.store
     if not store.schema_versions(config.pipeline.name):
         if not discovered:
             raise StreamError(
@@ -227,25 +228,12 @@ def _run_query(
     applier: BatchApplier,
     start: BinlogOffset,
     origin: BinlogOffset,
-    schemas: list[Any],
     until_caught_up: bool,
     stop: threading.Event | None,
 ) -> None:
     name = config.pipeline.name
     spark.dataSource.register(BinlogDataSource)
-    options = {
-        "source": json.dumps(config.source.model_dump(mode="json", exclude={"password"})),
-        "password": config.source.password.get_secret_value(),
-        "config": json.dumps(config.model_dump(mode="json", exclude={"source": {"password"}})),
-        "chunk_keys": json.dumps(dict(config.source.chunk_key_columns)),
-        "start": json.dumps({"file": start.file, "pos": start.pos}),
-        "server_ids": f"{config.source.server_id.start}-{config.source.server_id.end}",
-        "max_bytes": str(config.stream.max_bytes_per_batch),
-        "segment_bytes": str(config.stream.segment_bytes),
-        "parallelism": str(config.pipeline.parallelism),
-        "state_uri": config.pipeline.resolved_state_uri,
-        "pipeline": name,
-    }
+    options = {**config_options(config), "start": json.dumps({"file": start.file, "pos": start.pos})}
     checkpoint = config.checkpoint_root / name / f"{origin.file}-{origin.pos}"
     frame = spark.readStream.format("binlake_binlog").options(**options).load()
     writer = (

@@ -1,8 +1,9 @@
 """One task of the stream: decode a binlog segment of the captured tables into record batches.
 
-Runs in a Spark Python worker. The worker gets the tables' schemas as options, so it never asks
-the source for them; python-mysql-replication decodes (the expensive part), ``RecordBuilder``
-packs the rows for the driver.
+Runs in a Spark Python worker. The worker gets the tables' schemas in force in its segment with the
+segment (from the schema history), so it never asks the source for them; ``BinlogReader`` decodes
+(binlake's row decoder over python-mysql-replication's events), ``RecordBuilder`` packs the rows
+for the driver.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import TableId, table_from_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.binlog_reader import BinlogReader
-from binlake.stream.positions import server_ids, source_from_options
 from binlake.stream.records import RecordBuilder
 
 #: Rows per record batch handed to Spark.
@@ -31,22 +32,22 @@ class ZeroDateError(BinlakeError):
 
 
 def read_segment(
-    options: dict[str, str], index: int, start: dict[str, Any], end: dict[str, Any], schemas: str
+    config: PipelineConfig, index: int, start: dict[str, Any], end: dict[str, Any], schemas: str
 ) -> Iterator[pa.RecordBatch]:
     """The changes of the captured tables in (start, end], then the segment's closing row.
 
     ``schemas``: the tables' schemas in force in the range (JSON), from the schema history.
     """
-    source = source_from_options(options)
+    source = config.source
     tables = {TableId.parse(name): table_from_dict(data) for name, data in json.loads(schemas).items()}
     finish = BinlogOffset(str(end["file"]), int(end["pos"]))
-    builder = RecordBuilder(tables.values(), json.loads(options["chunk_keys"]))
+    builder = RecordBuilder(tables.values(), dict(source.chunk_key_columns))
     if not tables:  # every captured table was dropped: only the segment's end to report
         builder.segment(finish, 0)
         yield builder.batch()
         return
     converters = {table: RowConverter(schema) for table, schema in tables.items()}
-    first, last = server_ids(options)
+    first, last = source.server_id.start, source.server_id.end
     # The last id belongs to the planning side; segments of one batch take the others in turn.
     server_id = first + index % max(1, last - first) if last > first else first
     reader = BinlogReader(

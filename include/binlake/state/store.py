@@ -581,7 +581,7 @@ class StateStore:
         self, pipeline: str, offset: BinlogOffset, seq: int, change: SchemaChange, behavior: str
     ) -> SchemaChangeRequest:
         """Record a schema change as pending, or return the record already there (a replay)."""
-        existing = self._schema_change(pipeline, offset, seq)
+        existing = self.schema_change(pipeline, offset, seq)
         if existing is not None:
             return existing
         with self.engine.begin() as conn:
@@ -598,7 +598,7 @@ class StateStore:
                     requested_at=_now(),
                 )
             )
-        found = self._schema_change(pipeline, offset, seq)
+        found = self.schema_change(pipeline, offset, seq)
         assert found is not None
         return found
 
@@ -627,7 +627,8 @@ class StateStore:
             rows = conn.execute(query.order_by(schema_changes_table.c.at, schema_changes_table.c.seq)).all()
         return [_request(r) for r in rows]
 
-    def _schema_change(self, pipeline: str, offset: BinlogOffset, seq: int) -> SchemaChangeRequest | None:
+    def schema_change(self, pipeline: str, offset: BinlogOffset, seq: int) -> SchemaChangeRequest | None:
+        """One schema change request (None: there is none at ``offset``/``seq``)."""
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(schema_changes_table).where(

@@ -23,21 +23,24 @@ from binlake.stream import segments
 HEAD = "stream.head"
 
 
-def source_from_options(options: dict[str, str]) -> SourceConfig:
-    """The source section a Spark job got as options (the password travels apart)."""
-    return SourceConfig.model_validate({**json.loads(options["source"]), "password": options["password"]})
+def config_options(config: PipelineConfig) -> dict[str, str]:
+    """The pipeline's config as Spark options: ``config`` (JSON, work_dir made absolute, so every
+    process reads the same state store and catalog whatever its working folder) and ``password``
+    apart (Spark redacts options named like it)."""
+    absolute = config.model_copy(
+        update={
+            "pipeline": config.pipeline.model_copy(update={"work_dir": config.pipeline.work_dir.resolve()})
+        }
+    )
+    data = absolute.model_dump(mode="json", exclude={"source": {"password"}})
+    return {"config": json.dumps(data), "password": config.source.password.get_secret_value()}
 
 
 def config_from_options(options: dict[str, str]) -> PipelineConfig:
-    """The pipeline's config a Spark job got as options (the password travels apart)."""
+    """The pipeline's config a Spark job got as options (see ``config_options``)."""
     data = json.loads(options["config"])
     data["source"]["password"] = options["password"]
     return PipelineConfig.model_validate(data)
-
-
-def server_ids(options: dict[str, str]) -> tuple[int, int]:
-    start, _, end = options["server_ids"].partition("-")
-    return int(start), int(end or start)
 
 
 class SourcePositions:
@@ -51,10 +54,13 @@ class SourcePositions:
         self._sizes: dict[str, int] | None = None
 
     @classmethod
-    def from_options(cls, options: dict[str, str]) -> SourcePositions:
+    def from_config(cls, config: PipelineConfig) -> SourcePositions:
         # The last id of the range: segment readers use the others.
         return cls(
-            source_from_options(options), server_ids(options)[1], options["pipeline"], options["state_uri"]
+            config.source,
+            config.source.server_id.end,
+            config.pipeline.name,
+            config.pipeline.resolved_state_uri,
         )
 
     def head(self) -> BinlogOffset:

@@ -215,13 +215,9 @@ class SchemaChangeProtocol:
     def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
         deadline = time.monotonic() + self.config.stream.schema_change_timeout_s
         while True:
-            found = [
-                r
-                for r in self.store.schema_changes(self.config.pipeline.name)
-                if r.offset == request.offset and r.seq == request.seq
-            ]
-            if found and found[0].status != "pending":
-                return found[0]
+            found = self.store.schema_change(self.config.pipeline.name, request.offset, request.seq)
+            if found is not None and found.status != "pending":
+                return found
             if time.monotonic() > deadline:
                 raise SchemaChangeFailedError(
                     f"The schema change at {request.offset} ({describe_change(request.change)}) is still "
