@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     stream.add_argument("--json", action="store_true", help="print the summary as JSON")
     status = commands.add_parser("status", help="the plan, chunk progress and the stream's offset and lag")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    quality = commands.add_parser(
+        "quality", help="validate the sink tables with great-expectations; Data Docs under work_dir/reports"
+    )
+    quality.add_argument("--table", action="append", default=[], help="only this table (sink or source name)")
+    quality.add_argument("--run-name", help="name of this run in the report and the state store")
+    quality.add_argument("--json", action="store_true", help="print the summary as JSON")
     maintain = commands.add_parser(
         "maintain", help="compact small files, expire old snapshots, remove orphan files (no writer may run)"
     )
@@ -117,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _snapshot(_load(args.config), args)
         if args.command == "stream":
             return _stream(_load(args.config), args)
+        if args.command == "quality":
+            return _quality(_load(args.config), args)
         if args.command == "status":
             return _status(_load(args.config), as_json=args.json)
     except BinlakeError as e:
@@ -257,6 +265,22 @@ def _stream(config: PipelineConfig, args: argparse.Namespace) -> int:
         )
     print(json.dumps(report.as_dict()))
     return EXIT_OK
+
+
+def _quality(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from binlake.quality.checkpoint import print_quality, run_quality
+
+    report = run_quality(config, args.table or None, args.run_name, print_quality)
+    if not args.json:
+        for line in report.failures():
+            print(f"FAILED {line}")
+        verdict = (
+            "all expectations met" if report.success else f"{len(report.failures())} expectation(s) failed"
+        )
+        print(f"quality of `{config.pipeline.name}` ({report.run_name}): {verdict}; report: {report.index}")
+    print(json.dumps(report.as_dict()))
+    failed = not report.success and config.quality.on_failure == "fail"
+    return EXIT_CHECKS_FAILED if failed else EXIT_OK
 
 
 def _print_where(config: PipelineConfig, tables: list[str]) -> None:

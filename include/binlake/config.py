@@ -241,6 +241,15 @@ class QualityConfig(_Model):
     """``namespace.table`` → great-expectations expectation configs."""
     on_failure: OnFailure = "fail"
     """``fail`` fails the run on a failed expectation; ``warn`` only reports it."""
+    server_id: int | None = Field(default=None, ge=1)
+    """Replica id of the binlog reader that reconciles row counts while a stream may run; default:
+    one above ``source.server_id``'s range (it must differ from every other reader's)."""
+    max_scan_bytes: int = Field(default=1024**3, ge=0)
+    """Binlog bytes the row-count check reads at most (the sink's offset to now); a sink further
+    behind gets no row-count check, with a note saying why."""
+
+    def reader_server_id(self, source: SourceConfig) -> int:
+        return self.server_id if self.server_id is not None else source.server_id.end + 1
 
 
 class StreamConfig(_Model):

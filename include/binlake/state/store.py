@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -147,7 +148,35 @@ schema_changes_table = Table(
     Column("finished_at", DateTime(timezone=True)),
 )
 
+quality_results_table = Table(
+    "binlake_quality_results",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("run_name", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("success", Boolean, nullable=False),
+    Column("results", Text, nullable=False),
+    Column("report", Text),
+    Column("checked_at", DateTime(timezone=True), nullable=False),
+)
+
 SchemaChangeStatus = Literal["pending", "applied", "ignored", "failed"]
+
+
+@dataclass(frozen=True)
+class QualityResult:
+    """One sink table's data-quality check in one run."""
+
+    run_name: str
+    table: str
+    """The sink table, ``namespace.table``."""
+    success: bool
+    results: list[dict[str, Any]]
+    """Per expectation: ``expectation``, ``kwargs``, ``success``, ``observed``, ``note``."""
+    report: str | None
+    """The run's Data Docs page (HTML) for this table."""
+    checked_at: dt.datetime
+
 
 #: Batches kept per pipeline in ``binlake_stream_batches`` (older ones are pruned).
 STREAM_HISTORY = 10_000
@@ -696,6 +725,46 @@ class StateStore:
                     leases_table.c.holder == holder,
                 )
             )
+
+    # -- data quality ------------------------------------------------------------------------------
+
+    def record_quality(self, pipeline: str, result: QualityResult) -> None:
+        """Keep one table's check of one run (a rerun of the run replaces it)."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                delete(quality_results_table).where(
+                    quality_results_table.c.pipeline == pipeline,
+                    quality_results_table.c.run_name == result.run_name,
+                    quality_results_table.c.table_name == result.table,
+                )
+            )
+            conn.execute(
+                insert(quality_results_table).values(
+                    pipeline=pipeline,
+                    run_name=result.run_name,
+                    table_name=result.table,
+                    success=result.success,
+                    results=json.dumps(result.results, default=str),
+                    report=result.report,
+                    checked_at=result.checked_at,
+                )
+            )
+
+    def quality_results(self, pipeline: str, run_name: str | None = None) -> list[QualityResult]:
+        """The checks of one run (or of every run), newest first."""
+        query = select(quality_results_table).where(quality_results_table.c.pipeline == pipeline)
+        if run_name is not None:
+            query = query.where(quality_results_table.c.run_name == run_name)
+        query = query.order_by(quality_results_table.c.checked_at.desc(), quality_results_table.c.table_name)
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [
+            QualityResult(
+                r.run_name, r.table_name, bool(r.success), json.loads(r.results), r.report,
+                _aware(r.checked_at),
+            )
+            for r in rows
+        ]  # fmt: skip
 
 
 def _create_tables(engine: Engine, attempts: int = 5) -> None:

@@ -1,0 +1,1 @@
+"""Data quality on every run: a great-expectations suite per sink table, Data Docs, kept results."""

@@ -1,0 +1,133 @@
+"""The row count a sink table must have: the source's count at the sink's binlog offset.
+
+The sink holds the source as of an offset O (the stream's, or the snapshot's chunks at their high
+watermarks). The source's count is read now, between two binlog positions ``low`` and ``high``;
+the row changes of the binlog after O say how the count moved since:
+
+- changes in (O, ``low``] moved it by their net count ``n`` (insert +1, delete -1, an update 0, a key
+  update -1 at the old key's chunk and +1 at the new one's), after the snapshot filter (a change a
+  chunk already holds is in the sink already);
+- changes in (``low``, ``high``] may or may not be in the count read (``i`` inserts, ``d`` deletes).
+
+So the sink must hold between ``count - i - n`` and ``count + d - n`` rows: exactly ``count - n``
+on a source that was quiet while it was counted, whatever it did since O.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from binlake.config import PipelineConfig
+from binlake.events import CreateTable
+from binlake.offsets import BinlogOffset
+from binlake.schema.type_mapping import RowConverter
+from binlake.source.binlog_reader import BinlogReader, SchemaChangedError, binary_logs
+from binlake.source.connection import connect, server_version
+from binlake.source.watermarks import current_offset
+from binlake.state.store import StateStore, StoredPlan
+from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.records import key_columns, position
+from binlake.stream.segments import distance
+
+
+@dataclass(frozen=True)
+class RowCount:
+    """The row count a sink table (or one source's share of it) must have."""
+
+    minimum: int | None
+    maximum: int | None
+    """None, None: not checked (``note`` says why)."""
+    note: str
+
+    @property
+    def checked(self) -> bool:
+        return self.minimum is not None
+
+
+def expected_rows(
+    config: PipelineConfig,
+    store: StateStore,
+    schema: CreateTable,
+    offset: BinlogOffset | None,
+    plans: Sequence[StoredPlan],
+) -> RowCount:
+    """The count ``schema.table``'s rows in the sink must have, the sink being at ``offset``."""
+    if offset is None:
+        return RowCount(None, None, f"{schema.table}: not checked: the snapshot is unfinished")
+    with contextlib.closing(connect(config.source)) as conn:
+        version = server_version(conn)
+        low = current_offset(conn, version)
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM {schema.table.quoted()}")
+            count = int(cur.fetchone()[0])
+        high = current_offset(conn, version)
+        behind = distance(offset, high, dict(binary_logs(conn)))
+    if behind > config.quality.max_scan_bytes:
+        return RowCount(
+            None,
+            None,
+            f"{schema.table}: not checked: the sink is {behind:,} bytes of binlog behind the source "
+            f"(more than quality.max_scan_bytes = {config.quality.max_scan_bytes:,}); the source has "
+            f"{count:,} rows",
+        )
+    try:
+        net, inserts, deletes = _changes_since(config, store, schema, offset, low, high, plans)
+    except SchemaChangedError:
+        return RowCount(
+            None, None, f"{schema.table}: not checked: its schema changed after the sink's offset {offset}"
+        )
+    minimum, maximum = count - inserts - net, count + deletes - net
+    moving = "" if low == high else f" while {inserts} inserts and {deletes} deletes came in"
+    return RowCount(
+        minimum,
+        maximum,
+        f"{schema.table}: the source had {count:,} rows at {low}{moving}; net {net:+,} rows changed "
+        f"after the sink's offset {offset}",
+    )
+
+
+def _changes_since(
+    config: PipelineConfig,
+    store: StateStore,
+    schema: CreateTable,
+    offset: BinlogOffset,
+    low: BinlogOffset,
+    high: BinlogOffset,
+    plans: Sequence[StoredPlan],
+) -> tuple[int, int, int]:
+    """Net row count change in (offset, low], and inserts and deletes in (low, high]."""
+    if high <= offset:
+        return 0, 0, 0
+    version = store.schema_at(config.pipeline.name, schema.table, offset)
+    written = version.schema if version is not None and version.schema is not None else schema
+    converter = RowConverter(written)
+    names = written.column_names
+    key_at = [names.index(k) for k in key_columns(written, dict(config.source.chunk_key_columns))]
+    reader = BinlogReader(
+        config.source, config.quality.reader_server_id(config.source), offset, high,
+        {schema.table}, lambda _: converter, lean=True,
+    )  # fmt: skip
+    at: list[int] = []
+    keys: list[bytes] = []
+    deltas: list[int] = []
+    for row in reader.rows():
+        p = position(row.offset)
+        for image, delta in ((row.before, -1), (row.after, 1)):
+            if image is not None:
+                at.append(p)
+                keys.append(pickle.dumps(tuple(image[i] for i in key_at)))
+                deltas.append(delta)
+    changes = pa.table({"at": pa.array(at, pa.int64()), "key": pa.array(keys, pa.binary()),
+                        "delta": pa.array(deltas, pa.int8())})  # fmt: skip
+    mine = [p for p in plans if p.table == schema.table]
+    kept = SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)
+    late = pc.greater(kept.column("at"), position(low))
+    before = kept.filter(pc.invert(late)).column("delta")
+    after = kept.filter(late).column("delta").to_pylist()
+    return int(pc.sum(before).as_py() or 0), after.count(1), after.count(-1)

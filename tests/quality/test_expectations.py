@@ -1,0 +1,55 @@
+"""The suite of a sink table: binlake's key expectations, the YAML's, the columns they read."""
+
+from __future__ import annotations
+
+import pytest
+
+from binlake.errors import ConfigError
+from binlake.offsets import BinlogOffset
+from binlake.quality.checkpoint import _sink_offset
+from binlake.quality.expectations import Expectation, configured, key_expectations, needed_columns
+
+
+def test_key_expectations_cover_single_and_compound_keys() -> None:
+    assert [e.type for e in key_expectations(["id"])] == [
+        "expect_column_values_to_not_be_null",
+        "expect_column_values_to_be_unique",
+    ]
+    compound = key_expectations(["_source_table", "id"])
+    assert [e.type for e in compound][-1] == "expect_compound_columns_to_be_unique"
+    assert compound[-1].kwargs == {"column_list": ["_source_table", "id"]}
+    assert key_expectations([]) == []
+
+
+def test_configured_expectations_are_read_and_bad_entries_named() -> None:
+    found = configured(
+        "shop.orders",
+        [
+            {
+                "expectation_type": "expect_column_values_to_be_in_set",
+                "kwargs": {"column": "s", "value_set": [1]},
+            }
+        ],
+    )
+    assert found == [Expectation("expect_column_values_to_be_in_set", {"column": "s", "value_set": [1]})]
+    with pytest.raises(ConfigError, match=r"quality\.tables\.shop\.orders\[1\].*found keys \['kwarg'\]"):
+        configured("shop.orders", [{"kwarg": {}}])
+
+
+def test_only_the_columns_expectations_read_are_loaded() -> None:
+    columns = ["id", "a", "b", "c"]
+    suite = [
+        Expectation("expect_table_row_count_to_be_between", {"min_value": 1, "max_value": 2}),
+        Expectation("expect_column_values_to_not_be_null", {"column": "b"}),
+        Expectation("expect_compound_columns_to_be_unique", {"column_list": ["a", "id"]}),
+    ]
+    assert needed_columns(suite, columns) == ["id", "a", "b"]
+    assert needed_columns([*suite, Expectation("expect_table_columns_to_match_set", {})], columns) == columns
+
+
+def test_sink_offset_is_the_later_of_stream_and_table_else_the_switch() -> None:
+    a, b, c = BinlogOffset("b.000001", 400), BinlogOffset("b.000002", 4), BinlogOffset("b.000001", 100)
+    assert _sink_offset(a, b, c) == b
+    assert _sink_offset(b, a, c) == b
+    assert _sink_offset(None, None, c) == c
+    assert _sink_offset(None, None, None) is None
