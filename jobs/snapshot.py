@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from binlake.config import load_config
+from binlake.config import load_config, source_from_env
 from binlake.errors import BinlakeError
 from binlake.logs import register_secret, setup_logging
 from binlake.spark.session import spark_session
@@ -20,12 +20,19 @@ from binlake.spark.snapshot_job import print_progress, run_snapshot
 def main() -> int:
     parser = argparse.ArgumentParser(prog="jobs/snapshot.py")
     parser.add_argument("--config", required=True)
+    parser.add_argument(
+        "--source-from-env",
+        action="store_true",
+        help="take the source's host, port, user and password from BINLAKE_SOURCE_* (Airflow passes them)",
+    )
     parser.add_argument("--table", action="append", default=[])
     parser.add_argument("--chunk", action="append", default=[])
     args = parser.parse_args()
     setup_logging("INFO")
     try:
-        config = load_config(args.config)
+        config = load_config(
+            args.config, source_overrides=source_from_env() if args.source_from_env else None
+        )
         for secret in config.secrets():
             register_secret(secret)
         spark = spark_session(config, "snapshot")

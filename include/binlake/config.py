@@ -270,6 +270,25 @@ class StreamConfig(_Model):
     """How long the stream waits for an external applier before it fails, naming the change."""
 
 
+class AirflowConfig(_Model):
+    """How the pipeline's Airflow DAGs run (read when Airflow parses the DAG files: no ``${VAR}``)."""
+
+    schedule: str | None = None
+    """Schedule of the main DAG (``binlake__<name>``); default none: triggered from the UI."""
+    backfill_schedule: str | None = None
+    """Schedule of the backfill DAG (cron or preset); default none: triggered with its form."""
+    pool: str = "default_pool"
+    """Airflow pool the snapshot's Spark tasks run in (bounds how many run at once)."""
+    source_conn_id: str | None = None
+    """Airflow connection with the source's host, port, login and password; when set, it fills
+    ``source.hostname``/``port``/``username``/``password`` (the YAML may leave them out)."""
+    spark_conn_id: str = "spark_default"
+    """Airflow Spark connection: the master URL the Spark jobs are submitted to."""
+    tags: list[str] = Field(default_factory=list)
+    """Extra DAG tags."""
+    retries: int = Field(default=2, ge=0)
+
+
 class PipelineConfig(_Model):
     pipeline: PipelineSection
     source: SourceConfig
@@ -277,6 +296,7 @@ class PipelineConfig(_Model):
     sink: SinkConfig = Field(default_factory=SinkConfig)
     route: list[RouteRule] = Field(default_factory=list)
     quality: QualityConfig = Field(default_factory=QualityConfig)
+    airflow: AirflowConfig = Field(default_factory=AirflowConfig)
 
     @property
     def catalog_uri(self) -> str:
@@ -299,9 +319,32 @@ class PipelineConfig(_Model):
 
 # -- loading ---------------------------------------------------------------------------------
 
+#: Source settings a job takes from its environment (an Airflow connection's, handed to a
+#: spark-submit process without putting the password on its command line).
+SOURCE_ENV = {
+    "hostname": "BINLAKE_SOURCE_HOSTNAME",
+    "port": "BINLAKE_SOURCE_PORT",
+    "username": "BINLAKE_SOURCE_USERNAME",
+    "password": "BINLAKE_SOURCE_PASSWORD",
+}
 
-def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = None) -> PipelineConfig:
+
+def source_from_env(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The ``BINLAKE_SOURCE_*`` settings present in the environment (None: none is)."""
+    env = os.environ if environ is None else environ
+    found = {key: env[name] for key, name in SOURCE_ENV.items() if env.get(name)}
+    return found or None
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    environ: dict[str, str] | None = None,
+    source_overrides: dict[str, Any] | None = None,
+) -> PipelineConfig:
     """Read, interpolate and validate a pipeline YAML file.
+
+    ``source_overrides`` replace keys of the ``source`` section (an Airflow connection's host,
+    port, login and password).
 
     Raises:
         ConfigError: the file is missing or unreadable, not valid YAML, names an unset
@@ -315,10 +358,13 @@ def load_config(path: str | os.PathLike[str], environ: dict[str, str] | None = N
         raise ConfigError(f"the file does not exist (looked in {file.resolve().parent})", str(file)) from None
     except OSError as e:
         raise ConfigError(f"the file cannot be read: {e.strerror}", str(file)) from None
-    return parse_config(text, str(file), os.environ.copy() if environ is None else environ)
+    env = os.environ.copy() if environ is None else environ
+    return parse_config(text, str(file), env, source_overrides)
 
 
-def parse_config(text: str, source_name: str, environ: dict[str, str]) -> PipelineConfig:
+def parse_config(
+    text: str, source_name: str, environ: dict[str, str], source_overrides: dict[str, Any] | None = None
+) -> PipelineConfig:
     """Validate a pipeline config given as YAML text (see :func:`load_config`)."""
     try:
         raw = yaml.safe_load(text)
@@ -331,6 +377,8 @@ def parse_config(text: str, source_name: str, environ: dict[str, str]) -> Pipeli
             f"the top level must be a mapping of sections, found {type(raw).__name__}", source_name
         )
     data = _interpolate(raw, environ, (), source_name)
+    if source_overrides and isinstance(data.get("source"), dict):
+        data["source"] = {**data["source"], **source_overrides}
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as e:

@@ -1,0 +1,34 @@
+"""Sink tables as Airflow Assets: ``iceberg://<catalog>/<namespace>/<table>``.
+
+Which tables a pipeline has is known only when it runs (its ``source.tables`` are regexes), so
+the tasks that write them declare an ``AssetAlias`` of the pipeline and attach an event for each
+table they wrote. A downstream DAG schedules on the table itself::
+
+    @dag(schedule=[Asset("iceberg://binlake_demo/shop/orders")])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def asset_uri(catalog: str, identifier: str) -> str:
+    namespace, table = identifier.split(".", 1)
+    return f"iceberg://{catalog}/{namespace}/{table}"
+
+
+def sink_alias(pipeline: str) -> Any:
+    """The alias every writing task of ``pipeline`` declares as its outlet."""
+    from airflow.sdk import AssetAlias
+
+    return AssetAlias(f"binlake__{pipeline}__sink_tables")
+
+
+def emit(context: Any, pipeline: str, catalog: str, identifiers: Iterable[str], **extra: Any) -> None:
+    """Record that this task updated ``identifiers`` (sink tables, ``namespace.table``)."""
+    from airflow.sdk import Asset
+
+    events = context["outlet_events"][sink_alias(pipeline)]
+    for identifier in sorted(set(identifiers)):
+        events.add(Asset(uri=asset_uri(catalog, identifier), name=f"{catalog}.{identifier}"), extra=extra)

@@ -1,0 +1,193 @@
+"""The DAGs of every pipeline file: ``binlake__<name>`` and ``binlake__<name>__ddl``.
+
+Wiring only: each task calls ``tasks`` or an operator of ``operators`` when it runs. Building the
+DAGs reads the pipeline files and nothing else (no database, no Spark, no state store).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Param, PokeReturnValue, chain, task
+
+from binlake.airflow import assets
+from binlake.airflow import tasks as work
+from binlake.airflow.operators import BinlakeQualityOperator, BinlakeSparkSubmitOperator
+from binlake.airflow.pipelines import PipelineFile, read_pipeline_files
+
+START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+#: Spark snapshot jobs one DAG run plans for (each reads a group of chunks; the pool bounds how
+#: many run at once).
+SNAPSHOT_JOBS = 8
+
+
+def build_dags(folder: Path | None = None) -> dict[str, DAG]:
+    """DAG id → DAG for every pipeline file in ``folder`` (default: ``BINLAKE_PIPELINES_DIR``)."""
+    dags: dict[str, DAG] = {}
+    for pipeline in read_pipeline_files(folder):
+        for dag in (pipeline_dag(pipeline), ddl_dag(pipeline)):
+            dags[dag.dag_id] = dag
+    return dags
+
+
+def _defaults(pipeline: PipelineFile) -> dict[str, Any]:
+    return {"owner": "binlake", "retries": pipeline.airflow.retries, "retry_delay": dt.timedelta(minutes=1)}
+
+
+def _tags(pipeline: PipelineFile, *more: str) -> list[str]:
+    return sorted({"binlake", "cdc", pipeline.name, *more, *pipeline.airflow.tags})
+
+
+def _catalog(pipeline: PipelineFile) -> str:
+    return f"binlake_{pipeline.name}"
+
+
+def pipeline_dag(pipeline: PipelineFile) -> DAG:
+    """validate → plan → snapshot (mapped Spark jobs) → switch → quality → stream."""
+    path = str(pipeline.path)
+    with DAG(
+        dag_id=pipeline.dag_id,
+        description=f"CDC of {', '.join(pipeline.tables) or 'the source'} into Iceberg",
+        doc_md=_PIPELINE_DOC.format(name=pipeline.name, path=path, pool=pipeline.airflow.pool),
+        schedule=pipeline.airflow.schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_defaults(pipeline),
+        tags=_tags(pipeline, "snapshot", "stream"),
+        params={
+            "stream_mode": Param(
+                "continuous",
+                enum=["continuous", "until-caught-up"],
+                description="continuous: the stream task runs until stopped; until-caught-up: it "
+                "stops once the source's position at its start is applied (scheduled runs)",
+            )
+        },
+    ) as dag:
+
+        @task(task_id="validate", doc_md="Checks the config and the source (binlog settings, privileges).")
+        def validate() -> list[dict[str, Any]]:
+            return work.validate(path)
+
+        @task(
+            task_id="plan",
+            doc_md="Splits the tables into chunks (kept); returns the unfinished ones in groups.",
+        )
+        def plan() -> list[list[str]]:
+            return work.plan_chunk_groups(path, SNAPSHOT_JOBS)
+
+        @task(
+            task_id="switch",
+            trigger_rule="none_failed",
+            doc_md="The stream's start offset, once every chunk is read.",
+        )
+        def switch() -> dict[str, Any]:
+            return work.switch(path)
+
+        groups = plan()
+        snapshot = BinlakeSparkSubmitOperator.partial(
+            task_id="snapshot",
+            job="snapshot",
+            config_path=path,
+            pipeline=pipeline.name,
+            catalog=_catalog(pipeline),
+            conn_id=pipeline.airflow.spark_conn_id,
+            pool=pipeline.airflow.pool,
+            outlets=[assets.sink_alias(pipeline.name)],
+            doc_md="Reads a group of chunks into Iceberg (one Spark job); pushes their high watermarks.",
+        ).expand(chunks=groups)
+        quality = BinlakeQualityOperator(
+            task_id="quality", config_path=path, doc_md="great-expectations on every sink table; Data Docs."
+        )
+        stream = BinlakeSparkSubmitOperator(
+            task_id="stream",
+            job="stream",
+            config_path=path,
+            pipeline=pipeline.name,
+            catalog=_catalog(pipeline),
+            stream_mode="{{ params.stream_mode }}",
+            conn_id=pipeline.airflow.spark_conn_id,
+            outlets=[assets.sink_alias(pipeline.name)],
+            doc_md="The binlog stream (Spark Structured Streaming); schema changes wait for the __ddl DAG.",
+        )
+        chain(validate(), groups, snapshot, switch(), quality, stream)
+    return dag
+
+
+def ddl_dag(pipeline: PipelineFile) -> DAG:
+    """wait for a pending schema change → apply it → quality of the changed tables; continuously."""
+    path = str(pipeline.path)
+    with DAG(
+        dag_id=f"{pipeline.dag_id}__ddl",
+        description=f"Applies the schema changes the {pipeline.name} stream meets",
+        doc_md=_DDL_DOC.format(name=pipeline.name, behavior=pipeline.behavior),
+        schedule="@continuous",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_defaults(pipeline),
+        tags=_tags(pipeline, "ddl"),
+    ) as dag:
+
+        @task.sensor(
+            task_id="wait_for_schema_change",
+            poke_interval=10,
+            timeout=3600,
+            mode="reschedule",
+            soft_fail=True,
+            doc_md="Waits (without holding a worker slot) for a schema change the stream recorded.",
+        )
+        def wait() -> PokeReturnValue:
+            pending = work.pending_schema_changes(path)
+            return PokeReturnValue(is_done=bool(pending), xcom_value=pending)
+
+        @task(
+            task_id="apply_schema_change",
+            outlets=[assets.sink_alias(pipeline.name)],
+            doc_md="Applies each pending change under the pipeline's behaviour; the stream resumes.",
+        )
+        def apply() -> list[str]:
+            from airflow.sdk import get_current_context
+
+            touched = work.apply_schema_changes(path)
+            assets.emit(get_current_context(), pipeline.name, _catalog(pipeline), touched)
+            return touched
+
+        applied = apply()
+        quality = BinlakeQualityOperator(
+            task_id="quality", config_path=path, tables=applied, doc_md="Quality of the changed tables."
+        )
+        chain(wait(), applied, quality)
+    return dag
+
+
+_PIPELINE_DOC = """\
+### binlake pipeline `{name}`
+
+Change data capture from MySQL/MariaDB into Apache Iceberg, configured by `{path}`.
+
+1. **validate** the source (binlog settings, privileges) — each error names its fix.
+2. **plan**: split the tables into chunks (kept in the state store); returns the unfinished chunks
+   in groups. A rerun of this DAG resumes: finished chunks are not read again.
+3. **snapshot**: one Spark job per group (mapped, pool `{pool}`), without locks; each pushes its
+   chunks' high watermarks to XCom.
+4. **switch**: the stream's start offset (the smallest high watermark).
+5. **quality**: great-expectations on every sink table — row count against the source at the
+   sink's binlog offset, primary key not null and unique, the YAML's expectations. The task's
+   *Data Docs* link opens the report.
+6. **stream**: the binlog into Iceberg, exactly once. Param `stream_mode`: `continuous` (runs until
+   stopped) or `until-caught-up`. Schema changes wait for `binlake__{name}__ddl`.
+
+Sink tables are Assets `iceberg://binlake_{name}/<namespace>/<table>`.
+"""
+
+_DDL_DOC = """\
+### Schema changes of `{name}`
+
+The stream stops at a schema change of a captured table (after committing every change before
+it) and records it. This DAG's sensor sees it, **apply_schema_change** makes it in Iceberg under
+the pipeline's behaviour (`{behavior}`), the stream resumes, and **quality** checks the changed
+tables. `binlake status` lists pending changes too.
+"""

@@ -1,0 +1,152 @@
+"""binlake's Airflow operators: Spark jobs through spark-submit, quality with its Data Docs link."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator, BaseOperatorLink
+
+from binlake.airflow import assets
+from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
+
+#: The Spark entry points (``jobs/`` at the project's root), unless ``BINLAKE_JOBS_DIR`` says.
+JOBS = Path(__file__).resolve().parents[3] / "jobs"
+
+
+def jobs_dir() -> Path:
+    return Path(os.environ.get("BINLAKE_JOBS_DIR") or JOBS)
+
+
+class DataDocsLink(BaseOperatorLink):
+    """ "Data Docs" on a quality task: its run's great-expectations report."""
+
+    name = "Data Docs"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        # Called right after `execute` (also when it failed), on the same operator object.
+        return str(getattr(operator, "report_url", "") or "")
+
+
+class BinlakeSparkSubmitOperator(SparkSubmitOperator):
+    """spark-submit of ``jobs/<job>.py`` for a pipeline file.
+
+    The source's connection settings (``airflow.source_conn_id``) reach the job as environment
+    variables, and the job runs this interpreter (binlake's environment) on the Spark workers of
+    a local master; a cluster's workers need binlake installed.
+    """
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        config_path: str,
+        pipeline: str,
+        catalog: str,
+        chunks: Sequence[str] = (),
+        stream_mode: str = "continuous",
+        **kwargs: Any,
+    ) -> None:
+        args = ["--config", config_path, "--source-from-env"]
+        for chunk in chunks:
+            args += ["--chunk", chunk]
+        if job == "stream":
+            # Under Airflow the DDL DAG applies schema changes; the stream waits for it.
+            args += ["--mode", stream_mode, "--schema-change-applier", "external"]
+        kwargs.setdefault("name", f"binlake-{job}-{pipeline}")
+        super().__init__(application=str(jobs_dir() / f"{job}.py"), application_args=args, **kwargs)
+        self.job = job
+        self.config_path = config_path
+        self.pipeline = pipeline
+        self.catalog = catalog
+        self.chunks = list(chunks)
+
+    def execute(self, context: Any) -> Any:
+        venv_bin = str(Path(sys.executable).parent)
+        env = {
+            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable),
+            "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        self.env_vars = {
+            **(self.env_vars or {}),
+            **env,
+            **source_env(source_from_connection(self.config_path)),
+        }
+        os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
+        super().execute(context)
+        return self._summary(context)
+
+    def _summary(self, context: Any) -> dict[str, Any]:
+        from binlake.sink.catalog import sink_identifier
+        from binlake.state.store import StateStore
+        from binlake.stream.startup import STREAM
+
+        config = load_pipeline(self.config_path)
+        store = StateStore(config.pipeline.resolved_state_uri)
+        try:
+            plans = store.load_plans(config.pipeline.name)
+            if self.job == "snapshot":
+                wanted = set(self.chunks)
+                marks = {
+                    f"{p.table.name}#{c.chunk.chunk_id}": c.high_watermark.to_dict()
+                    for p in plans
+                    for c in p.chunks
+                    if c.high_watermark is not None and f"{p.table.name}#{c.chunk.chunk_id}" in wanted
+                }
+                tables = {".".join(sink_identifier(config, p.table)) for p in plans
+                          if any(k.startswith(f"{p.table.name}#") for k in marks)}  # fmt: skip
+                assets.emit(context, self.pipeline, self.catalog, tables, chunks=len(marks))
+                return {"high_watermarks": marks, "tables": sorted(tables)}
+            offset = store.load_offset(config.pipeline.name, STREAM)
+            tables = {".".join(sink_identifier(config, p.table)) for p in plans}
+            assets.emit(context, self.pipeline, self.catalog, tables)
+            return {"stream_offset": offset.to_dict() if offset else None}
+        finally:
+            store.close()
+
+
+class BinlakeQualityOperator(BaseOperator):
+    """A data-quality run of the pipeline's sink tables (or of ``tables``), its Data Docs linked.
+
+    Fails on a failed expectation under ``quality.on_failure: fail``; warns under ``warn``.
+    """
+
+    template_fields: Sequence[str] = ("tables",)
+    operator_extra_links = (DataDocsLink(),)
+
+    def __init__(self, *, config_path: str, tables: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.tables = tables
+        self.report_url: str | None = None
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
+        from binlake.airflow.reports import report_url
+        from binlake.quality.checkpoint import run_quality
+
+        config = load_pipeline(self.config_path)
+        tables = list(self.tables) if self.tables else None
+        report = run_quality(config, tables, f"{context['run_id']}__{self.task_id}", self._progress)
+        if report.index is not None:
+            self.report_url = report_url(config.pipeline.name, report.index)
+            self.log.info("Data Docs: %s (file %s)", self.report_url, report.index)
+        summary = report.as_dict() | {"report_url": self.report_url}
+        if not report.success:
+            lines = "\n".join(report.failures())
+            if config.quality.on_failure == "fail":
+                raise AirflowException(f"Data quality failed ({report.index}):\n{lines}")
+            self.log.warning("Data quality failed (on_failure: warn):\n%s", lines)
+        return summary
+
+    def _progress(self, number: int, total: int, result: Any) -> None:
+        verdict = "ok" if result.success else "FAILED"
+        self.log.info(
+            "quality %d/%d %s: %d checks, %s", number, total, result.table, len(result.results), verdict
+        )

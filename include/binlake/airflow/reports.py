@@ -1,0 +1,55 @@
+"""Data Docs in the Airflow UI: an app (mounted by the plugin under ``/binlake``) serving each
+pipeline's ``<work_dir>/reports`` folder, and the URL of one run's report."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from binlake.airflow.pipelines import read_pipeline_files
+from binlake.errors import BinlakeError
+
+PREFIX = "/binlake"
+
+
+def report_url(pipeline: str, index: Path) -> str:
+    """Where the Airflow API server shows the Data Docs page ``index`` (of a run's report folder)."""
+    from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback="http://localhost:8080").rstrip("/")
+    return f"{base}{PREFIX}/reports/{pipeline}/{index.parent.name}/{index.name}"
+
+
+@functools.lru_cache(maxsize=64)
+def _reports_folder(pipeline: str) -> Path | None:
+    from binlake.config import load_config
+
+    for found in read_pipeline_files():
+        if found.name == pipeline:
+            try:
+                config = load_config(found.path)
+            except BinlakeError:
+                return None
+            return (config.pipeline.work_dir.resolve() / "reports").resolve()
+    return None
+
+
+def reports_app() -> Any:
+    """A FastAPI app: ``GET /reports/<pipeline>/<path>`` → a file under that pipeline's reports."""
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import FileResponse
+
+    app = FastAPI(title="binlake reports")
+
+    @app.get("/reports/{pipeline}/{path:path}")
+    def report(pipeline: str, path: str) -> FileResponse:
+        folder = _reports_folder(pipeline)
+        if folder is None:
+            raise HTTPException(404, f"no pipeline `{pipeline}` (or its config cannot be loaded here)")
+        file = (folder / path).resolve()
+        if not file.is_relative_to(folder) or not file.is_file():
+            raise HTTPException(404, f"no report file `{path}` for pipeline `{pipeline}`")
+        return FileResponse(file)
+
+    return app

@@ -1,0 +1,161 @@
+"""The work of the DAGs' Python tasks: each loads the pipeline and calls the package.
+
+Return values are what the tasks push to XCom: small JSON (chunk ids, offsets, summaries), never a
+secret. Errors binlake raises on purpose reach the task log as their message.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from binlake.airflow.runtime import load_pipeline
+from binlake.errors import BinlakeError
+
+log = logging.getLogger(__name__)
+
+#: Startup modes that begin with a snapshot.
+SNAPSHOT_MODES = ("initial", "snapshot")
+
+
+class TaskFailedError(BinlakeError):
+    """A DAG task found something it must not go on with."""
+
+
+def validate(path: str | Path) -> list[dict[str, Any]]:
+    """Check the config and the source; fail naming every error and its fix."""
+    from binlake.source.validator import has_errors
+    from binlake.source.validator import validate as checks_of
+
+    config = load_pipeline(path)
+    checks = checks_of(config)
+    for check in checks:
+        log.info("%s %s: %s", check.status, check.name, check.message)
+    if has_errors(checks):
+        lines = [f"{c.name}: {c.message} (fix: {c.fix})" for c in checks if c.status == "error"]
+        raise TaskFailedError("The source is not ready for binlake:\n" + "\n".join(lines))
+    return [c.as_dict() for c in checks]
+
+
+def plan_chunk_groups(path: str | Path, tasks: int) -> list[list[str]]:
+    """Plan (or keep the plan), then split the unfinished chunks into at most about ``tasks``
+    groups of consecutive chunks of one table: one Spark job each. Finished chunks are left out,
+    so a rerun of the DAG resumes."""
+    from binlake.planner import plan
+
+    config = load_pipeline(path)
+    if config.source.startup_mode not in SNAPSHOT_MODES:
+        log.info("startup mode %s: no snapshot", config.source.startup_mode)
+        return []
+    plans = plan(config)
+    pending: dict[str, list[str]] = defaultdict(list)
+    for p in plans:
+        for state in p.chunks:
+            if state.status != "finished":
+                pending[p.table.name].append(f"{p.table.name}#{state.chunk.chunk_id}")
+    total = sum(len(ids) for ids in pending.values())
+    size = max(1, math.ceil(total / max(1, tasks)))
+    groups = [ids[i : i + size] for _, ids in sorted(pending.items()) for i in range(0, len(ids), size)]
+    done = sum(len(p.chunks) for p in plans) - total
+    log.info("%d chunks to read in %d Spark jobs (%d finished before)", total, len(groups), done)
+    return groups
+
+
+def switch(path: str | Path) -> dict[str, Any]:
+    """The stream's start: the snapshot's switch offset, once every chunk is finished."""
+    from binlake.state.store import StateStore
+    from binlake.stream.startup import SWITCH
+
+    config = load_pipeline(path)
+    if config.source.startup_mode not in SNAPSHOT_MODES:
+        return {"switch_offset": None, "startup_mode": config.source.startup_mode}
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        plans = store.load_plans(config.pipeline.name)
+        unfinished = [
+            f"{p.table.name}#{c.chunk.chunk_id}" for p in plans for c in p.chunks if c.status != "finished"
+        ]
+        offset = store.load_offset(config.pipeline.name, SWITCH)
+    finally:
+        store.close()
+    if unfinished or offset is None:
+        raise TaskFailedError(
+            f"The snapshot is unfinished: {len(unfinished)} chunks not read (e.g. {unfinished[:3]}). "
+            "Fix: clear the failed snapshot tasks (or rerun the DAG): finished chunks are kept."
+        )
+    log.info("snapshot complete: the stream starts at %s", offset)
+    return {
+        "switch_offset": offset.to_dict(),
+        "tables": len(plans),
+        "chunks": sum(len(p.chunks) for p in plans),
+    }
+
+
+def pending_schema_changes(path: str | Path) -> list[dict[str, Any]]:
+    """The schema changes the stream waits on, in binlog order (empty: none)."""
+    from binlake.events import describe_change
+    from binlake.state.store import StateStore
+
+    config = load_pipeline(path)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        pending = store.schema_changes(config.pipeline.name, "pending")
+    finally:
+        store.close()
+    return [
+        {
+            "offset": r.offset.to_dict(),
+            "seq": r.seq,
+            "table": r.table.name,
+            "change": describe_change(r.change),
+        }
+        for r in pending
+    ]  # fmt: skip
+
+
+def apply_schema_changes(path: str | Path) -> list[str]:
+    """Apply every pending schema change in binlog order; return the sink tables they touched.
+
+    Raises:
+        TaskFailedError: a change failed under the pipeline's behaviour (the stream stops on it too).
+    """
+    from binlake.events import RenameTable, describe_change
+    from binlake.sink.catalog import sink_identifier
+    from binlake.state.store import StateStore
+    from binlake.stream.schema_changes import apply_request
+
+    config = load_pipeline(path)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    touched: list[str] = []
+    try:
+        for request in store.schema_changes(config.pipeline.name, "pending"):
+            status = apply_request(config, store, request)
+            what = f"{describe_change(request.change)} at {request.offset}"
+            log.info("schema change %s: %s", what, status)
+            if status == "failed":
+                found = store.schema_change(config.pipeline.name, request.offset, request.seq)
+                reason = found.message if found else "see the stream's log"
+                raise TaskFailedError(f"Schema change {what} failed: {reason}")
+            change = request.change
+            target = change.new_table if isinstance(change, RenameTable) else change.table
+            touched.append(".".join(sink_identifier(config, target)))
+    finally:
+        store.close()
+    return sorted(set(touched))
+
+
+def sink_tables(path: str | Path) -> list[str]:
+    """The pipeline's planned sink tables (``namespace.table``): what its Assets are."""
+    from binlake.sink.catalog import sink_identifier
+    from binlake.state.store import StateStore
+
+    config = load_pipeline(path)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        plans = store.load_plans(config.pipeline.name)
+    finally:
+        store.close()
+    return sorted({".".join(sink_identifier(config, p.table)) for p in plans})
