@@ -279,6 +279,9 @@ class AirflowConfig(_Model):
     """Schedule of the backfill DAG (cron or preset); default none: triggered with its form."""
     pool: str = "default_pool"
     """Airflow pool the snapshot's Spark tasks run in (bounds how many run at once)."""
+    snapshot_jobs: int = Field(default=4, ge=1)
+    """Spark jobs the snapshot's chunks are spread over (mapped tasks; each starts a Spark app, so
+    more than the pool's slots only adds start-up time)."""
     source_conn_id: str | None = None
     """Airflow connection with the source's host, port, login and password; when set, it fills
     ``source.hostname``/``port``/``username``/``password`` (the YAML may leave them out)."""

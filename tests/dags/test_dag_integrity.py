@@ -46,7 +46,8 @@ dags = {
     for dag_id, dag in bag.dags.items()
 }
 stats = [{"file": s.file, "seconds": s.duration.total_seconds()} for s in bag.dagbag_stats]
-heavy = sorted(m for m in ("pyspark", "great_expectations", "pyiceberg", "pymysqlreplication", "connectorx") if m in sys.modules)
+engines = ("pyspark", "great_expectations", "pyiceberg", "pymysqlreplication", "connectorx")
+heavy = sorted(m for m in engines if m in sys.modules)
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": dags,
                   "stats": stats, "opened": opened, "heavy_imports": heavy, "seconds": seconds}))
 """

@@ -18,9 +18,6 @@ from binlake.airflow.operators import BinlakeQualityOperator, BinlakeSparkSubmit
 from binlake.airflow.pipelines import PipelineFile, read_pipeline_files
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-#: Spark snapshot jobs one DAG run plans for (each reads a group of chunks; the pool bounds how
-#: many run at once).
-SNAPSHOT_JOBS = 8
 
 
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
@@ -76,7 +73,7 @@ def pipeline_dag(pipeline: PipelineFile) -> DAG:
             doc_md="Splits the tables into chunks (kept); returns the unfinished ones in groups.",
         )
         def plan() -> list[list[str]]:
-            return work.plan_chunk_groups(path, SNAPSHOT_JOBS)
+            return work.plan_chunk_groups(path, pipeline.airflow.snapshot_jobs)
 
         @task(
             task_id="switch",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +39,9 @@ def validate(path: str | Path) -> list[dict[str, Any]]:
     return [c.as_dict() for c in checks]
 
 
-def plan_chunk_groups(path: str | Path, tasks: int) -> list[list[str]]:
-    """Plan (or keep the plan), then split the unfinished chunks into at most about ``tasks``
-    groups of consecutive chunks of one table: one Spark job each. Finished chunks are left out,
-    so a rerun of the DAG resumes."""
+def plan_chunk_groups(path: str | Path, jobs: int) -> list[list[str]]:
+    """Plan (or keep the plan), then spread the unfinished chunks over at most ``jobs`` groups of
+    consecutive chunks: one Spark job each. Finished chunks are left out, so a rerun resumes."""
     from binlake.planner import plan
 
     config = load_pipeline(path)
@@ -51,16 +49,16 @@ def plan_chunk_groups(path: str | Path, tasks: int) -> list[list[str]]:
         log.info("startup mode %s: no snapshot", config.source.startup_mode)
         return []
     plans = plan(config)
-    pending: dict[str, list[str]] = defaultdict(list)
-    for p in plans:
-        for state in p.chunks:
-            if state.status != "finished":
-                pending[p.table.name].append(f"{p.table.name}#{state.chunk.chunk_id}")
-    total = sum(len(ids) for ids in pending.values())
-    size = max(1, math.ceil(total / max(1, tasks)))
-    groups = [ids[i : i + size] for _, ids in sorted(pending.items()) for i in range(0, len(ids), size)]
-    done = sum(len(p.chunks) for p in plans) - total
-    log.info("%d chunks to read in %d Spark jobs (%d finished before)", total, len(groups), done)
+    pending = [
+        f"{p.table.name}#{state.chunk.chunk_id}"
+        for p in sorted(plans, key=lambda p: p.table.name)
+        for state in p.chunks
+        if state.status != "finished"
+    ]
+    size = max(1, math.ceil(len(pending) / max(1, jobs)))
+    groups = [pending[i : i + size] for i in range(0, len(pending), size)]
+    done = sum(len(p.chunks) for p in plans) - len(pending)
+    log.info("%d chunks to read in %d Spark jobs (%d finished before)", len(pending), len(groups), done)
     return groups
 
 

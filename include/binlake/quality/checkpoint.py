@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
@@ -278,7 +279,7 @@ class _DataDocs:
         if key is None:
             return None
         urls = self.context.get_docs_sites_urls(resource_identifier=key)
-        return str(urls[0]["site_url"]).removeprefix("file://") if urls else None
+        return unquote(str(urls[0]["site_url"]).removeprefix("file://")) if urls else None
 
 
 def _frame(writer: IcebergWriter, expectations: list[Expectation]) -> Any:

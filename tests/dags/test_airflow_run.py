@@ -1,0 +1,84 @@
+"""`airflow dags test binlake__demo` against the private MariaDB: every task, XCom, Data Docs, Assets."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from binlake.config import PipelineConfig
+from binlake.state.store import StateStore
+from binlake.testing import demo
+from binlake.testing.compare import compare
+from binlake.testing.private_server import PrivateMariaDB
+from binlake.testing.workload import Workload
+from tests.dags.conftest import airflow_pipeline
+from tests.quality.test_checkpoint import page_text
+
+pytestmark = pytest.mark.slow
+
+
+def config_of(pipeline: dict[str, Any], mariadb: PrivateMariaDB) -> PipelineConfig:
+    source = {**pipeline["source"], "hostname": "127.0.0.1", "port": mariadb.port,
+              "username": mariadb.user, "password": mariadb.password}  # fmt: skip
+    return PipelineConfig.model_validate({**pipeline, "source": source})
+
+
+def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, local_airflow: Any
+) -> None:
+    demo.load(mariadb.admin_connection, 3000, database=database)
+    pipeline = airflow_pipeline(database, tmp_path / "work")
+    airflow = local_airflow(pipeline)
+    # Writes while the snapshot runs; over before the stream task starts (it catches up to its start).
+    workload = Workload(mariadb.admin_connection, database=database, rate=200, txn_size=2).start(seconds=10)
+    run = airflow.run(
+        "dags", "test", "binlake__demo", "-c", '{"stream_mode": "until-caught-up"}', timeout=900
+    )
+    stats = workload.stop()
+    assert run.returncode == 0, run.output[-5000:]
+    assert stats.total > 100
+
+    states = airflow.task_states("binlake__demo")
+    assert set(states.values()) == {"success"}, states
+    assert {t for t, _ in states} == {"validate", "plan", "snapshot", "switch", "quality", "stream"}
+    assert sum(t == "snapshot" for t, _ in states) == 2  # mapped over the chunk groups
+
+    # XCom holds every chunk's high watermark, as the state store does.
+    config = config_of(pipeline, mariadb)
+    pushed = {
+        k: v for x in airflow.xcoms("binlake__demo", "snapshot") for k, v in x["high_watermarks"].items()
+    }
+    stored = {
+        f"{p.table.name}#{c.chunk.chunk_id}": c.high_watermark.to_dict()
+        for p in StateStore(config.pipeline.resolved_state_uri).load_plans("demo")
+        for c in p.chunks
+        if c.high_watermark is not None
+    }
+    assert len(stored) > 7
+    assert pushed == stored
+
+    # Data Docs: the report of the quality task exists and shows the expectations; the task links it.
+    [summary] = airflow.xcoms("binlake__demo", "quality")
+    assert summary["success"] is True
+    index = Path(summary["report"])
+    assert index.exists()
+    assert index.is_relative_to(tmp_path / "work" / "reports")
+    orders = Path(summary["tables"][f"{database}.order_items"]["report"])
+    text = page_text(orders)
+    assert "values must be greater than or equal to 1" in text
+    assert "values must never be null" in text
+    assert re.search(r"Must have greater than or equal to \d+ and less than or equal to \d+ rows", text)
+    [link] = airflow.xcoms("binlake__demo", "quality", "_link_DataDocsLink")
+    assert link.endswith(f"/binlake/reports/demo/{index.parent.name}/index.html")
+
+    # Each sink table is an Asset the snapshot and the stream updated.
+    events = dict(airflow.query(
+        "SELECT a.uri, COUNT(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id GROUP BY a.uri"
+    ))  # fmt: skip
+    assert events[f"iceberg://binlake_demo/{database}/orders"] >= 2
+
+    assert [r for r in compare(config) if not r.equal] == []
+    assert mariadb.password not in run.output
