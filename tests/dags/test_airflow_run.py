@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from binlake.config import PipelineConfig
 from binlake.state.store import StateStore
@@ -82,3 +83,14 @@ def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
 
     assert [r for r in compare(config) if not r.equal] == []
     assert mariadb.password not in run.output
+
+    # A failing expectation fails the quality task (on_failure: fail), naming it and the report.
+    pipeline["quality"]["tables"][f"{database}.order_items"][0]["kwargs"]["max_value"] = 1
+    (Path(airflow.env["BINLAKE_PIPELINES_DIR"]) / "demo.yaml").write_text(yaml.safe_dump(pipeline))
+    failed = airflow.run("tasks", "test", "binlake__demo", "quality", timeout=300)
+    # (`airflow tasks test` exits 0 whatever the task did: the task's own state says it failed)
+    assert re.search(r"Task instance state updated .* new_state=failed", failed.output)
+    assert "Data quality failed" in failed.output
+    named = rf"{database}\.order_items: expect_column_values_to_be_between\(.*max_value=1.*\): found \d+ unexpected"
+    assert re.search(named, failed.output)
+    assert mariadb.password not in failed.output

@@ -294,8 +294,9 @@ def _frame(writer: IcebergWriter, expectations: list[Expectation]) -> Any:
 def _check(result: Any) -> dict[str, Any]:
     config = result.expectation_config
     details = result.result or {}
-    if result.exception_info and result.exception_info.get("raised_exception"):
-        observed: Any = f"error: {result.exception_info.get('exception_message')}"
+    error = _exception(result.exception_info)
+    if error:
+        observed: Any = f"error: {error}"
     elif "observed_value" in details:
         observed = details["observed_value"]
     elif "unexpected_count" in details:
@@ -320,3 +321,15 @@ def print_quality(number: int, total: int, result: QualityResult) -> None:
     print(
         f"quality {number}/{total} {result.table}: {len(result.results)} checks, {verdict}", file=sys.stderr
     )
+
+
+def _exception(info: Any) -> str | None:
+    """The message of an exception an expectation raised (a column that does not exist, bounds the
+    wrong way round): great-expectations keys its info by metric, or not at all."""
+    if not isinstance(info, dict):
+        return None
+    entries = [info, *(v for v in info.values() if isinstance(v, dict))]
+    for entry in entries:
+        if entry.get("raised_exception") or entry.get("exception_message"):
+            return " ".join(str(entry.get("exception_message") or "unknown error").split())[:300]
+    return None
