@@ -21,13 +21,17 @@ export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
 export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 
-.PHONY: help demo demo-stop test test-fast lint setup system-deps lock clean spark-package
+AIRFLOW_HOME_DIR ?= $(CURDIR)/.binlake/airflow
+AIRFLOW_PORT ?= 8080
+
+.PHONY: help demo demo-stop airflow test test-fast lint compose-check setup system-deps lock clean spark-package
 
 help:
 	@echo "make demo       run binlake on the embedded defaults (private MariaDB with the demo database)"
 	@echo "make test       run the whole test suite (lint, types, tests)"
 	@echo "make test-fast  the tests without the slow end-to-end ones"
 	@echo "make demo-stop  stop the demo MariaDB"
+	@echo "make airflow    Airflow (standalone, http://127.0.0.1:$(AIRFLOW_PORT)) with the demo pipeline's DAGs"
 
 ## The main job on embedded defaults.
 demo: setup
@@ -44,15 +48,42 @@ demo: setup
 	  echo "workload stopped ($$(cat $(DEMO_DIR)/workload.json)); catching up ..." && \
 	  $(BIN)/binlake --config $(CONFIG) stream --until-caught-up && \
 	  $(BIN)/binlake --config $(CONFIG) status && \
+	  $(BIN)/binlake --config $(CONFIG) quality --run-name demo && \
 	  $(BIN)/python -m binlake.testing --dir $(DEMO_DIR) compare --config $(CONFIG)
 	@echo "The demo MariaDB keeps running for the next steps; stop it with 'make demo-stop'."
 
 demo-stop: setup
 	$(BIN)/python -m binlake.testing --dir $(DEMO_DIR) down
 
-## The test suite: lint, types, then every test (CI runs exactly this).
-test: setup lint
+## Airflow on this machine: `airflow standalone` (SQLite, LocalExecutor) on 127.0.0.1 with the demo
+## pipeline's DAGs unpaused, its source the demo MariaDB (the same one `make demo` uses).
+airflow: setup
+	$(BIN)/python -m binlake.testing --dir $(DEMO_DIR) up --rows $(DEMO_ROWS)
+	mkdir -p $(AIRFLOW_HOME_DIR)
+	set -a; source $(DEMO_DIR)/demo.env; set +a; \
+	  export PATH="$(CURDIR)/$(BIN):$$PATH" AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) \
+	    BINLAKE_WORK_DIR=$(CURDIR)/.binlake/airflow-work \
+	    AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins \
+	    AIRFLOW__CORE__LOAD_EXAMPLES=false AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION=false \
+	    AIRFLOW__CORE__EXECUTOR=LocalExecutor AIRFLOW__CORE__PARALLELISM=4 \
+	    AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+	    AIRFLOW__API__BASE_URL=http://127.0.0.1:$(AIRFLOW_PORT) \
+	    AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'; \
+	  $(BIN)/airflow db migrate >/dev/null && \
+	  $(BIN)/airflow pools set binlake 2 "binlake snapshot Spark jobs" >/dev/null && \
+	  echo "Airflow on http://127.0.0.1:$(AIRFLOW_PORT): user admin, password in $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json.generated" && \
+	  exec $(BIN)/airflow standalone
+
+## The test suite: lint, types, docker-compose.yaml, then every test (CI runs exactly this).
+test: setup lint compose-check
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Compose validates docker-compose.yaml without an engine: the v2 plugin where Docker has it,
+# else Debian's docker-compose (installed by system-deps).
+compose-check: system-deps
+	@if docker compose version >/dev/null 2>&1; then docker compose -f docker-compose.yaml config -q; \
+	else docker-compose -f docker-compose.yaml config -q; fi
+	@echo "docker-compose.yaml: valid"
 
 test-fast: setup
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
@@ -75,6 +106,7 @@ system-deps:
 	@missing=""; \
 	command -v mariadbd >/dev/null || command -v mysqld >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || missing="$$missing mariadb-server"; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	python3 -c 'import sys, ensurepip; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || python3.11 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3.11 python3.11-venv"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

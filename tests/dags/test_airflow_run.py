@@ -91,6 +91,7 @@ def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
     # (`airflow tasks test` exits 0 whatever the task did: the task's own state says it failed)
     assert re.search(r"Task instance state updated .* new_state=failed", failed.output)
     assert "Data quality failed" in failed.output
-    named = rf"{database}\.order_items: expect_column_values_to_be_between\(.*max_value=1.*\): found \d+ unexpected"
+    expectation = r"expect_column_values_to_be_between\(.*max_value=1.*\): found \d+ unexpected"
+    named = rf"{database}\.order_items: {expectation}"
     assert re.search(named, failed.output)
     assert mariadb.password not in failed.output

@@ -88,9 +88,11 @@ def pipelines(tmp_path: Path) -> Path:
     return folder
 
 
-def test_every_dag_imports_fast_with_tags_docs_and_retries(tmp_path: Path, pipelines: Path) -> None:
+def test_every_dag_imports_fast_documented_and_without_connections(tmp_path: Path, pipelines: Path) -> None:
     parsed = parse_dags(tmp_path, pipelines)
     assert parsed["errors"] == {}
+    assert parsed["opened"] == []  # no socket, no state store while parsing
+    assert parsed["heavy_imports"] == []
     assert set(parsed["dags"]) == {
         "binlake__demo",
         "binlake__demo__ddl",
@@ -112,13 +114,6 @@ def test_every_dag_imports_fast_with_tags_docs_and_retries(tmp_path: Path, pipel
     assert "team-a" in parsed["dags"]["binlake__orders"]["tags"]
 
 
-def test_parsing_opens_no_connection_and_imports_no_engine(tmp_path: Path, pipelines: Path) -> None:
-    parsed = parse_dags(tmp_path, pipelines)
-    assert parsed["errors"] == {}
-    assert parsed["opened"] == []
-    assert parsed["heavy_imports"] == []
-
-
 def test_a_broken_pipeline_file_is_an_import_error_naming_the_file(tmp_path: Path, pipelines: Path) -> None:
     (pipelines / "broken.yaml").write_text("pipeline:\n  name: 9 bad name\nsource: {}\n")
     parsed = parse_dags(tmp_path, pipelines)
@@ -126,3 +121,27 @@ def test_a_broken_pipeline_file_is_an_import_error_naming_the_file(tmp_path: Pat
     assert file.endswith("binlake_pipelines.py")
     assert "broken.yaml" in error
     assert "must start with a letter" in error
+
+
+def test_the_docker_pipeline_is_a_valid_config_with_its_connection(tmp_path: Path) -> None:
+    from binlake.config import load_config
+
+    config = load_config(
+        ROOT / "docker/pipelines/demo.yaml",
+        environ={},
+        source_overrides={"hostname": "mysql", "port": 3306, "username": "binlake", "password": "pw"},
+    )
+    assert config.airflow.source_conn_id == "binlake_mysql"
+    assert config.source.hostname == "mysql"
+    assert config.pipeline.resolved_state_uri.startswith("postgresql")
+
+
+def test_jobs_take_the_source_from_the_environment_airflow_sets() -> None:
+    from binlake.airflow.runtime import source_env
+    from binlake.config import source_from_env
+
+    env = source_env({"hostname": "db", "port": 3307, "username": "u", "password": "pw", "extra": 1})
+    assert env == {"BINLAKE_SOURCE_HOSTNAME": "db", "BINLAKE_SOURCE_PORT": "3307",
+                   "BINLAKE_SOURCE_USERNAME": "u", "BINLAKE_SOURCE_PASSWORD": "pw"}  # fmt: skip
+    assert source_from_env(env) == {"hostname": "db", "port": "3307", "username": "u", "password": "pw"}
+    assert source_from_env({}) is None

@@ -37,10 +37,13 @@ def _reports_folder(pipeline: str) -> Path | None:
 
 def reports_app() -> Any:
     """A FastAPI app: ``GET /reports/<pipeline>/<path>`` → a file under that pipeline's reports."""
-    from fastapi import FastAPI, HTTPException
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi import Depends, FastAPI, HTTPException
     from fastapi.responses import FileResponse
 
-    app = FastAPI(title="binlake reports")
+    # Reports show sample values of the data: only for users signed in to Airflow (its session
+    # cookie from the UI, or a bearer token).
+    app = FastAPI(title="binlake reports", dependencies=[Depends(get_user)])
 
     @app.get("/reports/{pipeline}/{path:path}")
     def report(pipeline: str, path: str) -> FileResponse:

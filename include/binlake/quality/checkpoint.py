@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import shutil
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -206,6 +207,7 @@ class _DataDocs:
     """One ephemeral great-expectations context per run, its Data Docs site in ``folder``."""
 
     def __init__(self, folder: Path, run: str) -> None:
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)  # it logs every folder it makes
         import great_expectations as gx
 
         self.gx = gx
@@ -223,7 +225,10 @@ class _DataDocs:
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         }
         self.context.add_data_docs_site("binlake", site)
+        default = (self.context.variables.data_docs_sites or {}).get("local_site", {})
         self.context.delete_data_docs_site("local_site")
+        # The ephemeral context made an empty temporary folder for its default site: not needed.
+        shutil.rmtree(default.get("store_backend", {}).get("base_directory", ""), ignore_errors=True)
         self.source = self.context.data_sources.add_pandas("binlake")
         self.pages: dict[str, Any] = {}
 
@@ -318,9 +323,8 @@ def print_quality(number: int, total: int, result: QualityResult) -> None:
     """Progress for people: one line per table checked."""
     failed = sum(not c["success"] for c in result.results)
     verdict = "ok" if result.success else f"{failed} failed"
-    print(
-        f"quality {number}/{total} {result.table}: {len(result.results)} checks, {verdict}", file=sys.stderr
-    )
+    checks = f"{len(result.results)} check{'' if len(result.results) == 1 else 's'}"
+    print(f"quality {number}/{total} {result.table}: {checks}, {verdict}", file=sys.stderr)
 
 
 def _exception(info: Any) -> str | None:

@@ -2,6 +2,8 @@
 
 python -m binlake.testing up [--rows N] [--reload]   start the demo MariaDB and load `shop`
 python -m binlake.testing down                         stop it
+python -m binlake.testing load --host H --user U [--rows N]   load `shop` into a server of yours
+                                                       (password from $BINLAKE_LOAD_PASSWORD)
 python -m binlake.testing workload --rate R --seconds S   write to `shop` while a pipeline runs
 python -m binlake.testing compare --config FILE        source versus sink, table by table
 """
@@ -29,6 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument("--rows", type=int, default=100_000, help="rows over all demo tables")
     up.add_argument("--reload", action="store_true", help="drop and reload the demo database")
     commands.add_parser("down", help="stop the demo MariaDB")
+    load = commands.add_parser("load", help="load the demo database into a running MySQL/MariaDB")
+    load.add_argument("--host", required=True)
+    load.add_argument("--port", type=int, default=3306)
+    load.add_argument("--user", required=True, help="a user that may create the database")
+    load.add_argument("--rows", type=int, default=100_000, help="rows over all demo tables")
+    load.add_argument("--wait", type=float, default=120.0, help="seconds to wait for the server")
     work = commands.add_parser("workload", help="run inserts/updates/deletes against the demo database")
     work.add_argument("--rate", type=float, default=200.0, help="statements per second")
     work.add_argument("--seconds", type=float, default=30.0)
@@ -41,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "up":
             demo_server.up(args.dir, args.rows, args.reload)
+        elif args.command == "load":
+            demo_server.load_into(args.host, args.port, args.user, args.rows, args.wait)
         elif args.command == "down":
             print("demo MariaDB stopped" if demo_server.down(args.dir) else "demo MariaDB was not running")
         elif args.command == "compare":

@@ -19,6 +19,7 @@ import pymysql
 
 from binlake.errors import BinlakeError
 from binlake.testing import demo
+from binlake.testing.demo import DEMO_DATABASE
 from binlake.testing.private_server import PrivateMariaDB
 
 log = logging.getLogger(__name__)
@@ -112,3 +113,37 @@ def connect_admin(directory: Path) -> pymysql.Connection[Any]:
     if not env:
         raise BinlakeError(f"there is no demo server in {directory}: start it with `make demo` first")
     return _server(directory, env).admin_connection()
+
+
+def load_into(host: str, port: int, user: str, rows: int, wait: float) -> None:
+    """Load the demo database into a server of the user's (docker-compose's MySQL), once it answers.
+
+    The password comes from ``BINLAKE_LOAD_PASSWORD``, never from the command line. A database that
+    is there already is kept (a restarted container does not reload it).
+    """
+    password = os.environ.get("BINLAKE_LOAD_PASSWORD", "")
+
+    def connect() -> pymysql.Connection[Any]:
+        return pymysql.connect(host=host, port=port, user=user, password=password, autocommit=True)
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            conn = connect()
+            break
+        except pymysql.err.OperationalError as e:
+            if time.monotonic() > deadline:
+                raise BinlakeError(
+                    f"Cannot load the demo database: {user}@{host}:{port} did not answer within {wait:g} s "
+                    f"({e.args[-1]}). Fix: check that the server runs and the user and password are right."
+                ) from None
+            time.sleep(2)
+    with contextlib.closing(conn), conn.cursor() as cur:
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (DEMO_DATABASE,)
+        )
+        if cur.fetchone()[0]:
+            print(f"`{DEMO_DATABASE}` is there already: kept")
+            return
+    demo.load(connect, rows)
+    print(f"loaded `{DEMO_DATABASE}` ({rows:,} rows) into {host}:{port}")

@@ -1,0 +1,22 @@
+# binlake with Airflow, Spark (pyspark's own distribution) and Java 17: one image for the Airflow
+# services and the Spark master and workers of docker-compose.yaml. Built from this repository's
+# lock file, as `make setup` builds the venv on a machine.
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends openjdk-17-jre-headless make procps \
+ && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/binlake
+COPY pyproject.toml uv.lock README.md Makefile ./
+COPY include include
+COPY jobs jobs
+COPY dags dags
+COPY plugins plugins
+COPY docker docker
+RUN make .tools/bin/uv && .tools/bin/uv sync --locked --no-dev
+
+ENV PATH=/opt/binlake/.venv/bin:$PATH \
+    PYSPARK_PYTHON=/opt/binlake/.venv/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/binlake/.venv/bin/python \
+    UV_PROJECT_ENVIRONMENT=/opt/binlake/.venv
