@@ -309,6 +309,7 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     switch = store.load_offset(config.pipeline.name, SWITCH)
     stream = _stream_status(store, config.pipeline.name)
     changes = _schema_change_status(store, config.pipeline.name)
+    quality = _quality_status(store, config.pipeline.name)
     tables: list[dict[str, Any]] = [
         {
             "table": p.table.name,
@@ -325,13 +326,18 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"pipeline": config.pipeline.name, "tables": tables,
                           "switch_offset": switch.to_dict() if switch else None, "stream": stream,
-                          "schema_changes": changes}, indent=2))  # fmt: skip
+                          "schema_changes": changes, "quality": quality}, indent=2))  # fmt: skip
         return EXIT_OK
     if stream:
         print(_stream_line(stream))
     for change in changes:
         note = f" ({change['message']})" if change["message"] else ""
         print(f"schema change at {change['offset']}: {change['change']}: {change['status']}{note}")
+    if quality:
+        verdict = "all expectations met" if quality["success"] else f"FAILED: {', '.join(quality['failed'])}"
+        print(
+            f"quality: run {quality['run_name']} at {quality['checked_at']}: {verdict} ({quality['report']})"
+        )
     if not plans:
         print(f"pipeline `{config.pipeline.name}`: nothing planned yet (run `binlake plan`)")
         return EXIT_OK
@@ -391,6 +397,25 @@ def _schema_change_status(store: Any, pipeline: str, last: int = 5) -> list[dict
         }
         for r in shown
     ]
+
+
+def _quality_status(store: Any, pipeline: str) -> dict[str, Any] | None:
+    """The newest quality run: when, which tables failed, where its report is."""
+    results = store.quality_results(pipeline)
+    if not results:
+        return None
+    newest = results[0].run_name
+    run = [r for r in results if r.run_name == newest]
+    page = next((r.report for r in run if r.report), None)
+    return {
+        "run_name": newest,
+        "checked_at": max(r.checked_at for r in run).isoformat(timespec="seconds"),
+        "success": all(r.success for r in run),
+        "failed": sorted(r.table for r in run if not r.success),
+        "tables": len(run),
+        # a table's page lies under <report folder>/validations/: the run's index is beside it
+        "report": f"{page.split('/validations/')[0]}/index.html" if page else None,
+    }
 
 
 def _stream_line(stream: dict[str, Any]) -> str:

@@ -132,6 +132,8 @@ def test_a_row_lost_from_the_sink_fails_the_run_and_the_report_names_it(
     assert "expect_table_row_count_to_be_between" in result.stdout
     assert json.loads(result.stdout.splitlines()[-1])["success"] is False
     assert config.source.password.get_secret_value() not in result.output
+    status = run_binlake("--config", str(path), "status")
+    assert re.search(rf"quality: run \S+ at \S+: FAILED: {database}\.t \(.*/index\.html\)", status.stdout)
     raw["quality"]["on_failure"] = "warn"
     path.write_text(yaml.safe_dump(raw))
     assert run_binlake("--config", str(path), "quality", "--table", f"{database}.t").returncode == 0
