@@ -263,6 +263,9 @@ class StreamConfig(_Model):
     boundaries, into at most 2 × ``pipeline.parallelism`` segments."""
     checkpoint_dir: Path | None = None
     """Folder of the Spark checkpoints; default ``<work_dir>/checkpoints``."""
+    merge_manifests_at: int = Field(default=32, ge=0)
+    """Merge a table's manifests once a batch leaves it with this many (0: never): every commit
+    adds one, and scans and merges read them all."""
     schema_change_applier: Literal["inline", "external"] = "inline"
     """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
     (the stream records it and waits: Airflow's DDL DAG applies it)."""

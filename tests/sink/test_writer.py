@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,33 @@ def test_two_writers_racing_on_one_batch(tmp_path: Path, monkeypatch: pytest.Mon
     final = IcebergWriter(catalog, identifier)
     assert content(final) == {**{i: f"v{i}" for i in range(10) if i != 4}, 3: "won3"}
     assert len(final.table.snapshots()) == 2  # the initial append and one merge
+
+
+def test_manifests_are_merged_once_batches_leave_many(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog), merge_manifests_at=8)
+    expected: dict[int, str] = {}
+    counts = []
+    for batch in range(1, 21):
+        keys = [batch * 10 + i for i in range(3)] + [batch * 10 - 9]  # new keys and one earlier one
+        writer.merge_batch(batch, rows(keys, f"b{batch}-"), offset=BinlogOffset("b.000001", 1000 + batch))
+        expected.update({k: f"b{batch}-{k}" for k in keys})
+        writer.table.refresh()
+        counts.append(len(writer.table.current_snapshot().manifests(writer.table.io)))  # type: ignore[union-attr]
+        assert content(writer) == expected
+    assert max(counts) < 8 + 2  # merged whenever a batch left 8 or more
+    assert any(after < before for before, after in itertools.pairwise(counts))
+    assert counts[-1] < counts[6] + 8
+    # The stream's offset and replay protection are untouched by the merge commits.
+    assert writer.stream_offset() == BinlogOffset("b.000001", 1020)
+    assert (
+        writer.merge_batch(20, rows([10], "replayed"), offset=BinlogOffset("b.000001", 1020)).outcome
+        == "skipped"
+    )
+    assert content(writer) == expected
+    # Never merged with 0.
+    plain = IcebergWriter(catalog, create(catalog, "u"))
+    for batch in range(1, 12):
+        plain.merge_batch(batch, rows([batch], "x"), offset=BinlogOffset("b.000001", batch))
+    plain.table.refresh()
+    assert len(plain.table.current_snapshot().manifests(plain.table.io)) >= 11  # type: ignore[union-attr]

@@ -148,7 +148,9 @@ def run_stream(
             # One writer per sink table (routed sources share it); fresh after a schema change.
             writer = writers.get(identifier)
             if writer is None:
-                writer = writers[identifier] = IcebergWriter(catalog, identifier)
+                writer = writers[identifier] = IcebergWriter(
+                    catalog, identifier, config.stream.merge_manifests_at
+                )
             else:
                 writer.table.refresh()
             return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
