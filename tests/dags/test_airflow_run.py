@@ -44,7 +44,9 @@ def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
 
     states = airflow.task_states("binlake__demo")
     assert set(states.values()) == {"success"}, states
-    assert {t for t, _ in states} == {"validate", "plan", "snapshot", "switch", "quality", "stream"}
+    assert {t for t, _ in states} == {
+        "validate", "plan", "snapshot", "switch", "quality", "stream", "quality_after_stream",
+    }  # fmt: skip
     assert sum(t == "snapshot" for t, _ in states) == 2  # mapped over the chunk groups
 
     # XCom holds every chunk's high watermark, as the state store does.

@@ -106,7 +106,7 @@ def test_every_dag_imports_fast_documented_and_without_connections(tmp_path: Pat
         assert dag["max_active_runs"] == 1, dag_id
         assert all(retries >= 1 for retries in dag["retries"].values()), dag_id
     assert parsed["dags"]["binlake__demo"]["tasks"] == [
-        "plan", "quality", "snapshot", "stream", "switch", "validate",
+        "plan", "quality", "quality_after_stream", "snapshot", "stream", "switch", "validate",
     ]  # fmt: skip
     assert parsed["dags"]["binlake__demo__ddl"]["tasks"] == [
         "apply_schema_change", "quality", "wait_for_schema_change",

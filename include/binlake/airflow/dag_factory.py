@@ -42,7 +42,7 @@ def _catalog(pipeline: PipelineFile) -> str:
 
 
 def pipeline_dag(pipeline: PipelineFile) -> DAG:
-    """validate → plan → snapshot (mapped Spark jobs) → switch → quality → stream."""
+    """validate → plan → snapshot (mapped Spark jobs) → switch → quality → stream → quality."""
     path = str(pipeline.path)
     with DAG(
         dag_id=pipeline.dag_id,
@@ -109,7 +109,12 @@ def pipeline_dag(pipeline: PipelineFile) -> DAG:
             outlets=[assets.sink_alias(pipeline.name)],
             doc_md="The binlog stream (Spark Structured Streaming); schema changes wait for the __ddl DAG.",
         )
-        chain(validate(), groups, snapshot, switch(), quality, stream)
+        caught_up = BinlakeQualityOperator(
+            task_id="quality_after_stream",
+            config_path=path,
+            doc_md="Quality once the stream stops (until-caught-up runs: the sink at the source's position).",
+        )
+        chain(validate(), groups, snapshot, switch(), quality, stream, caught_up)
     return dag
 
 
@@ -176,6 +181,8 @@ Change data capture from MySQL/MariaDB into Apache Iceberg, configured by `{path
    *Data Docs* link opens the report.
 6. **stream**: the binlog into Iceberg, exactly once. Param `stream_mode`: `continuous` (runs until
    stopped) or `until-caught-up`. Schema changes wait for `binlake__{name}__ddl`.
+7. **quality_after_stream**: the same checks once the stream has stopped (each scheduled
+   `until-caught-up` run ends with the sink checked at the source's position).
 
 Sink tables are Assets `iceberg://binlake_{name}/<namespace>/<table>`.
 """
