@@ -53,3 +53,21 @@ def test_sink_offset_is_the_later_of_stream_and_table_else_the_switch() -> None:
     assert _sink_offset(b, a, c) == b
     assert _sink_offset(None, None, c) == c
     assert _sink_offset(None, None, None) is None
+
+
+def test_no_row_count_when_the_sink_is_not_a_full_copy() -> None:
+    from binlake.config import PipelineConfig
+    from binlake.events import Column, CreateTable, TableId
+    from binlake.quality.reconcile import expected_rows
+
+    config = PipelineConfig.model_validate(
+        {
+            "pipeline": {"name": "p"},
+            "source": {"hostname": "192.0.2.1", "username": "u", "tables": ["db\\.t"],
+                       "startup_mode": "latest-offset"},
+        }
+    )  # fmt: skip
+    schema = CreateTable(TableId("db", "t"), (Column("id", "int", "int(11)", nullable=False),), ("id",))
+    count = expected_rows(config, None, schema, BinlogOffset("b.000001", 4), [])  # type: ignore[arg-type]
+    assert not count.checked
+    assert "startup_mode: latest-offset" in count.note
