@@ -51,7 +51,7 @@ def read_pipeline_files(folder: Path | None = None) -> list[PipelineFile]:
     found: dict[str, PipelineFile] = {}
     where = folder or pipelines_folder()
     for path in sorted([*where.glob("*.yaml"), *where.glob("*.yml")]):
-        pipeline = _read(path)
+        pipeline = read_pipeline_file(path)
         if pipeline.name in found:
             raise ConfigError(
                 f"pipeline name `{pipeline.name}` is used by {found[pipeline.name].path.name} too; "
@@ -62,7 +62,8 @@ def read_pipeline_files(folder: Path | None = None) -> list[PipelineFile]:
     return list(found.values())
 
 
-def _read(path: Path) -> PipelineFile:
+def read_pipeline_file(path: Path) -> PipelineFile:
+    """One pipeline file's name and ``airflow`` section (see the module docstring)."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as e:

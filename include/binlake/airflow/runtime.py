@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from binlake.airflow.pipelines import read_pipeline_file
 from binlake.config import SOURCE_ENV, PipelineConfig, load_config
 from binlake.errors import ConfigError
 from binlake.logs import register_secret
@@ -28,8 +27,7 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
 
 def source_from_connection(path: str | Path) -> dict[str, Any] | None:
     """The source settings of the file's ``airflow.source_conn_id`` connection (None: it has none)."""
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    conn_id = (raw.get("airflow") or {}).get("source_conn_id")
+    conn_id = read_pipeline_file(Path(path)).airflow.source_conn_id
     if not conn_id:
         return None
     from airflow.sdk import BaseHook
