@@ -75,6 +75,22 @@ def _parser() -> argparse.ArgumentParser:
         help="stop once the position the source has now is applied (scheduled incremental runs)",
     )
     stream.add_argument("--json", action="store_true", help="print the summary as JSON")
+    backfill = commands.add_parser(
+        "backfill",
+        help="re-snapshot tables (or a key range) while the stream runs; the stream applies what it reads",
+    )
+    backfill.add_argument("--table", action="append", default=[], help="only this source table; repeat")
+    backfill.add_argument("--from", dest="key_from", type=int, help="first chunk-key value (integral keys)")
+    backfill.add_argument("--to", dest="key_to", type=int, help="chunk-key value to stop before")
+    backfill.add_argument("--chunk-size", type=int, help="rows per chunk (default: source.chunk_size)")
+    backfill.add_argument("--id", help="backfill id; an existing id resumes (default: a new one)")
+    backfill.add_argument(
+        "--wait", action="store_true", help="wait until the stream has applied it (the stream must run)"
+    )
+    backfill.add_argument(
+        "--timeout", type=float, help="seconds --wait waits (default: backfill.wait_timeout_s)"
+    )
+    backfill.add_argument("--json", action="store_true", help="print the summary as JSON")
     status = commands.add_parser("status", help="the plan, chunk progress and the stream's offset and lag")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     quality = commands.add_parser(
@@ -123,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _snapshot(_load(args.config), args)
         if args.command == "stream":
             return _stream(_load(args.config), args)
+        if args.command == "backfill":
+            return _backfill(_load(args.config), args)
         if args.command == "quality":
             return _quality(_load(args.config), args)
         if args.command == "status":
@@ -267,6 +285,50 @@ def _stream(config: PipelineConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _backfill(config: PipelineConfig, args: argparse.Namespace) -> int:
+    from binlake.spark.backfill_job import (
+        KeyRange,
+        new_backfill_id,
+        plan_backfill,
+        print_progress,
+        run_backfill,
+        wait_applied,
+    )
+    from binlake.spark.session import spark_session
+
+    backfill_id = args.id or new_backfill_id()
+    key_range = KeyRange(args.key_from, args.key_to)
+    plan_backfill(config, backfill_id, args.table or None, key_range, args.chunk_size)  # refused before Spark
+    spark = spark_session(config, "backfill")
+    try:
+        report = run_backfill(
+            config, spark, backfill_id, args.table or None, key_range, args.chunk_size, print_progress
+        )
+    finally:
+        spark.stop()
+    summary = report.as_dict()
+    if not args.json:
+        print(
+            f"backfill `{backfill_id}` of `{config.pipeline.name}`: {report.chunks_read} chunks, "
+            f"{report.rows:,} rows staged in {report.seconds:.1f} s; the stream applies them when it "
+            "reaches their high watermarks (`binlake status` shows how far)"
+        )
+    if args.wait:
+        units = wait_applied(config, backfill_id, args.timeout, progress=_print_units)
+        summary["applied"] = len(units)
+        if not args.json:
+            print(f"backfill `{backfill_id}`: all {len(units)} units applied by the stream")
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+def _print_units(counts: dict[str, int]) -> None:
+    print(
+        "backfill units: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
+        file=sys.stderr,
+    )
+
+
 def _quality(config: PipelineConfig, args: argparse.Namespace) -> int:
     from binlake.quality.checkpoint import print_quality, run_quality
 
@@ -310,6 +372,7 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     stream = _stream_status(store, config.pipeline.name)
     changes = _schema_change_status(store, config.pipeline.name)
     quality = _quality_status(store, config.pipeline.name)
+    backfills = _backfill_status(store, config.pipeline.name)
     tables: list[dict[str, Any]] = [
         {
             "table": p.table.name,
@@ -326,7 +389,8 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"pipeline": config.pipeline.name, "tables": tables,
                           "switch_offset": switch.to_dict() if switch else None, "stream": stream,
-                          "schema_changes": changes, "quality": quality}, indent=2))  # fmt: skip
+                          "schema_changes": changes, "quality": quality, "backfills": backfills},
+                         indent=2))  # fmt: skip
         return EXIT_OK
     if stream:
         print(_stream_line(stream))
@@ -338,6 +402,9 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
         print(
             f"quality: run {quality['run_name']} at {quality['checked_at']}: {verdict} ({quality['report']})"
         )
+    for b in backfills:
+        units = ", ".join(f"{n} {status}" for status, n in sorted(b["units"].items()))
+        print(f"backfill {b['backfill_id']} ({', '.join(b['tables'])}): {units}; {b['rows']:,} rows staged")
     if not plans:
         print(f"pipeline `{config.pipeline.name}`: nothing planned yet (run `binlake plan`)")
         return EXIT_OK
@@ -416,6 +483,25 @@ def _quality_status(store: Any, pipeline: str) -> dict[str, Any] | None:
         # a table's page lies under <report folder>/validations/: the run's index is beside it
         "report": f"{page.split('/validations/')[0]}/index.html" if page else None,
     }
+
+
+def _backfill_status(store: Any, pipeline: str, last: int = 5) -> list[dict[str, Any]]:
+    """The last few backfills: their tables and how many units are pending, staged, applied, stale."""
+    from binlake.spark.backfill_job import unit_counts
+    from binlake.state.backfills import BackfillLedger
+
+    by_id: dict[str, list[Any]] = {}
+    for unit in BackfillLedger(store).units(pipeline):
+        by_id.setdefault(unit.backfill_id, []).append(unit)
+    return [
+        {
+            "backfill_id": backfill_id,
+            "tables": sorted({u.table.name for u in units}),
+            "units": unit_counts(units),
+            "rows": sum(u.rows for u in units),
+        }
+        for backfill_id, units in list(by_id.items())[-last:]
+    ]
 
 
 def _stream_line(stream: dict[str, Any]) -> str:

@@ -273,6 +273,24 @@ class StreamConfig(_Model):
     """How long the stream waits for an external applier before it fails, naming the change."""
 
 
+class BackfillConfig(_Model):
+    """Backfills: re-snapshots of chosen tables (or key ranges) while the stream runs."""
+
+    server_id: int | None = Field(default=None, ge=1)
+    """First replica id of the backfill's chunk readers (``pipeline.parallelism`` ids from here);
+    default: two above ``source.server_id``'s range (after the quality reader's)."""
+    unit_rows: int = Field(default=131_072, ge=1)
+    """Rows one backfill task reads at most (whole chunks): the stream loads a task's rows at once
+    when it applies them, so this bounds the stream driver's memory."""
+    wait_timeout_s: float = Field(default=3600.0, gt=0)
+    """How long ``binlake backfill --wait`` (and the Airflow DAG) waits for the stream to apply it."""
+
+    def reader_server_ids(self, source: SourceConfig, parallelism: int) -> str:
+        """The readers' ids as ``start-end``."""
+        first = self.server_id if self.server_id is not None else source.server_id.end + 2
+        return f"{first}-{first + max(1, parallelism) - 1}"
+
+
 class AirflowConfig(_Model):
     """How the pipeline's Airflow DAGs run (read when Airflow parses the DAG files: no ``${VAR}``)."""
 
@@ -302,6 +320,7 @@ class PipelineConfig(_Model):
     sink: SinkConfig = Field(default_factory=SinkConfig)
     route: list[RouteRule] = Field(default_factory=list)
     quality: QualityConfig = Field(default_factory=QualityConfig)
+    backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
 
     @property

@@ -43,12 +43,20 @@ from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import FileScanTask, Transaction
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.types import DateType, IcebergType, PrimitiveType, TimestampType, TimestamptzType
+from pyiceberg.types import (
+    DateType,
+    IcebergType,
+    NestedField,
+    PrimitiveType,
+    TimestampType,
+    TimestamptzType,
+)
 
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.merge_on_read import DeltaOverwrite, merge_on_read, write_position_deletes
+from binlake.sink.route import SOURCE_TABLE_COLUMN
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +99,18 @@ class CommitResult:
     files_removed: int = 0
     bytes_added: int = 0
     bytes_removed: int = 0
+
+
+@dataclass(frozen=True)
+class ClearRange:
+    """Rows to remove in a batch commit whatever their key: ``start <= column < end`` (None:
+    unbounded; an unbounded start also takes NULLs), of one source table when the sink is routed.
+    A backfill replaces a key range this way, so rows the source no longer has go too."""
+
+    column: str
+    start: Any = None
+    end: Any = None
+    source_table: str | None = None
 
 
 class IcebergWriter:
@@ -194,8 +214,11 @@ class IcebergWriter:
         upserts: pa.Table,
         deletes: pa.Table | None = None,
         offset: BinlogOffset | None = None,
+        clear: Sequence[ClearRange] = (),
+        force: bool = False,
     ) -> CommitResult:
-        """Replace the rows of the batch's keys with ``upserts`` and remove ``deletes``' keys.
+        """Replace the rows of the batch's keys with ``upserts`` and remove ``deletes``' keys
+        (and every row in the ``clear`` ranges).
 
         Args:
             batch_id: increasing id of this batch (the stream's micro-batch id).
@@ -204,11 +227,17 @@ class IcebergWriter:
             offset: the binlog offset the batch ends at. When given, it (not the batch id) decides
                 whether the batch is in already: batch ids restart with a new Spark checkpoint,
                 binlog offsets do not.
+            clear: key ranges whose stored rows all go (a backfill replaces them with ``upserts``).
+            force: commit even at an offset the table holds already (a backfill applied between
+                batches: its ranges replaced by rows rolled forward to that offset, idempotent).
         """
         key_columns = self._key_columns()
         keys = _keys(upserts, deletes, key_columns)
         return self._commit_batch(
-            batch_id, offset, lambda properties: self._merge(properties, upserts, keys, key_columns)
+            batch_id,
+            offset,
+            lambda properties: self._merge(properties, upserts, keys, key_columns, clear),
+            force,
         )
 
     def apply_rows(
@@ -219,6 +248,8 @@ class IcebergWriter:
         offset: BinlogOffset,
         prune_column: str | None = None,
         complete: bool = True,
+        clear: Sequence[ClearRange] = (),
+        force: bool = False,
     ) -> CommitResult:
         """Whole-row changes of a table without a primary key: add ``inserts``, and for each row
         of ``removes`` remove exactly one stored row equal to it (duplicates stay exact).
@@ -236,11 +267,18 @@ class IcebergWriter:
         return self._commit_batch(
             batch_id,
             offset,
-            lambda properties: self._rewrite_rows(properties, inserts, removes, prune_column, complete),
+            lambda properties: self._rewrite_rows(
+                properties, inserts, removes, prune_column, complete, clear
+            ),
+            force,
         )
 
     def _commit_batch(
-        self, batch_id: int, offset: BinlogOffset | None, commit: Callable[[dict[str, str]], None]
+        self,
+        batch_id: int,
+        offset: BinlogOffset | None,
+        commit: Callable[[dict[str, str]], None],
+        force: bool = False,
     ) -> CommitResult:
         """Run ``commit`` (one Iceberg commit that stores the batch's properties) unless the batch
         is in already; on a conflict refresh, check again, and retry."""
@@ -248,7 +286,7 @@ class IcebergWriter:
         properties = _batch_properties(batch_id, offset)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             self.table.refresh()
-            if self._applied(batch_id, offset):
+            if not force and self._applied(batch_id, offset):
                 return CommitResult("skipped", None, time.monotonic() - started, attempt)
             try:
                 commit(properties)
@@ -315,6 +353,7 @@ class IcebergWriter:
         removes: pa.Table,
         prune_column: str | None,
         complete: bool,
+        clear: Sequence[ClearRange],
     ) -> None:
         table = self.table
         with table.transaction() as tx:
@@ -323,13 +362,20 @@ class IcebergWriter:
             wanted: Counter[tuple[Any, ...]] = Counter(
                 tuple(r.values()) for r in removes.cast(schema).to_pylist()
             )
+            tasks = (
+                {t.file.file_path: t for t in self._files_for_rows(removes, prune_column)} if wanted else {}
+            )
+            tasks.update((t.file.file_path, t) for t, _, _ in self._files_in_ranges(clear))
             rewrites: list[tuple[FileScanTask, pa.Table]] = []
-            for task in self._files_for_rows(removes, prune_column) if wanted else []:
+            for task in tasks.values():
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
+                cleared = clear_mask(data, clear).to_pylist()
                 keep = []
-                for row in data.to_pylist():
+                for row, gone in zip(data.to_pylist(), cleared, strict=True):
                     identity = tuple(row.values())
-                    if wanted.get(identity, 0) > 0:
+                    if gone:
+                        keep.append(False)
+                    elif wanted.get(identity, 0) > 0:
                         wanted[identity] -= 1
                         keep.append(False)
                     else:
@@ -350,10 +396,15 @@ class IcebergWriter:
         return [task for task, _, _ in self._files_with_keys(rows.select([column]), [column])]
 
     def _merge(
-        self, properties: dict[str, str], upserts: pa.Table, keys: pa.Table, key_columns: list[str]
+        self,
+        properties: dict[str, str],
+        upserts: pa.Table,
+        keys: pa.Table,
+        key_columns: list[str],
+        clear: Sequence[ClearRange] = (),
     ) -> None:
         if merge_on_read(self.table.metadata):
-            self._merge_on_read(properties, upserts, keys, key_columns)
+            self._merge_on_read(properties, upserts, keys, key_columns, clear)
             return
         table = self.table
         with table.transaction() as tx:
@@ -361,9 +412,11 @@ class IcebergWriter:
             order = [(k, "ascending") for k in key_columns]
             rewrites: list[tuple[FileScanTask, pa.Table]] = []
             pending = upserts
-            for task, low, high in self._files_with_keys(keys, key_columns):
+            for task, low, high in self._files_to_merge(keys, key_columns, clear):
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
                 kept = data.join(keys, keys=key_columns, join_type="left anti")
+                if clear:
+                    kept = kept.filter(pc.invert(clear_mask(kept, clear)))
                 if kept.num_rows != data.num_rows:
                     # The file is rewritten anyway: the upserts in its key range go into it, so
                     # files stay sorted and disjoint instead of each batch adding a file that
@@ -377,20 +430,31 @@ class IcebergWriter:
             tx.set_properties(properties)
 
     def _merge_on_read(
-        self, properties: dict[str, str], upserts: pa.Table, keys: pa.Table, key_columns: list[str]
+        self,
+        properties: dict[str, str],
+        upserts: pa.Table,
+        keys: pa.Table,
+        key_columns: list[str],
+        clear: Sequence[ClearRange] = (),
     ) -> None:
         """The batch as position deletes of the replaced rows plus one file of new rows."""
         table = self.table
         with table.transaction() as tx:
             metadata = tx.table_metadata
-            key_schema = metadata.schema().select(*key_columns)
+            wanted = list(dict.fromkeys([*key_columns, *(c.column for c in clear)]))
+            if any(c.source_table for c in clear) and SOURCE_TABLE_COLUMN not in wanted:
+                wanted.append(SOURCE_TABLE_COLUMN)
+            key_schema = metadata.schema().select(*wanted)
             replaced = []
-            for task, _, _ in self._files_with_keys(keys, key_columns):
+            for task, _, _ in self._files_to_merge(keys, key_columns, clear):
                 # Read the file alone, without its delete files, so row numbers are file positions.
                 stored = ArrowScan(metadata, table.io, key_schema, AlwaysTrue()).to_table(
                     tasks=[FileScanTask(task.file)]
                 )
                 positions = _positions(stored, keys, key_columns)
+                if clear:
+                    cleared = pc.indices_nonzero(clear_mask(stored, clear)).to_pylist()
+                    positions = sorted(set(positions) | {int(i) for i in cleared})
                 if positions:
                     replaced.append((task.file, positions))
             delete_files = write_position_deletes(table.io, metadata, replaced)
@@ -430,6 +494,38 @@ class IcebergWriter:
             low, high = _bound(first.field_type, lower), _bound(first.field_type, upper)
             i = bisect.bisect_left(values, low)
             if i < len(values) and values[i] <= high:
+                picked.append((task, low, high))
+        return picked
+
+    def _files_to_merge(
+        self, keys: pa.Table, key_columns: list[str], clear: Sequence[ClearRange]
+    ) -> list[tuple[FileScanTask, Any, Any]]:
+        """Files holding a batch key, then files that may hold a row in a ``clear`` range."""
+        picked = self._files_with_keys(keys, key_columns)
+        seen = {task.file.file_path for task, _, _ in picked}
+        for task, low, high in self._files_in_ranges(clear):
+            if task.file.file_path not in seen:
+                seen.add(task.file.file_path)
+                picked.append((task, low, high))
+        return picked
+
+    def _files_in_ranges(self, clear: Sequence[ClearRange]) -> list[tuple[FileScanTask, Any, Any]]:
+        """Data files whose bounds on a range's column meet the range (with the bounds of the first
+        key column, as ``_files_with_keys`` gives them)."""
+        if not clear or self.table.current_snapshot() is None:
+            return []
+        schema = self.table.schema()
+        names = identifier_columns(schema)
+        first = schema.find_field(names[0]) if names else None
+        picked = []
+        for task in self.table.scan().plan_files():
+            if any(_file_meets(task, schema.find_field(c.column), c) for c in clear):
+                low = high = None
+                if first is not None:
+                    lower = task.file.lower_bounds.get(first.field_id) if task.file.lower_bounds else None
+                    upper = task.file.upper_bounds.get(first.field_id) if task.file.upper_bounds else None
+                    if lower is not None and upper is not None:
+                        low, high = _bound(first.field_type, lower), _bound(first.field_type, upper)
                 picked.append((task, low, high))
         return picked
 
@@ -486,6 +582,38 @@ def _overwrite(
         if new_rows is not None:
             for data_file in _dataframe_to_data_files(metadata, new_rows, io, write_uuid, counter):
                 snap.append_data_file(data_file)
+
+
+def _file_meets(task: FileScanTask, field: NestedField, clear: ClearRange) -> bool:
+    """Whether a data file may hold a row of ``clear`` (by its bounds and NULL count)."""
+    data_file = task.file
+    if clear.start is None and (data_file.null_value_counts or {}).get(field.field_id, 1) > 0:
+        return True  # the first chunk holds the NULL keys
+    lower = data_file.lower_bounds.get(field.field_id) if data_file.lower_bounds else None
+    upper = data_file.upper_bounds.get(field.field_id) if data_file.upper_bounds else None
+    if lower is None or upper is None:
+        return True
+    low, high = _bound(field.field_type, lower), _bound(field.field_type, upper)
+    if clear.start is not None and high < clear.start:
+        return False
+    return clear.end is None or low < clear.end
+
+
+def clear_mask(data: pa.Table, clear: Sequence[ClearRange]) -> pa.Array:
+    """Which rows of ``data`` lie in one of the ``clear`` ranges."""
+    mask = pa.array([False] * data.num_rows, pa.bool_())
+    for c in clear:
+        values = data.column(c.column)
+        inside = pa.array([True] * data.num_rows, pa.bool_())
+        if c.start is not None:
+            inside = pc.and_(inside, pc.greater_equal(values, pa.scalar(c.start, values.type)))
+        if c.end is not None:
+            inside = pc.and_(inside, pc.less(values, pa.scalar(c.end, values.type)))
+        inside = pc.fill_null(inside, c.start is None)  # NULL keys belong to the first chunk
+        if c.source_table is not None:
+            inside = pc.and_(inside, pc.equal(data.column(SOURCE_TABLE_COLUMN), c.source_table))
+        mask = pc.or_(mask, inside)
+    return mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
 
 
 def _batch_properties(batch_id: int, offset: BinlogOffset | None) -> dict[str, str]:

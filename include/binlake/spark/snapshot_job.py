@@ -129,7 +129,7 @@ def run_snapshot(
             )
         _track(report, plans)
         spark.dataSource.register(SnapshotDataSource)
-        base = _options(config, schemas, writers)
+        base = task_options(config, schemas, writers)
         groups = _groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
         wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
         held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
@@ -251,7 +251,7 @@ def _groups(pending: list[ChunkState], parallelism: int, chunks_per_task: int) -
     return groups
 
 
-def _options(
+def task_options(
     config: PipelineConfig, schemas: dict[TableId, CreateTable], writers: dict[TableId, IcebergWriter]
 ) -> dict[str, str]:
     source = config.source.model_dump(mode="json", exclude={"password"})

@@ -96,9 +96,11 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         file_schema = reader.converter.schema
         if routed:  # a shared sink table: each row names its source table
             file_schema = with_source_table(schema.table, file_schema.empty_table()).schema
-        writer = RollingParquetWriter(
-            locations[table_name] + "/data", f"snapshot-{tid}", file_schema, int(options["target_file_size"])
-        )
+        # A backfill stages its files apart from the table's data (``folder``): the stream reads
+        # them, and orphan removal (which sweeps ``data/``) leaves them alone until then.
+        folder = locations[table_name] + "/" + options.get("folder", "data")
+        target = int(options["target_file_size"])
+        writer = RollingParquetWriter(folder, f"snapshot-{tid}", file_schema, target)
         for spec in specs:
             chunk = Chunk(
                 TableId.parse(spec["table"]),

@@ -27,9 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
-from binlake.events import CreateTable
+from binlake.events import CreateTable, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
 from binlake.sink.catalog import open_catalog, sink_identifier
@@ -37,10 +40,14 @@ from binlake.sink.route import routed
 from binlake.sink.writer import IcebergWriter
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.snapshot_job import task_error
+from binlake.spark.stream_task import read_segment
+from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore, StreamBatch, TableBusyError
 from binlake.stream.apply import BatchApplier, TableSink
+from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.positions import config_options
+from binlake.stream.records import ARROW_SCHEMA, SEGMENT
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import ORIGIN, STREAM, resolve_start
 
@@ -172,6 +179,9 @@ def run_stream(
             if progress is not None:
                 progress(batch, report)
 
+        def read_changes(schema: CreateTable, start: BinlogOffset, end: BinlogOffset) -> pa.Table:
+            return _read_changes(config, schema, start, end)
+
         applier = BatchApplier(
             name,
             uuid.uuid4().hex,
@@ -183,6 +193,7 @@ def run_stream(
             complete=config.source.startup_mode == "initial",
             tracker=tracker,
             make_sink=make_sink,
+            backfills=StagedBackfills(name, BackfillLedger(store), read_changes),
         )
         _hold(store, name, held)
         _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
@@ -224,6 +235,19 @@ def _schemas(
     return list(tracker.schemas_at(start).values())
 
 
+def _read_changes(
+    config: PipelineConfig, schema: CreateTable, start: BinlogOffset, end: BinlogOffset
+) -> pa.Table:
+    """One table's changes in (start, end], read in the driver (a backfill's roll-forward).
+
+    It runs inside a batch, when the batch's segment readers are done: the first id is free.
+    """
+    tables = json.dumps({schema.table.name: table_to_dict(schema)})
+    batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
+    data = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
+    return data.filter(pc.not_equal(data.column("op"), SEGMENT))
+
+
 def _run_query(
     config: PipelineConfig,
     spark: Any,
@@ -248,13 +272,19 @@ def _run_query(
     else:
         writer = writer.trigger(processingTime=f"{config.stream.trigger_interval_s} seconds")
     query = writer.start()
+    looked = time.monotonic()
     try:
         while query.isActive:
             if stop is not None and stop.is_set():
                 _stop_between_batches(query)
                 break
             query.awaitTermination(1)
+            if time.monotonic() - looked >= config.stream.trigger_interval_s:
+                looked = time.monotonic()
+                _apply_due(applier, query)
         query.awaitTermination()
+        if until_caught_up:
+            applier.apply_due()  # backfill units the stream is past, though the source was quiet
     except Exception as e:
         if stop is not None and stop.is_set():
             # Asked to stop and a batch was cut off anyway: nothing of it was recorded, and the
@@ -262,6 +292,16 @@ def _run_query(
             log.info("stream stopped during a batch; the next run applies it again")
             return
         raise _stream_error(applier, e) from None
+
+
+def _apply_due(applier: BatchApplier, query: Any) -> None:
+    """Backfill units the stream is already past: a quiet source makes no batch to apply them."""
+    try:
+        applier.apply_due()
+    except BaseException as e:
+        applier.error = e
+        query.stop()
+        raise
 
 
 def _stop_between_batches(query: Any, wait_s: float = 600.0) -> None:

@@ -160,6 +160,23 @@ quality_results_table = Table(
     Column("checked_at", DateTime(timezone=True), nullable=False),
 )
 
+backfill_units_table = Table(
+    "binlake_backfill_units",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("backfill_id", String(200), primary_key=True),
+    Column("unit_id", Integer, primary_key=True),
+    Column("table_name", String(400), nullable=False),
+    Column("key_column", String(200), nullable=False),
+    Column("chunks", Text, nullable=False),  # JSON: [{start, end, low, high, rows}]
+    Column("status", String(20), nullable=False),
+    Column("files", Text),  # JSON list of staged Parquet file URIs
+    Column("rows", BigInteger),
+    Column("message", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
 SchemaChangeStatus = Literal["pending", "applied", "ignored", "failed"]
 
 

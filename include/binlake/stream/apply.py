@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -25,11 +26,13 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import project
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.route import SOURCE_TABLE_COLUMN, with_source_table
-from binlake.sink.writer import IcebergWriter
+from binlake.sink.writer import ClearRange, IcebergWriter
+from binlake.state.backfills import BackfillUnit
 from binlake.state.store import StateStore, StreamBatch
+from binlake.stream.backfill import StagedBackfills
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import SEGMENT, images_to_arrow, key_columns, position
+from binlake.stream.records import ARROW_SCHEMA, SEGMENT, images_to_arrow, key_columns, position
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import STREAM
 from binlake.testing.faults import crash_point
@@ -79,6 +82,10 @@ class _Prepared:
     sink: TableSink
     upserts: pa.Table
     deletes: pa.Table
+    clear: list[ClearRange] = field(default_factory=list)
+    """Key ranges a backfill replaces (their stored rows go; ``upserts`` holds their new rows)."""
+    units: list[BackfillUnit] = field(default_factory=list)
+    backfilled: int = 0
 
 
 SinkFactory = Callable[[CreateTable, BinlogOffset], "TableSink | None"]
@@ -102,6 +109,7 @@ class BatchApplier:
         complete: bool = True,
         tracker: SchemaTracker | None = None,
         make_sink: SinkFactory | None = None,
+        backfills: StagedBackfills | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.run_id = run_id
@@ -114,7 +122,12 @@ class BatchApplier:
         """Whether the sink tables held every source row when the stream began (after a snapshot)."""
         self.tracker = tracker
         self.make_sink = make_sink
+        self.backfills = backfills
+        """Staged backfill units, applied when the stream reaches their high watermarks."""
         self.error: BaseException | None = None
+        # Batches (Spark's callback thread) and backfills applied between them (the job's thread)
+        # commit one at a time.
+        self._lock = threading.Lock()
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -128,6 +141,41 @@ class BatchApplier:
 
     def apply(self, data: pa.Table, batch_id: int, started: float | None = None) -> StreamBatch | None:
         """Apply one batch (``started``: when reading it began, for its rows/s)."""
+        with self._lock:
+            return self._apply(data, batch_id, started)
+
+    def apply_due(self) -> int:
+        """Apply the staged backfill units the stream is already past, between batches (a quiet
+        source makes no batch that would); returns how many."""
+        if self.backfills is None:
+            return 0
+        with self._lock:
+            streamed = self.store.load_offset(self.pipeline, STREAM)
+            due = self.backfills.due(streamed) if streamed is not None else {}
+            if streamed is None or not due:
+                return 0
+            if self.before_batch is not None:
+                self.before_batch()
+            by_sink: dict[str, list[_Prepared]] = {}
+            for name, units in sorted(due.items()):
+                sink = self.sinks.get(name)
+                if sink is None:
+                    continue
+                at = _later(streamed, sink.writer.stream_offset())
+                prepared = self._backfill(name, sink, ARROW_SCHEMA.empty_table(), at, units, at, replay=False)
+                if prepared is not None:
+                    by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
+            for parts in by_sink.values():
+                writer = parts[0].sink.writer
+                at = _later(streamed, writer.stream_offset())
+                self._commit(parts, writer.last_batch_id() or 0, at, force=True)
+            units = [u for parts in by_sink.values() for p in parts for u in p.units]
+            if units:
+                self.backfills.applied(units)
+                log.info("applied %d backfill units between batches, at %s", len(units), streamed)
+            return len(units)
+
+    def _apply(self, data: pa.Table, batch_id: int, started: float | None) -> StreamBatch | None:
         started = time.monotonic() if started is None else started
         is_segment = pc.equal(data.column("op"), SEGMENT)
         segments = data.filter(is_segment)
@@ -139,10 +187,13 @@ class BatchApplier:
         end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
         changes = data.filter(pc.invert(is_segment)).sort_by([("at", "ascending"), ("idx", "ascending")])
         self._follow_schemas(end)
+        due = self.backfills.due(end) if self.backfills is not None else {}
+        streamed = self.store.load_offset(self.pipeline, STREAM) if due else None
         applied: dict[str, dict[str, int]] = {}
         by_sink: dict[str, list[_Prepared]] = {}
-        for name in sorted(pc.unique(changes.column("table")).to_pylist()):
-            prepared = self._prepare(name, changes.filter(pc.equal(changes.column("table"), name)), batch_id)
+        for name in sorted(set(pc.unique(changes.column("table")).to_pylist()) | set(due)):
+            rows = changes.filter(pc.equal(changes.column("table"), name))
+            prepared = self._prepare(name, rows, batch_id, end, due.get(name, []), streamed)
             if prepared is not None:
                 by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
         for identifier, parts in by_sink.items():
@@ -152,6 +203,8 @@ class BatchApplier:
             for part in parts:
                 kind = ("upserts", "deletes") if part.sink.keyed else ("inserts", "deletes")
                 applied[part.name] = {kind[0]: part.upserts.num_rows, kind[1]: part.deletes.num_rows}
+                if part.units:
+                    applied[part.name]["backfilled"] = part.backfilled
             log.info(
                 "batch %d: %s %s in %.2f s", batch_id, identifier,
                 {p.name: applied[p.name] for p in parts}, time.monotonic() - table_started,
@@ -169,6 +222,9 @@ class BatchApplier:
             finished,
         )
         crash_point("after-commit")
+        units = [u for parts in by_sink.values() for p in parts for u in p.units]
+        if units and self.backfills is not None:
+            self.backfills.applied(units)  # a crash before this re-applies them: same result
         self.store.record_stream_batch(self.pipeline, batch, STREAM)
         if self.on_batch is not None:
             self.on_batch(batch)
@@ -192,9 +248,20 @@ class BatchApplier:
             else:
                 self.sinks[table.name] = sink
 
-    def _prepare(self, name: str, rows: pa.Table, batch_id: int) -> _Prepared | None:
-        """Filter and compact one source table's changes into rows for its sink table."""
+    def _prepare(
+        self,
+        name: str,
+        rows: pa.Table,
+        batch_id: int,
+        end: BinlogOffset,
+        units: list[BackfillUnit],
+        streamed: BinlogOffset | None,
+    ) -> _Prepared | None:
+        """Filter and compact one source table's changes (and due backfill units) into rows for
+        its sink table."""
         sink = self.sinks.get(name)
+        if sink is None and rows.num_rows == 0:
+            return None
         if sink is None:
             log.warning(
                 "batch %d: %d changes of %s dropped: the sink has no table for it "
@@ -207,6 +274,11 @@ class BatchApplier:
             rows = rows.filter(pc.greater(rows.column("at"), position(done)))
         if self.snapshot_filter is not None:
             rows = self.snapshot_filter.keep(name, rows)
+        if units:
+            at = done if streamed is None else _later(streamed, done)
+            backfill = self._backfill(name, sink, rows, end, units, at)
+            if backfill is not None:
+                return backfill
         if rows.num_rows == 0:
             return None
         if sink.keyed:
@@ -215,7 +287,41 @@ class BatchApplier:
         whole = net_rows(rows)
         return _Prepared(name, sink, sink.rows(whole.insert_images), sink.rows(whole.remove_images))
 
-    def _commit(self, parts: list[_Prepared], batch_id: int, end: BinlogOffset) -> None:
+    def _backfill(
+        self,
+        name: str,
+        sink: TableSink,
+        rows: pa.Table,
+        end: BinlogOffset,
+        units: list[BackfillUnit],
+        streamed: BinlogOffset | None,
+        replay: bool = True,
+    ) -> _Prepared | None:
+        """The table's share with its due backfill units (None: they wait, or went stale).
+
+        ``replay``: whether a batch that ends where the table is already (Spark replays the last
+        batch after a restart) is possible; its units wait for the next batch.
+        """
+        assert self.backfills is not None
+        if replay and streamed is not None and end <= streamed:
+            return None
+        if self.tracker is not None:
+            low = min(c.high for u in units for c in u.chunks if c.high is not None)
+            then, now = (
+                self.tracker.versions_at(low).get(sink.schema.table),
+                self.tracker.versions_at(end).get(sink.schema.table),
+            )
+            if then is None or now is None or then.offset != now.offset:
+                self.backfills.stale(
+                    units,
+                    f"the schema of {name} changed between the backfill's read ({low}) and the stream "
+                    f"({end})",
+                )
+                return None
+        part = self.backfills.prepare(sink.schema, sink, units, rows, streamed)
+        return _Prepared(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
+
+    def _commit(self, parts: list[_Prepared], batch_id: int, end: BinlogOffset, force: bool = False) -> None:
         """One commit per sink table, whatever number of (routed) source tables feed it."""
         sink = parts[0].sink
         if any(p.sink.keyed != sink.keyed for p in parts):
@@ -226,11 +332,16 @@ class BatchApplier:
             )
         upserts = _concat([p.upserts for p in parts])
         deletes = _concat([p.deletes for p in parts])
+        clear = [c for p in parts for c in p.clear]
         if sink.keyed:
-            sink.writer.merge_batch(batch_id, upserts, deletes, offset=end)
+            sink.writer.merge_batch(batch_id, upserts, deletes, offset=end, clear=clear, force=force)
         else:
             prune = sink.keys[0] if sink.keys and len(parts) == 1 else None
-            sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, self.complete)
+            sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, self.complete, clear, force)
+
+
+def _later(a: BinlogOffset, b: BinlogOffset | None) -> BinlogOffset:
+    return a if b is None or b <= a else b
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:

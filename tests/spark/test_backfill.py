@@ -1,0 +1,144 @@
+"""Backfills: chosen tables (or a key range) read again with watermarks and staged; the stream
+applies each unit when it reaches the unit's high watermarks, rolled forward when it is past them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from binlake.config import BackfillConfig, PipelineConfig
+from binlake.events import TableId
+from binlake.planner import plan
+from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.spark.backfill_job import BackfillError, KeyRange, run_backfill, wait_applied
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.spark.stream_job import run_stream
+from binlake.state.backfills import BackfillLedger
+from binlake.state.store import StateStore
+from binlake.testing.compare import compare, sink_rows
+from binlake.testing.private_server import PrivateMariaDB
+from tests.spark.test_stream import assert_sink_equals_source, stream_config
+
+
+def sink_table(config: PipelineConfig, table: TableId) -> Any:
+    return open_catalog(config).load_table(".".join(sink_identifier(config, table)))
+
+
+def damage(config: PipelineConfig, database: str) -> None:
+    """Rows lost, a stale value, and rows the source never had, written straight into Iceberg."""
+    t = sink_table(config, TableId(database, "t"))
+    t.delete("id >= 1000 and id < 1100")
+    stale = next(iter(t.scan(row_filter="id == 5").to_arrow().to_pylist()))
+    t.delete("id == 5")
+    extra = [{**stale, "v": "stale"}, {**stale, "id": 2500, "v": "never in the source"}]
+    t.append(pa.Table.from_pylist(extra, schema=t.schema().as_arrow()))
+    views = sink_table(config, TableId(database, "page_views"))
+    views.delete("customer_id == 7")
+    views.append(pa.Table.from_pylist([{"customer_id": 9, "b": "extra"}], schema=views.schema().as_arrow()))
+
+
+def differing(config: PipelineConfig) -> list[str]:
+    return sorted(r.table for r in compare(config) if not r.equal)
+
+
+@pytest.mark.slow
+def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(30), n INT)",
+        "INSERT INTO t SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_3000",
+        "CREATE TABLE page_views (customer_id INT, b VARCHAR(20))",
+        "INSERT INTO page_views SELECT seq % 20, 'x' FROM seq_1_to_400",
+        "INSERT INTO page_views VALUES (NULL, 'n'), (7, 'x')",
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path, chunk_size=400)
+    config = config.model_copy(update={"backfill": BackfillConfig(unit_rows=1000)})  # 2 chunks of 500
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    run_stream(config, spark, until_caught_up=True)
+    damage(config, database)
+    assert differing(config) == [f"{database}.page_views", f"{database}.t"]  # the test can fail
+
+    report = run_backfill(config, spark, "b1", chunk_size=500)
+    assert report.rows == 3000 + 402
+    assert report.staged == report.units
+    store = StateStore(config.pipeline.resolved_state_uri)
+    ledger, name = BackfillLedger(store), config.pipeline.name
+    units = ledger.units(name, "b1")
+    assert [len(u.chunks) for u in units] == [1, 2, 2, 2]  # page_views: 1 chunk; t: 6 chunks
+    # The stream passes the units' high watermarks without them (as when it runs on while the
+    # backfill reads): hidden, then handed over once the stream is past.
+    ledger.finish(name, units, "stale", "hidden by the test")
+    mariadb.execute(
+        "UPDATE t SET v = 'after h' WHERE id IN (1, 1050, 2999)",
+        "DELETE FROM t WHERE id IN (2, 1060)",
+        "UPDATE t SET id = 5000 WHERE id = 3",  # a key moves out of its chunk
+        "INSERT INTO page_views VALUES (7, 'after h'), (NULL, 'after h')",
+        "DELETE FROM page_views WHERE customer_id = 3 LIMIT 1",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    ledger.finish(name, units, "staged")
+    mariadb.execute(
+        "UPDATE t SET n = -1 WHERE id IN (1, 1070)",
+        "INSERT INTO t VALUES (1060, 'back in the batch', 0)",
+        "INSERT INTO page_views VALUES (8, 'in the batch')",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert wait_applied(config, "b1", timeout_s=1)
+    # Exact only if the units were rolled forward: the staged rows predate the changes "after h",
+    # which the stream had applied before it replaced the ranges with them.
+    assert_sink_equals_source(config)
+    assert {r["id"]: r["v"] for r in sink_rows(config, TableId(database, "t"))}[1] == "after h"
+    # Staged files are gone once applied.
+    assert not list((tmp_path / "work").rglob("backfill/b1/*.parquet"))
+
+    # A key range on a quiet source: no batch comes, the stream applies it between batches.
+    t = sink_table(config, TableId(database, "t"))
+    t.delete("id >= 200 and id < 260")
+    run_backfill(config, spark, "b2", tables=[f"{database}.t"], key_range=KeyRange(150, 300))
+    assert [u.status for u in ledger.units(name, "b2")] == ["staged"]
+    run_stream(config, spark, until_caught_up=True)
+    assert [u.status for u in ledger.units(name, "b2")] == ["applied"]
+    assert_sink_equals_source(config)
+    assert len(sink_rows(config, TableId(database, "t"))) == 2999
+    store.close()
+
+
+def test_backfills_the_pipeline_cannot_take_are_refused(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, binlake_cli: Any, write_config: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY)",
+        "CREATE TABLE names (name VARCHAR(20) PRIMARY KEY)",
+        "INSERT INTO t VALUES (1), (2)",
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path)
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    cli = binlake_cli("--config", str(write_config(raw)), "backfill", "--table", f"{database}.t")
+    assert cli.returncode != 0
+    assert "binlake backfill: error: Pipeline `test` has no finished snapshot" in cli.stderr
+    assert "Traceback" not in cli.stderr
+    assert mariadb.password not in cli.stderr + cli.stdout
+    with pytest.raises(BackfillError, match=r"no finished snapshot.*Fix: run `binlake snapshot`"):
+        run_backfill(config, spark, "x")
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute("INSERT INTO t VALUES (3)", database=database)
+    with pytest.raises(BackfillError, match=r"not tables of the pipeline"):
+        run_backfill(config, spark, "x", tables=["nope.t"])
+    with pytest.raises(BackfillError, match=r"chunk key `name` is text"):
+        run_backfill(config, spark, "x", tables=[f"{database}.names"])
+    with pytest.raises(BackfillError, match=r"range \[5, 5\) is empty"):
+        KeyRange(5, 5)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    assert BackfillLedger(store).units(config.pipeline.name) == []  # nothing recorded by a refused backfill
+    store.close()
