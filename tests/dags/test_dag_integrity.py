@@ -96,8 +96,10 @@ def test_every_dag_imports_fast_documented_and_without_connections(tmp_path: Pat
     assert set(parsed["dags"]) == {
         "binlake__demo",
         "binlake__demo__ddl",
+        "binlake__demo__backfill",
         "binlake__orders",
         "binlake__orders__ddl",
+        "binlake__orders__backfill",
     }
     assert [s["seconds"] < 1.0 for s in parsed["stats"]] == [True]
     for dag_id, dag in parsed["dags"].items():
@@ -111,6 +113,12 @@ def test_every_dag_imports_fast_documented_and_without_connections(tmp_path: Pat
     assert parsed["dags"]["binlake__demo__ddl"]["tasks"] == [
         "apply_schema_change", "quality", "wait_for_schema_change",
     ]  # fmt: skip
+    assert parsed["dags"]["binlake__demo__backfill"]["tasks"] == [
+        "backfill",
+        "plan",
+        "quality",
+        "wait_applied",
+    ]
     assert "team-a" in parsed["dags"]["binlake__orders"]["tags"]
 
 

@@ -1,4 +1,5 @@
-"""The DAGs of every pipeline file: ``binlake__<name>`` and ``binlake__<name>__ddl``.
+"""The DAGs of every pipeline file: ``binlake__<name>``, ``binlake__<name>__ddl`` and
+``binlake__<name>__backfill``.
 
 Wiring only: each task calls ``tasks`` or an operator of ``operators`` when it runs. Building the
 DAGs reads the pipeline files and nothing else (no database, no Spark, no state store).
@@ -24,7 +25,7 @@ def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """DAG id → DAG for every pipeline file in ``folder`` (default: ``BINLAKE_PIPELINES_DIR``)."""
     dags: dict[str, DAG] = {}
     for pipeline in read_pipeline_files(folder):
-        for dag in (pipeline_dag(pipeline), ddl_dag(pipeline)):
+        for dag in (pipeline_dag(pipeline), ddl_dag(pipeline), backfill_dag(pipeline)):
             dags[dag.dag_id] = dag
     return dags
 
@@ -165,6 +166,86 @@ def ddl_dag(pipeline: PipelineFile) -> DAG:
     return dag
 
 
+def backfill_dag(pipeline: PipelineFile) -> DAG:
+    """plan → backfill (a Spark job stages chunks) → wait until the stream applied them → quality."""
+    path = str(pipeline.path)
+    with DAG(
+        dag_id=f"{pipeline.dag_id}__backfill",
+        description=f"Re-snapshots tables of {pipeline.name} while its stream runs",
+        doc_md=_BACKFILL_DOC.format(name=pipeline.name),
+        schedule=pipeline.airflow.backfill_schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_defaults(pipeline),
+        tags=_tags(pipeline, "backfill"),
+        params={
+            "tables": Param(
+                [],
+                type="array",
+                items={"type": "string"},
+                description="Source tables (`database.table`) to read again; empty: every table",
+            ),
+            "key_from": Param(
+                None, type=["null", "integer"], description="First chunk-key value (integral keys only)"
+            ),
+            "key_to": Param(None, type=["null", "integer"], description="Chunk-key value to stop before"),
+            "chunk_size": Param(
+                None, type=["null", "integer"], minimum=1, description="Rows per chunk (default: the YAML's)"
+            ),
+        },
+    ) as dag:
+
+        @task(
+            task_id="plan",
+            multiple_outputs=True,
+            doc_md="Checks the backfill can run, splits the tables, records the chunks.",
+        )
+        def plan() -> dict[str, Any]:
+            from airflow.sdk import get_current_context
+
+            context = get_current_context()
+            return work.plan_backfill(path, context["run_id"], dict(context["params"]))
+
+        @task.sensor(
+            task_id="wait_applied",
+            poke_interval=5,
+            timeout=6 * 3600,
+            mode="reschedule",
+            outlets=[assets.sink_alias(pipeline.name)],
+            doc_md="Waits (without holding a worker slot) until the running stream has applied every "
+            "staged chunk.",
+        )
+        def wait_applied(backfill_id: str, sink_tables: list[str]) -> PokeReturnValue:
+            from airflow.sdk import get_current_context
+
+            counts = work.backfill_applied(path, backfill_id)
+            if counts is not None:
+                assets.emit(get_current_context(), pipeline.name, _catalog(pipeline), sink_tables)
+            return PokeReturnValue(is_done=counts is not None, xcom_value=counts)
+
+        planned: Any = plan()  # its dict's keys are XComs of their own (multiple_outputs)
+        backfill = BinlakeSparkSubmitOperator(
+            task_id="backfill",
+            job="backfill",
+            config_path=path,
+            pipeline=pipeline.name,
+            catalog=_catalog(pipeline),
+            backfill_id="{{ run_id }}",
+            conn_id=pipeline.airflow.spark_conn_id,
+            pool=pipeline.airflow.pool,
+            doc_md="Reads the planned chunks with watermarks (one Spark job) and stages them.",
+        )
+        quality = BinlakeQualityOperator(
+            task_id="quality",
+            config_path=path,
+            tables=planned["sink_tables"],
+            doc_md="Quality of the backfilled tables.",
+        )
+        chain(planned, backfill, wait_applied(planned["backfill_id"], planned["sink_tables"]), quality)
+    return dag
+
+
 _PIPELINE_DOC = """\
 ### binlake pipeline `{name}`
 
@@ -194,4 +275,23 @@ The stream stops at a schema change of a captured table (after committing every 
 it) and records it. This DAG's sensor sees it, **apply_schema_change** makes it in Iceberg under
 the pipeline's behaviour (`{behavior}`), the stream resumes, and **quality** checks the changed
 tables. `binlake status` lists pending changes too.
+"""
+
+_BACKFILL_DOC = """\
+### Backfill of `{name}`
+
+Reads chosen tables (or a key range of them) again while the stream runs — to repair a sink table,
+or after a fix in the source — without stopping anything:
+
+1. **plan**: checks the backfill can run (a finished snapshot, the stream past it) and splits the
+   tables into chunks. Form: `tables` (empty: all), `key_from`/`key_to` (integral chunk keys),
+   `chunk_size`.
+2. **backfill**: one Spark job reads the chunks without locks, each between a low and a high
+   watermark, and stages them (nothing is written to the sink tables).
+3. **wait_applied**: the stream applies each staged chunk when it reaches the chunk's high
+   watermark (it stays the only writer): the rows of the chunk's key range are replaced, and
+   changes since are applied on top. This waits until all are applied — the stream must run.
+4. **quality** of the backfilled tables.
+
+A rerun of the same DAG run resumes: chunks staged or applied are not read again.
 """

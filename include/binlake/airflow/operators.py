@@ -49,11 +49,14 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         catalog: str,
         chunks: Sequence[str] = (),
         stream_mode: str = "continuous",
+        backfill_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         args = ["--config", config_path, "--source-from-env"]
         for chunk in chunks:
             args += ["--chunk", chunk]
+        if backfill_id is not None:
+            args += ["--id", backfill_id]  # planned by the DAG's plan task: the job reads it
         if job == "stream":
             # Under Airflow the DDL DAG applies schema changes; the stream waits for it.
             args += ["--mode", stream_mode, "--schema-change-applier", "external"]
@@ -102,12 +105,23 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
                           if any(k.startswith(f"{p.table.name}#") for k in marks)}  # fmt: skip
                 assets.emit(context, self.pipeline, self.catalog, tables, chunks=len(marks))
                 return {"high_watermarks": marks, "tables": sorted(tables)}
+            if self.job == "backfill":
+                return self._backfill_summary(store, config.pipeline.name, context)
             offset = store.load_offset(config.pipeline.name, STREAM)
             tables = {".".join(sink_identifier(config, p.table)) for p in plans}
             assets.emit(context, self.pipeline, self.catalog, tables)
             return {"stream_offset": offset.to_dict() if offset else None}
         finally:
             store.close()
+
+    def _backfill_summary(self, store: Any, pipeline: str, context: Any) -> dict[str, Any]:
+        from binlake.spark.backfill_job import unit_counts
+        from binlake.state.backfills import BackfillLedger
+
+        args = list(self.application_args or [])
+        backfill_id = str(args[args.index("--id") + 1])  # rendered: the run id
+        units = BackfillLedger(store).units(pipeline, backfill_id)
+        return {"backfill_id": backfill_id, "units": unit_counts(units), "rows": sum(u.rows for u in units)}
 
 
 class BinlakeQualityOperator(BaseOperator):

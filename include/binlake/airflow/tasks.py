@@ -157,3 +157,59 @@ def sink_tables(path: str | Path) -> list[str]:
     finally:
         store.close()
     return sorted({".".join(sink_identifier(config, p.table)) for p in plans})
+
+
+def plan_backfill(path: str | Path, backfill_id: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Plan backfill ``backfill_id`` from the DAG's form (kept if it exists: a rerun resumes).
+
+    Refusals (no finished snapshot, a stream behind it, text chunk keys with a key range …) fail
+    here, before any Spark job starts.
+    """
+    from binlake.sink.catalog import sink_identifier
+    from binlake.spark.backfill_job import KeyRange
+    from binlake.spark.backfill_job import plan_backfill as plan
+
+    config = load_pipeline(path)
+    tables = [t for t in params.get("tables") or [] if t]
+    key_range = KeyRange(params.get("key_from"), params.get("key_to"))
+    units = plan(config, backfill_id, tables or None, key_range, params.get("chunk_size"))
+    source = sorted({u.table.name for u in units})
+    log.info("backfill %s: %d chunks of %s in %d Spark tasks", backfill_id,
+             sum(len(u.chunks) for u in units), ", ".join(source), len(units))  # fmt: skip
+    return {
+        "backfill_id": backfill_id,
+        "units": len(units),
+        "chunks": sum(len(u.chunks) for u in units),
+        "tables": source,
+        "sink_tables": sorted({".".join(sink_identifier(config, u.table)) for u in units}),
+    }
+
+
+def backfill_applied(path: str | Path, backfill_id: str) -> dict[str, int] | None:
+    """How far the stream is with the backfill's units; None until it has applied them all.
+
+    Raises:
+        TaskFailedError: a unit went stale (a schema change came first): rerun the DAG run's
+            backfill task to read it again.
+    """
+    from binlake.spark.backfill_job import unit_counts
+    from binlake.state.backfills import BackfillLedger
+    from binlake.state.store import StateStore
+
+    config = load_pipeline(path)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        units = BackfillLedger(store).units(config.pipeline.name, backfill_id)
+    finally:
+        store.close()
+    counts = unit_counts(units)
+    log.info("backfill %s: %s", backfill_id, counts)
+    stale = [u for u in units if u.status == "stale"]
+    if stale:
+        raise TaskFailedError(
+            f"Backfill {backfill_id}: {len(stale)} units went stale ({stale[0].name}: {stale[0].message}). "
+            "Fix: clear the `backfill` task of this run: it reads them again."
+        )
+    if not units or counts.get("applied", 0) < len(units):
+        return None
+    return counts

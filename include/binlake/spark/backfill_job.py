@@ -180,6 +180,10 @@ def _plan(
             ranges = [r for r in (_clip(c.range, key_range) for c in split.chunks) if r is not None]
             for i in range(0, len(ranges), per_unit):
                 units.append((stored.table, stored.key_column, ranges[i : i + per_unit]))
+    if not units:
+        raise BackfillError(
+            f"Nothing to backfill in pipeline `{name}`: no table of it can be (see the warnings above)."
+        )
     ledger.create(name, backfill_id, units)
     log.info(
         "backfill %s: %d chunks of %s in %d units",
@@ -211,11 +215,20 @@ def _checked_plans(
         )
     chosen = [known[t] for t in tables] if tables else plans
     streamed = store.load_offset(name, STREAM)
+    skipped = []
     for stored in chosen:
         schema = schemas.get(stored.table)
         if schema is None:
             raise BackfillError(f"Cannot backfill {stored.table}: the table no longer exists in the source.")
         column = choose_key_column(schema, stored.key_column)
+        if column.is_text and not tables:
+            skipped.append(stored)  # all tables asked for: the ones that cannot be are named, not fatal
+            log.warning(
+                "backfill leaves %s out: its chunk key `%s` is text (%s), which the stream cannot compare "
+                "in the column's collation; re-snapshot it instead", stored.table, column.name,
+                column.column_type,
+            )  # fmt: skip
+            continue
         if column.is_text:
             raise BackfillError(
                 f"Cannot backfill {stored.table}: its chunk key `{column.name}` is text "
@@ -235,7 +248,7 @@ def _checked_plans(
                 f"up to {max(marks)}; the stream is at {streamed or 'its start'}). Fix: run the stream "
                 "(`binlake stream --until-caught-up`) first."
             )
-    return chosen
+    return [p for p in chosen if p not in skipped]
 
 
 def _clip(chunk: ChunkRange, key_range: KeyRange) -> ChunkRange | None:

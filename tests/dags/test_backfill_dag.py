@@ -1,0 +1,96 @@
+"""The backfill DAG with a running stream and a live workload: rows deleted straight from an
+Iceberg table come back, and the sink equals the source."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from binlake.events import TableId
+from binlake.planner import plan
+from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.source.connection import server_version
+from binlake.source.watermarks import current_offset
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.state.store import StateStore
+from binlake.stream.startup import STREAM
+from binlake.testing import demo
+from binlake.testing.compare import compare, sink_rows
+from binlake.testing.private_server import PrivateMariaDB
+from binlake.testing.workload import Workload
+from tests.dags.conftest import BIN, airflow_pipeline
+from tests.dags.test_airflow_run import config_of
+from tests.dags.test_ddl_dag import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, local_airflow: Any, write_config: Any
+) -> None:
+    demo.load(mariadb.admin_connection, 2000, database=database)
+    pipeline = airflow_pipeline(database, tmp_path / "work")
+    airflow = local_airflow(pipeline)
+    config = config_of(pipeline, mariadb)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    orders = TableId(database, "orders")
+    table = open_catalog(config).load_table(".".join(sink_identifier(config, orders)))
+    table.delete("id >= 100 and id < 400")  # lost from the sink, still in the source
+    assert len(sink_rows(config, orders)) < 1700
+
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    stream = subprocess.Popen(
+        [str(BIN / "binlake"), "--config", str(write_config(raw)), "stream"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    store = StateStore(config.pipeline.resolved_state_uri)
+    workload = Workload(mariadb.admin_connection, database=database, rate=100, txn_size=2)
+    try:
+        wait_for("the stream's first batch", lambda: store.load_offset("demo", STREAM))
+        workload.start()
+        run = airflow.run(
+            "dags",
+            "test",
+            "binlake__demo__backfill",
+            "-c",
+            json.dumps({"tables": [orders.name]}),
+            timeout=600,
+        )
+        stats = workload.stop()
+        assert run.returncode == 0, run.output[-5000:]
+        assert stats.total > 100
+        with contextlib.closing(mariadb.admin_connection()) as conn:
+            head = current_offset(conn, server_version(conn))
+        wait_for("the stream to catch up", lambda: (store.load_offset("demo", STREAM) or head) >= head)
+    finally:
+        workload.stop()
+        stream.send_signal(signal.SIGTERM)  # the stream ends after its current batch
+        try:
+            output, _ = stream.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(stream.pid, signal.SIGKILL)
+            raise
+    assert stream.returncode == 0, output[-3000:]
+
+    states = airflow.task_states("binlake__demo__backfill")
+    assert states == {("plan", -1): "success", ("backfill", -1): "success",
+                      ("wait_applied", -1): "success", ("quality", -1): "success"}  # fmt: skip
+    [planned] = airflow.xcoms("binlake__demo__backfill", "plan", "sink_tables")
+    assert planned == [".".join(sink_identifier(config, orders))]
+    [applied] = airflow.xcoms("binlake__demo__backfill", "wait_applied")
+    assert set(applied) == {"applied"}
+    [quality] = airflow.xcoms("binlake__demo__backfill", "quality")
+    assert quality["success"] is True
+    assert list(quality["tables"]) == planned
+    assert "backfilled" in output  # the stream's batch line names the applied backfill rows
+    assert [r for r in compare(config) if not r.equal] == []
+    store.close()
