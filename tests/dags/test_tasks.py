@@ -38,9 +38,13 @@ def test_chunk_groups_spread_the_unfinished_chunks_and_a_rerun_skips_finished_on
 
     groups = plan_chunk_groups(path, 3)
     chunks = [c for group in groups for c in group]
+    planned = {f"{p.table.name}#{c.chunk.chunk_id}" for p in plan(config) for c in p.chunks}
+    # About 5 chunks of a and 2 of b (500 rows each; the even split's step follows the server's
+    # row estimate, so one more or less).
+    assert 6 <= len(planned) <= 9
     assert len(groups) == 3
-    assert len(chunks) == len(set(chunks)) == 7  # 5 chunks of a, 2 of b (500 rows each)
-    assert {c.split("#")[0] for c in chunks} == {f"{database}.a", f"{database}.b"}
+    assert len(chunks) == len(set(chunks))
+    assert set(chunks) == planned
 
     # Chunks a snapshot job finished are left out of the next run's groups.
     store = StateStore(config.pipeline.resolved_state_uri)

@@ -194,6 +194,7 @@ def run_stream(
             tracker=tracker,
             make_sink=make_sink,
             backfills=StagedBackfills(name, BackfillLedger(store), read_changes),
+            on_backfill=print_backfill if progress is not None else None,
         )
         _hold(store, name, held)
         _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
@@ -281,7 +282,7 @@ def _run_query(
             query.awaitTermination(1)
             if time.monotonic() - looked >= config.stream.trigger_interval_s:
                 looked = time.monotonic()
-                _apply_due(applier, query)
+                _apply_due(applier, query, idle_s=2 * config.stream.trigger_interval_s)
         query.awaitTermination()
         if until_caught_up:
             applier.apply_due()  # backfill units the stream is past, though the source was quiet
@@ -294,10 +295,10 @@ def _run_query(
         raise _stream_error(applier, e) from None
 
 
-def _apply_due(applier: BatchApplier, query: Any) -> None:
+def _apply_due(applier: BatchApplier, query: Any, idle_s: float) -> None:
     """Backfill units the stream is already past: a quiet source makes no batch to apply them."""
     try:
-        applier.apply_due()
+        applier.apply_due(idle_s)
     except BaseException as e:
         applier.error = e
         query.stop()
@@ -353,6 +354,12 @@ def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
                     raise StreamError(f"Cannot write {identifier}: {e} Wait for it to finish.") from None
                 log.warning("%s: waiting for the other holder to finish", e)
                 time.sleep(5)
+
+
+def print_backfill(rows: dict[str, int], at: BinlogOffset) -> None:
+    """A line for backfill units applied between batches (a quiet source)."""
+    tables = "; ".join(f"{table} {n:,} rows" for table, n in sorted(rows.items()))
+    print(f"stream: backfill applied at {at}: {tables}", file=sys.stderr, flush=True)
 
 
 def print_batch(batch: StreamBatch, report: StreamReport) -> None:

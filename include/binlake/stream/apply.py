@@ -110,6 +110,7 @@ class BatchApplier:
         tracker: SchemaTracker | None = None,
         make_sink: SinkFactory | None = None,
         backfills: StagedBackfills | None = None,
+        on_backfill: Callable[[dict[str, int], BinlogOffset], None] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.run_id = run_id
@@ -128,6 +129,9 @@ class BatchApplier:
         # Batches (Spark's callback thread) and backfills applied between them (the job's thread)
         # commit one at a time.
         self._lock = threading.Lock()
+        self._last_batch = time.monotonic()
+        self.on_backfill = on_backfill
+        """Called with the rows per table of backfill units applied between batches."""
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -142,12 +146,19 @@ class BatchApplier:
     def apply(self, data: pa.Table, batch_id: int, started: float | None = None) -> StreamBatch | None:
         """Apply one batch (``started``: when reading it began, for its rows/s)."""
         with self._lock:
-            return self._apply(data, batch_id, started)
+            try:
+                return self._apply(data, batch_id, started)
+            finally:
+                self._last_batch = time.monotonic()
 
-    def apply_due(self) -> int:
+    def apply_due(self, idle_s: float = 0.0) -> int:
         """Apply the staged backfill units the stream is already past, between batches (a quiet
-        source makes no batch that would); returns how many."""
-        if self.backfills is None:
+        source makes no batch that would); returns how many.
+
+        ``idle_s``: only when no batch has finished for this long (a busy stream applies them in
+        its next batch, without a commit of their own).
+        """
+        if self.backfills is None or time.monotonic() - self._last_batch < idle_s:
             return 0
         with self._lock:
             streamed = self.store.load_offset(self.pipeline, STREAM)
@@ -173,6 +184,10 @@ class BatchApplier:
             if units:
                 self.backfills.applied(units)
                 log.info("applied %d backfill units between batches, at %s", len(units), streamed)
+                if self.on_backfill is not None:
+                    self.on_backfill(
+                        {p.name: p.backfilled for parts in by_sink.values() for p in parts}, streamed
+                    )
             return len(units)
 
     def _apply(self, data: pa.Table, batch_id: int, started: float | None) -> StreamBatch | None:

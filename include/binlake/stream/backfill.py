@@ -36,6 +36,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import project
 from binlake.schema.type_mapping import select_converter
 from binlake.sink.writer import ClearRange, clear_mask
+from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.records import ARROW_SCHEMA, key_value, position
@@ -82,8 +83,15 @@ class StagedBackfills:
         due: dict[str, list[BackfillUnit]] = {}
         for unit in self.ledger.units(self.pipeline, statuses=["staged"]):
             high = unit.high
-            if high is not None and high <= end:
-                due.setdefault(unit.table.name, []).append(unit)
+            if high is None or high > end:
+                continue
+            mine = due.setdefault(unit.table.name, [])
+            # Two backfills of the same keys: one per batch (the later one next time), or their
+            # rows would both be written.
+            if not any(
+                _overlap(a.range, b.range) for other in mine for a in other.chunks for b in unit.chunks
+            ):
+                mine.append(unit)
         return due
 
     def prepare(
@@ -152,6 +160,13 @@ class StagedBackfills:
     def stale(self, units: Sequence[BackfillUnit], reason: str) -> None:
         log.warning("backfill units %s are stale: %s", ", ".join(u.name for u in units), reason)
         self.ledger.finish(self.pipeline, units, "stale", reason)
+
+
+def _overlap(a: ChunkRange, b: ChunkRange) -> bool:
+    """Whether two key ranges share a key (integral or other keys Python compares like the server)."""
+    a_before_b = a.end is not None and b.start is not None and a.end <= b.start
+    b_before_a = b.end is not None and a.start is not None and b.end <= a.start
+    return not (a_before_b or b_before_a)
 
 
 def _empty() -> pa.Table:
