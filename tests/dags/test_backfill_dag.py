@@ -68,6 +68,7 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
         )
         stats = workload.stop()
         assert run.returncode == 0, run.output[-5000:]
+        assert mariadb.password not in run.output
         assert stats.total > 100
         with contextlib.closing(mariadb.admin_connection()) as conn:
             head = current_offset(conn, server_version(conn))
@@ -89,6 +90,9 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
     assert planned == [".".join(sink_identifier(config, orders))]
     [applied] = airflow.xcoms("binlake__demo__backfill", "wait_applied")
     assert set(applied) == {"applied"}
+    # The backfilled table's Asset got an event when the stream had applied it.
+    events = airflow.query("SELECT a.uri FROM asset_event e JOIN asset a ON a.id = e.asset_id")
+    assert events == [(f"iceberg://binlake_demo/{'/'.join(sink_identifier(config, orders))}",)]
     [quality] = airflow.xcoms("binlake__demo__backfill", "quality")
     assert quality["success"] is True
     assert list(quality["tables"]) == planned

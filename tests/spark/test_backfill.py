@@ -3,12 +3,14 @@ applies each unit when it reaches the unit's high watermarks, rolled forward whe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from binlake.cli import main as cli_main
 from binlake.config import BackfillConfig, PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
@@ -46,7 +48,12 @@ def differing(config: PipelineConfig) -> list[str]:
 
 @pytest.mark.slow
 def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+    mariadb: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+    spark: Any,
+    write_config: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     mariadb.execute(
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(30), n INT)",
@@ -109,6 +116,16 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     assert_sink_equals_source(config)
     assert len(sink_rows(config, TableId(database, "t"))) == 2999
     store.close()
+
+    # `binlake status` lists the backfills with their units.
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    capsys.readouterr()
+    assert cli_main(["--config", str(write_config(raw)), "status", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert [(b["backfill_id"], b["units"]) for b in status["backfills"]] == [
+        ("b1", {"applied": 4}), ("b2", {"applied": 1}),
+    ]  # fmt: skip
 
 
 def test_backfills_the_pipeline_cannot_take_are_refused(

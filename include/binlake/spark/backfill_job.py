@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -171,15 +172,29 @@ def _plan(
     name = config.pipeline.name
     plans = _checked_plans(config, store, schemas, tables, key_range)
     size = chunk_size or config.source.chunk_size
-    per_unit = max(1, min(config.pipeline.snapshot_chunks_per_task, config.backfill.unit_rows // size))
-    units: list[tuple[TableId, str, list[ChunkRange]]] = []
+    split: dict[TableId, list[ChunkRange]] = {}
     with contextlib.closing(connect(config.source)) as conn:
         splitter = ChunkSplitter(conn, size)
         for stored in plans:
-            split = splitter.split(schemas[stored.table], stored.key_column)
-            ranges = [r for r in (_clip(c.range, key_range) for c in split.chunks) if r is not None]
-            for i in range(0, len(ranges), per_unit):
-                units.append((stored.table, stored.key_column, ranges[i : i + per_unit]))
+            chunks = splitter.split(schemas[stored.table], stored.key_column).chunks
+            split[stored.table] = [r for r in (_clip(c.range, key_range) for c in chunks) if r is not None]
+    # Units small enough for the stream to hold (unit_rows) and many enough to keep every Spark
+    # slot busy, like the snapshot's groups.
+    total = sum(len(r) for r in split.values())
+    slots = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
+    per_unit = max(
+        1,
+        min(
+            config.pipeline.snapshot_chunks_per_task,
+            config.backfill.unit_rows // size,
+            math.ceil(total / slots),
+        ),
+    )
+    units: list[tuple[TableId, str, list[ChunkRange]]] = []
+    for stored in plans:
+        ranges = split[stored.table]
+        for i in range(0, len(ranges), per_unit):
+            units.append((stored.table, stored.key_column, ranges[i : i + per_unit]))
     if not units:
         raise BackfillError(
             f"Nothing to backfill in pipeline `{name}`: no table of it can be (see the warnings above)."
