@@ -4,6 +4,7 @@ applies each unit when it reaches the unit's high watermarks, rolled forward whe
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +112,21 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     t.delete("id >= 200 and id < 260")
     run_backfill(config, spark, "b2", tables=[f"{database}.t"], key_range=KeyRange(150, 300))
     assert [u.status for u in ledger.units(name, "b2")] == ["staged"]
+    [folder] = {Path(f).parent for u in ledger.units(name, "b2") for f in u.files}
+    shutil.copytree(str(folder).removeprefix("file:"), tmp_path / "kept")
     run_stream(config, spark, until_caught_up=True)
     assert [u.status for u in ledger.units(name, "b2")] == ["applied"]
     assert_sink_equals_source(config)
     assert len(sink_rows(config, TableId(database, "t"))) == 2999
+
+    # A crash between the commit and the ledger's update leaves an applied unit staged, its files
+    # still there: the stream applies it again, rolled forward to its new position — the same table.
+    shutil.copytree(tmp_path / "kept", str(folder).removeprefix("file:"), dirs_exist_ok=True)
+    ledger.finish(name, ledger.units(name, "b2"), "staged")
+    mariadb.execute("UPDATE t SET v = 'again' WHERE id IN (200, 1000)", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    assert [u.status for u in ledger.units(name, "b2")] == ["applied"]
+    assert_sink_equals_source(config)
     store.close()
 
     # `binlake status` lists the backfills with their units.
