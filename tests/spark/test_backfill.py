@@ -78,7 +78,12 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     store = StateStore(config.pipeline.resolved_state_uri)
     ledger, name = BackfillLedger(store), config.pipeline.name
     units = ledger.units(name, "b1")
-    assert [len(u.chunks) for u in units] == [1, 2, 2, 2]  # page_views: 1 chunk; t: 6 chunks
+    # page_views: 1 chunk; t: about 6 (the even split's step follows the server's row estimate),
+    # at most 2 of them per unit (backfill.unit_rows).
+    assert [len(u.chunks) for u in units if u.table.table == "page_views"] == [1]
+    in_t = [len(u.chunks) for u in units if u.table.table == "t"]
+    assert len(in_t) >= 3
+    assert max(in_t) == 2
     # The stream passes the units' high watermarks without them (as when it runs on while the
     # backfill reads): hidden, then handed over once the stream is past.
     ledger.finish(name, units, "stale", "hidden by the test")
@@ -136,7 +141,7 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     assert cli_main(["--config", str(write_config(raw)), "status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert [(b["backfill_id"], b["units"]) for b in status["backfills"]] == [
-        ("b1", {"applied": 4}), ("b2", {"applied": 1}),
+        ("b1", {"applied": len(units)}), ("b2", {"applied": 1}),
     ]  # fmt: skip
 
 
