@@ -16,6 +16,7 @@ from pyiceberg.table import Transaction
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink import writer as writer_module
 from binlake.sink.writer import ChunkCommit, IcebergWriter, PartialCommitError
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
@@ -113,7 +114,11 @@ def test_merge_rewrites_only_files_holding_the_keys(tmp_path: Path) -> None:
     assert len(content(writer)) == 4001
 
 
-def test_upserts_go_into_the_files_they_belong_to(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("coalesce_bytes", "files"), [(0, 4 + 5), (64 * 1024 * 1024, 1)])
+def test_upserts_go_into_the_files_they_belong_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, coalesce_bytes: int, files: int
+) -> None:
+    monkeypatch.setattr(writer_module, "COALESCE_BYTES", coalesce_bytes)
     catalog = make_catalog(tmp_path)
     writer = IcebergWriter(catalog, create(catalog))
     for start in range(0, 4000, 1000):
@@ -127,8 +132,13 @@ def test_upserts_go_into_the_files_they_belong_to(tmp_path: Path) -> None:
         expected.update({k: f"b{batch}-{k}" for k in keys})
         expected.pop(batch * 100, None)
     assert content(writer) == expected
-    # Four range files rewritten in place, plus one small file per batch for the keys past the end.
-    assert len(list(writer.table.scan().plan_files())) == 4 + 5
+    # Without coalescing: four range files rewritten in place, plus one small file per batch for
+    # the keys past the end. Coalesced (the default): the small pieces end in one file, in key order.
+    tasks = list(writer.table.scan().plan_files())
+    assert len(tasks) == files
+    if files == 1:
+        ids = writer.table.scan().to_arrow().column("id").to_pylist()
+        assert ids == sorted(ids)
 
 
 def test_composite_key_merge(tmp_path: Path) -> None:

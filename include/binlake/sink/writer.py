@@ -411,6 +411,7 @@ class IcebergWriter:
             metadata = tx.table_metadata
             order = [(k, "ascending") for k in key_columns]
             rewrites: list[tuple[FileScanTask, pa.Table]] = []
+            lows: list[Any] = []
             pending = upserts
             for task, low, high in self._files_to_merge(keys, key_columns, clear):
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
@@ -425,8 +426,11 @@ class IcebergWriter:
                     merged = pa.concat_tables([kept, pending.filter(mine).cast(kept.schema)])
                     pending = pending.filter(pc.invert(mine))
                     rewrites.append((task, merged.sort_by(order)))
+                    lows.append(low)
             new_rows = pending.sort_by(order) if pending.num_rows else None
-            _overwrite(tx, table.io, properties, rewrites, new_rows)
+            # In key order, so neighbouring pieces are coalesced into one file (below).
+            ranked = sorted(range(len(rewrites)), key=lambda i: (lows[i] is not None, lows[i]))
+            _overwrite(tx, table.io, properties, [rewrites[i] for i in ranked], new_rows, order)
             tx.set_properties(properties)
 
     def _merge_on_read(
@@ -567,21 +571,46 @@ def _overwrite(
     properties: dict[str, str],
     rewrites: list[tuple[FileScanTask, pa.Table]],
     new_rows: pa.Table | None,
+    order: list[tuple[str, str]] | None = None,
 ) -> None:
-    """One copy-on-write commit: each rewritten file replaced by its kept rows, plus new rows."""
+    """One copy-on-write commit: the rewritten files replaced by their kept rows, plus new rows.
+
+    Neighbouring pieces are written together up to ``COALESCE_BYTES``: a stream's batches would
+    otherwise leave one more small file per table each time (its new keys), and every later merge
+    pays per file. Bounded, so a file the stream keeps rewriting stays small.
+    """
     if not rewrites and new_rows is None:
         return
     metadata = tx.table_metadata
     write_uuid, counter = uuid.uuid4(), itertools.count(0)
+    pieces = [kept for _, kept in rewrites if kept.num_rows] + ([new_rows] if new_rows is not None else [])
     with tx.update_snapshot(snapshot_properties=properties).overwrite(commit_uuid=write_uuid) as snap:
-        for task, kept in rewrites:
+        for task, _ in rewrites:
             snap.delete_data_file(task.file)
-            if kept.num_rows:
-                for data_file in _dataframe_to_data_files(metadata, kept, io, write_uuid, counter):
-                    snap.append_data_file(data_file)
-        if new_rows is not None:
-            for data_file in _dataframe_to_data_files(metadata, new_rows, io, write_uuid, counter):
+        for data in _coalesce(pieces, COALESCE_BYTES):
+            if order and len(data.column_names):
+                data = data.sort_by(order)
+            for data_file in _dataframe_to_data_files(metadata, data, io, write_uuid, counter):
                 snap.append_data_file(data_file)
+
+
+#: Arrow bytes of rows a copy-on-write commit writes into one file at most when it coalesces.
+COALESCE_BYTES = 64 * 1024 * 1024
+
+
+def _coalesce(pieces: list[pa.Table], limit: int) -> list[pa.Table]:
+    """Consecutive ``pieces`` concatenated into tables of at most ``limit`` bytes (a bigger piece
+    stays alone)."""
+    groups: list[list[pa.Table]] = []
+    size = 0
+    for piece in pieces:
+        if groups and size + piece.nbytes <= limit:
+            groups[-1].append(piece)
+            size += piece.nbytes
+        else:
+            groups.append([piece])
+            size = piece.nbytes
+    return [g[0] if len(g) == 1 else pa.concat_tables([t.cast(g[0].schema) for t in g]) for g in groups]
 
 
 def _file_meets(task: FileScanTask, field: NestedField, clear: ClearRange) -> bool:
