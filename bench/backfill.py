@@ -1,6 +1,6 @@
 """A backfill of one table while the stream and a workload run, on Spark local[2], as JSON (+ HTML).
 
-    .venv/bin/python bench/backfill.py [--rows 200000] [--rate 500] [--report backfill.html]
+    .venv/bin/python bench/backfill.py [--rows 200000] [--rate 500] [--report bench/backfill.html]
 
 Loads the demo database (``--rows`` customers; orders and the rest scale with it), snapshots it,
 starts a continuous stream (trigger 2 s) and the demo workload (``--rate`` statements/s), then
@@ -71,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rate", type=float, default=500.0)
-    parser.add_argument("--report", default="backfill.html")
+    parser.add_argument("--report", default="bench/backfill.html")
     args = parser.parse_args()
     batches: list[tuple[float, StreamBatch]] = []
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
