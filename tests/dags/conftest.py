@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,3 +110,33 @@ def airflow_pipeline(database: str, work_dir: Path, **stream: Any) -> dict[str, 
             {"expectation_type": "expect_column_values_to_be_between",
              "kwargs": {"column": "quantity", "min_value": 1}}]}},
     }  # fmt: skip
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
+    """``check()``'s first truthy value, polled; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_stream(config_path: Path) -> subprocess.Popen[str]:
+    """``binlake stream`` (continuous) in a process group of its own, output captured."""
+    return subprocess.Popen(
+        [str(BIN / "binlake"), "--config", str(config_path), "stream"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def stop_stream(stream: subprocess.Popen[str]) -> str:
+    """SIGTERM (the stream ends after its current batch), then its output; killed after 2 minutes."""
+    stream.send_signal(signal.SIGTERM)
+    try:
+        output, _ = stream.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(stream.pid, signal.SIGKILL)
+        raise
+    return output

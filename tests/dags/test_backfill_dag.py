@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +23,8 @@ from binlake.testing import demo
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
-from tests.dags.conftest import BIN, airflow_pipeline
+from tests.dags.conftest import airflow_pipeline, start_stream, stop_stream, wait_for
 from tests.dags.test_airflow_run import config_of
-from tests.dags.test_ddl_dag import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -49,10 +45,7 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
 
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = mariadb.password
-    stream = subprocess.Popen(
-        [str(BIN / "binlake"), "--config", str(write_config(raw)), "stream"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
+    stream = start_stream(write_config(raw))
     store = StateStore(config.pipeline.resolved_state_uri)
     workload = Workload(mariadb.admin_connection, database=database, rate=100, txn_size=2)
     try:
@@ -75,12 +68,7 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
         wait_for("the stream to catch up", lambda: (store.load_offset("demo", STREAM) or head) >= head)
     finally:
         workload.stop()
-        stream.send_signal(signal.SIGTERM)  # the stream ends after its current batch
-        try:
-            output, _ = stream.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(stream.pid, signal.SIGKILL)
-            raise
+        output = stop_stream(stream)
     assert stream.returncode == 0, output[-3000:]
 
     states = airflow.task_states("binlake__demo__backfill")

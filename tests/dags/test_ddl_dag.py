@@ -3,11 +3,6 @@ task applies it, the stream resumes; the sink equals the source."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +15,10 @@ from binlake.state.store import StateStore
 from binlake.stream.startup import STREAM
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.dags.conftest import BIN, airflow_pipeline
+from tests.dags.conftest import airflow_pipeline, start_stream, stop_stream, wait_for
 from tests.dags.test_airflow_run import config_of
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_ddl_dag_applies_the_change_a_running_stream_waits_on(
@@ -55,10 +40,7 @@ def test_ddl_dag_applies_the_change_a_running_stream_waits_on(
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = mariadb.password
     path = write_config(raw)
-    stream = subprocess.Popen(
-        [str(BIN / "binlake"), "--config", str(path), "stream"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
+    stream = start_stream(path)
     try:
         wait_for("the stream's first batch", lambda: store.load_offset("demo", STREAM))
         mariadb.execute(
@@ -98,12 +80,7 @@ def test_ddl_dag_applies_the_change_a_running_stream_waits_on(
         rows = wait_for("the changes after the DDL in the sink", changed_after_the_ddl)
         assert rows[202]["w"] == "new"
     finally:
-        stream.send_signal(signal.SIGTERM)  # the stream ends after its current batch
-        try:
-            output, _ = stream.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(stream.pid, signal.SIGKILL)
-            raise
+        output = stop_stream(stream)
     assert stream.returncode == 0, output[-3000:]
     assert [r for r in compare(config) if not r.equal] == []
     assert {r["id"]: r["w"] for r in sink_rows(config, TableId(database, "t"))}[1] == "old"

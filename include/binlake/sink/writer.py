@@ -410,8 +410,7 @@ class IcebergWriter:
         with table.transaction() as tx:
             metadata = tx.table_metadata
             order = [(k, "ascending") for k in key_columns]
-            rewrites: list[tuple[FileScanTask, pa.Table]] = []
-            lows: list[Any] = []
+            rewrites: list[tuple[Any, FileScanTask, pa.Table]] = []  # (low bound, file, its new rows)
             pending = upserts
             for task, low, high in self._files_to_merge(keys, key_columns, clear):
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
@@ -425,12 +424,11 @@ class IcebergWriter:
                     mine = _in_range(pending, key_columns[0], low, high)
                     merged = pa.concat_tables([kept, pending.filter(mine).cast(kept.schema)])
                     pending = pending.filter(pc.invert(mine))
-                    rewrites.append((task, merged.sort_by(order)))
-                    lows.append(low)
+                    rewrites.append((low, task, merged.sort_by(order)))
             new_rows = pending.sort_by(order) if pending.num_rows else None
-            # In key order, so neighbouring pieces are coalesced into one file (below).
-            ranked = sorted(range(len(rewrites)), key=lambda i: (lows[i] is not None, lows[i]))
-            _overwrite(tx, table.io, properties, [rewrites[i] for i in ranked], new_rows, order)
+            # In key order, so neighbouring pieces are coalesced into one file (``_overwrite``).
+            rewrites.sort(key=lambda r: (r[0] is not None, r[0]))
+            _overwrite(tx, table.io, properties, [(t, rows) for _, t, rows in rewrites], new_rows, order)
             tx.set_properties(properties)
 
     def _merge_on_read(

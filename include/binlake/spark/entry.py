@@ -1,0 +1,56 @@
+"""What every spark-submit entry point in ``jobs/`` does around its job: arguments, config,
+secrets, the Spark session, binlake's errors as messages, and a JSON summary on the last line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from binlake.config import PipelineConfig, load_config, source_from_env
+from binlake.errors import BinlakeError
+from binlake.logs import register_secret, setup_logging
+from binlake.spark.session import spark_session
+
+
+def job_parser(prog: str) -> argparse.ArgumentParser:
+    """A parser with the options every job takes (``--config``, ``--source-from-env``)."""
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--config", required=True)
+    parser.add_argument(
+        "--source-from-env",
+        action="store_true",
+        help="take the source's host, port, user and password from BINLAKE_SOURCE_* (Airflow passes them)",
+    )
+    return parser
+
+
+def run_job(
+    name: str,
+    args: argparse.Namespace,
+    work: Callable[[PipelineConfig, Any], Any],
+    adjust: Callable[[PipelineConfig], PipelineConfig] | None = None,
+) -> int:
+    """Load the config (``adjust`` it), run ``work(config, spark)`` and print its report's JSON;
+    returns the exit code. A ``BinlakeError`` is printed as its message alone."""
+    setup_logging("INFO")
+    try:
+        config = load_config(
+            args.config, source_overrides=source_from_env() if args.source_from_env else None
+        )
+        for secret in config.secrets():
+            register_secret(secret)
+        if adjust is not None:
+            config = adjust(config)
+        spark = spark_session(config, name)
+        try:
+            report = work(config, spark)
+        finally:
+            spark.stop()
+    except BinlakeError as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(json.dumps(report.as_dict()))
+    return 0
