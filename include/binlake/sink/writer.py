@@ -359,9 +359,7 @@ class IcebergWriter:
         with table.transaction() as tx:
             metadata = tx.table_metadata
             schema = metadata.schema().as_arrow()
-            wanted: Counter[tuple[Any, ...]] = Counter(
-                tuple(r.values()) for r in removes.cast(schema).to_pylist()
-            )
+            wanted = row_counts(removes, schema)
             tasks = (
                 {t.file.file_path: t for t in self._files_for_rows(removes, prune_column)} if wanted else {}
             )
@@ -369,17 +367,7 @@ class IcebergWriter:
             rewrites: list[tuple[FileScanTask, pa.Table]] = []
             for task in tasks.values():
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
-                cleared = clear_mask(data, clear).to_pylist()
-                keep = []
-                for row, gone in zip(data.to_pylist(), cleared, strict=True):
-                    identity = tuple(row.values())
-                    if gone:
-                        keep.append(False)
-                    elif wanted.get(identity, 0) > 0:
-                        wanted[identity] -= 1
-                        keep.append(False)
-                    else:
-                        keep.append(True)
+                keep = take_rows(data, wanted, clear_mask(data, clear).to_pylist())
                 if not all(keep):
                     rewrites.append((task, data.filter(pa.array(keep, pa.bool_()))))
             missing = sum(n for n in wanted.values() if n > 0)
@@ -624,6 +612,29 @@ def _file_meets(task: FileScanTask, field: NestedField, clear: ClearRange) -> bo
     if clear.start is not None and high < clear.start:
         return False
     return clear.end is None or low < clear.end
+
+
+def row_counts(rows: pa.Table, schema: pa.Schema) -> Counter[tuple[Any, ...]]:
+    """How many times each whole row (as ``schema``) is in ``rows``: what to remove by identity."""
+    return Counter(tuple(r.values()) for r in rows.cast(schema).to_pylist())
+
+
+def take_rows(
+    data: pa.Table, wanted: Counter[tuple[Any, ...]], gone: Sequence[bool] | None = None
+) -> list[bool]:
+    """Which rows of ``data`` stay when one row equal to each in ``wanted`` goes (``wanted`` is used
+    up as rows match, so duplicates stay exact across files); rows marked ``gone`` go anyway."""
+    keep = []
+    for i, row in enumerate(data.to_pylist()):
+        identity = tuple(row.values())
+        if gone is not None and gone[i]:
+            keep.append(False)
+        elif wanted.get(identity, 0) > 0:
+            wanted[identity] -= 1
+            keep.append(False)
+        else:
+            keep.append(True)
+    return keep
 
 
 def clear_mask(data: pa.Table, clear: Sequence[ClearRange]) -> pa.Array:

@@ -84,11 +84,6 @@ class BackfillUnit:
         return None if not marks or any(m is None for m in marks) else max(m for m in marks if m)
 
     @property
-    def low(self) -> BinlogOffset | None:
-        marks = [c.high for c in self.chunks if c.high is not None]
-        return min(marks) if marks else None
-
-    @property
     def name(self) -> str:
         return f"{self.table.name}#{self.backfill_id}/{self.unit_id}"
 

@@ -29,7 +29,7 @@ from binlake.sink.route import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.sink.writer import ClearRange, IcebergWriter
 from binlake.state.backfills import BackfillUnit
 from binlake.state.store import StateStore, StreamBatch
-from binlake.stream.backfill import StagedBackfills
+from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.records import ARROW_SCHEMA, SEGMENT, images_to_arrow, key_columns, position
@@ -321,7 +321,7 @@ class BatchApplier:
         if replay and streamed is not None and end <= streamed:
             return None
         if self.tracker is not None:
-            low = min(c.high for u in units for c in u.chunks if c.high is not None)
+            low = lowest_high(units)
             then, now = (
                 self.tracker.versions_at(low).get(sink.schema.table),
                 self.tracker.versions_at(end).get(sink.schema.table),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import project
 from binlake.schema.type_mapping import select_converter
-from binlake.sink.writer import ClearRange, clear_mask
+from binlake.sink.writer import ClearRange, clear_mask, row_counts, take_rows
 from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.compaction import last_per_key, net_rows
@@ -121,7 +120,7 @@ class StagedBackfills:
             ),
             key=lambda r: (r.start is not None, r.start),
         )  # fmt: skip
-        low = min(c.high for u in units for c in u.chunks if c.high is not None)
+        low = lowest_high(units)
         earlier = _empty()
         if streamed is not None and low < streamed:
             earlier = self.read_changes(schema, low, streamed)
@@ -160,6 +159,11 @@ class StagedBackfills:
     def stale(self, units: Sequence[BackfillUnit], reason: str) -> None:
         log.warning("backfill units %s are stale: %s", ", ".join(u.name for u in units), reason)
         self.ledger.finish(self.pipeline, units, "stale", reason)
+
+
+def lowest_high(units: Sequence[BackfillUnit]) -> BinlogOffset:
+    """The smallest high watermark of the staged units' chunks: where their roll-forward begins."""
+    return min(c.high for u in units for c in u.chunks if c.high is not None)
 
 
 def _overlap(a: ChunkRange, b: ChunkRange) -> bool:
@@ -214,16 +218,7 @@ def _without(rows: pa.Table, removes: pa.Table) -> pa.Table:
     """``rows`` less one row equal to each of ``removes`` (whole-row identity)."""
     if removes.num_rows == 0:
         return rows
-    wanted = Counter(tuple(r.values()) for r in removes.cast(rows.schema).to_pylist())
-    keep = []
-    for row in rows.to_pylist():
-        identity = tuple(row.values())
-        if wanted.get(identity, 0) > 0:
-            wanted[identity] -= 1
-            keep.append(False)
-        else:
-            keep.append(True)
-    return rows.filter(pa.array(keep, pa.bool_()))
+    return rows.filter(pa.array(take_rows(rows, row_counts(removes, rows.schema)), pa.bool_()))
 
 
 def _remove_files(files: Sequence[str]) -> None:
