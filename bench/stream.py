@@ -1,12 +1,14 @@
 """Stream catch-up rate and steady-state lag, binlog → Iceberg on Spark local[2], as JSON (+ HTML).
 
     .venv/bin/python bench/stream.py [--changes 1000000] [--steady-seconds 300] [--report out.html]
+        [--catch-up-only | --steady-only]
 
 1. **Catch-up**: writes ``--changes`` row changes (inserts, updates, deletes in transactions of
    ``--txn-rows`` rows) while no stream runs, then runs ``binlake stream --until-caught-up`` over
    them into Iceberg, and — in the same run, over the same binlog range — python-mysql-replication
    decoding every row in one process (what a single-reader CDC tool does). Goal: catch-up at least
-   4x the single reader.
+   4x the single reader. Also reported: the seconds until the first batch began (the query's
+   start) and the rate over the batches alone (what a long backlog sees).
 2. **Steady lag**: a continuous stream while the demo workload writes ``--steady-rate`` changes/s
    for ``--steady-seconds``; lag per micro-batch = batch end - newest event time. Goal: p99 at most
    trigger interval + 5 s.
@@ -17,6 +19,7 @@ Prints one JSON line; writes an HTML page with the figures and the lag over time
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import html
 import json
 import statistics
@@ -33,7 +36,7 @@ from binlake.config import PipelineConfig
 from binlake.offsets import BinlogOffset
 from binlake.spark.session import spark_session
 from binlake.spark.stream_job import run_stream
-from binlake.state.store import StateStore
+from binlake.state.store import StateStore, StreamBatch
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB, private_mariadb
 from binlake.testing.workload import Workload
@@ -128,15 +131,21 @@ def _single_reader(server: PrivateMariaDB, start: BinlogOffset, end: BinlogOffse
 def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_rows: int) -> dict[str, Any]:
     server.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
     config = _config(server, work, "catchup", [r"bench\.events"], 10)
-    run_stream(config, spark, until_caught_up=True)  # records the start; warms Spark's workers
+    run_stream(config, spark, until_caught_up=True)  # records the start
     start = _head(server)
     written = _write_changes(server, changes, txn_rows)
     end = _head(server)
+    batches: list[StreamBatch] = []
+    began = dt.datetime.now(dt.UTC)
     started = time.monotonic()
-    report = run_stream(config, spark, until_caught_up=True)
+    report = run_stream(config, spark, until_caught_up=True, progress=lambda b, _: batches.append(b))
     seconds = time.monotonic() - started
     decoded, reader_seconds = _single_reader(server, start, end)
     rate, reader_rate = report.rows / seconds, decoded / reader_seconds
+    # Where the time went: the query's start (tables, start offset, Spark's query and its Python
+    # workers, the first plan) until the first batch began, then the batches one after another.
+    first = batches[0].finished_at - dt.timedelta(seconds=batches[0].seconds) if batches else began
+    in_batches = (batches[-1].finished_at - first).total_seconds() if batches else 0.0
     return {
         "changes_written": written,
         "row_changes_read": report.rows,
@@ -148,6 +157,11 @@ def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_r
         "single_reader_rows_per_s": round(reader_rate),
         "ratio": round(rate / reader_rate, 2),
         "goal_ratio": 4.0,
+        "start_s": round((first - began).total_seconds(), 2),
+        "batches_s": round(in_batches, 2),
+        "rows_per_s_in_batches": round(report.rows / in_batches) if in_batches else None,
+        "ratio_in_batches": round(report.rows / in_batches / reader_rate, 2) if in_batches else None,
+        "batch_series": [(b.batch_id, b.rows, round(b.seconds, 2)) for b in batches],
     }
 
 
@@ -214,8 +228,15 @@ def _html(result: dict[str, Any]) -> str:
     catch, steady = result["catch_up"], result["steady"]
     rows = "".join(
         f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>"
-        for section in (catch, {k: v for k, v in steady.items() if k != "lag_series"})
+        for section in (
+            {k: v for k, v in catch.items() if k != "batch_series"},
+            {k: v for k, v in steady.items() if k != "lag_series"},
+        )
         for k, v in section.items()
+    )
+    batches = "".join(
+        f"<tr><td>{n}</td><td>{r:,}</td><td>{s}</td><td>{r / s if s else 0:,.0f}</td></tr>"
+        for n, r, s in catch.get("batch_series", [])
     )
     return (
         "<!doctype html><meta charset='utf-8'><title>binlake stream benchmark</title>"
@@ -226,13 +247,22 @@ def _html(result: dict[str, Any]) -> str:
         + (
             f"<h2>Catch-up: {catch['rows_per_s']:,} rows/s, {catch['ratio']}x the single reader "
             f"(goal {catch['goal_ratio']}x)</h2>"
+            f"<p>{catch['start_s']} s until the first batch began, then {catch['batches_s']} s of batches "
+            f"({catch['rows_per_s_in_batches']:,} rows/s, {catch['ratio_in_batches']}x).</p>"
+            "<table><tr><th>batch</th><th>changes</th><th>seconds (read + apply)</th><th>rows/s</th></tr>"
+            f"{batches}</table>"
             if catch
             else ""
         )
-        + f"<h2>Steady {steady['workload_changes_per_s']:,} changes/s into {steady['merge_mode']} tables: "
-        f"lag p50 {steady['lag_p50_s']} s, "
-        f"p99 {steady['lag_p99_s']} s (goal {steady['goal_p99_s']} s)</h2>"
-        f"{_svg(steady['lag_series'], steady['goal_p99_s'])}<table>{rows}</table>"
+        + (
+            f"<h2>Steady {steady['workload_changes_per_s']:,} changes/s into {steady['merge_mode']} tables: "
+            f"lag p50 {steady['lag_p50_s']} s, p99 {steady['lag_p99_s']} s "
+            f"(goal {steady['goal_p99_s']} s)</h2>"
+            f"{_svg(steady['lag_series'], steady['goal_p99_s'])}"
+            if steady
+            else ""
+        )
+        + f"<table>{rows}</table>"
     )
 
 
@@ -245,13 +275,14 @@ def main() -> None:
     parser.add_argument("--trigger-interval", type=float, default=5)
     parser.add_argument("--merge-on-read", action="store_true", help="steady part into merge-on-read tables")
     parser.add_argument("--steady-only", action="store_true", help="skip the catch-up part")
+    parser.add_argument("--catch-up-only", action="store_true", help="skip the steady part")
     parser.add_argument("--report", type=Path, default=Path("bench/stream.html"))
     args = parser.parse_args()
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
         spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "bench")
         try:
             catch_up = {} if args.steady_only else _catch_up(server, work, spark, args.changes, args.txn_rows)
-            steady = _steady(
+            steady = {} if args.catch_up_only else _steady(
                 server, work, spark, args.steady_rate, args.steady_seconds, args.trigger_interval,
                 args.merge_on_read,
             )  # fmt: skip
@@ -260,6 +291,7 @@ def main() -> None:
     result = {"benchmark": "stream", "master": "local[2]", "catch_up": catch_up, "steady": steady}
     args.report.write_text(_html(result), encoding="utf-8")
     print(json.dumps({**result, "steady": {k: v for k, v in steady.items() if k != "lag_series"},
+                      "catch_up": {k: v for k, v in catch_up.items() if k != "batch_series"},
                       "report": str(args.report)}))  # fmt: skip
 
 

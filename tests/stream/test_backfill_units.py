@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import pyarrow as pa
 
-from binlake.events import TableId
+from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, StagedChunk
 from binlake.state.store import StateStore
 from binlake.stream.backfill import StagedBackfills, _keep, _Range
-from binlake.stream.records import ARROW_SCHEMA, position
+from binlake.stream.records import change_schema, empty_changes, position
 
 T = TableId("db", "t")
+SCHEMA = CreateTable(T, (Column("id", "int", "int", False),), ("id",))
 
 
 def offset(pos: int) -> BinlogOffset:
@@ -35,7 +35,7 @@ def test_due_units_reach_their_watermarks_and_overlapping_ones_wait_a_batch(tmp_
     staged(ledger, "a", [ChunkRange(None, 100), ChunkRange(100, 200)], high=500)
     staged(ledger, "b", [ChunkRange(150, 300)], high=400)  # overlaps a
     staged(ledger, "c", [ChunkRange(300, None)], high=900)
-    backfills = StagedBackfills("p", ledger, lambda *_: ARROW_SCHEMA.empty_table())
+    backfills = StagedBackfills("p", ledger, lambda *_: empty_changes(SCHEMA))
     assert [u.backfill_id for u in backfills.due(offset(450))["db.t"]] == ["b"]  # a is not due yet
     due = backfills.due(offset(600))
     assert [u.backfill_id for u in due["db.t"]] == ["a"]  # b overlaps a: next batch
@@ -46,8 +46,7 @@ def test_due_units_reach_their_watermarks_and_overlapping_ones_wait_a_batch(tmp_
 
 
 def change(key: int | None, at: int) -> dict[str, object]:
-    return {"table": "db.t", "op": "upsert", "key": pickle.dumps((key,)), "image": None, "at": at,
-            "idx": 0, "ts": 0, "file": None}  # fmt: skip
+    return {"op": "upsert", "at": at, "idx": 0, "ts": 0, "row": {"id": key}}
 
 
 def test_changes_in_a_range_apply_after_its_chunk_and_others_as_asked() -> None:
@@ -56,8 +55,8 @@ def test_changes_in_a_range_apply_after_its_chunk_and_others_as_asked() -> None:
     rows = pa.Table.from_pylist(
         [change(None, h1 + 1), change(5, h1), change(15, h1 + 1), change(15, h2 + 1), change(25, 1),
          change(35, h1 + 5)],
-        schema=ARROW_SCHEMA,
+        schema=change_schema(SCHEMA),
     )  # fmt: skip
     # NULL keys live in the first chunk; 25 lies between the ranges.
-    assert _keep(rows, ranges, outside=True).to_pylist() == [True, False, False, True, True, True]
-    assert _keep(rows, ranges, outside=False).to_pylist() == [True, False, False, True, False, True]
+    assert _keep(rows, "id", ranges, outside=True).to_pylist() == [True, False, False, True, True, True]
+    assert _keep(rows, "id", ranges, outside=False).to_pylist() == [True, False, False, True, False, True]

@@ -16,7 +16,6 @@ on a source that was quiet while it was counted, whatever it did since O.
 from __future__ import annotations
 
 import contextlib
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,13 +25,13 @@ import pyarrow.compute as pc
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.schema.type_mapping import RowConverter
+from binlake.schema.type_mapping import RowConverter, arrow_schema
 from binlake.source.binlog_reader import BinlogReader, SchemaChangedError, binary_logs
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import current_offset
 from binlake.state.store import StateStore, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import key_columns, position
+from binlake.stream.records import ROW, key_columns, position, row_struct
 from binlake.stream.segments import distance
 
 #: Startup modes whose sink is a full copy of the source (a snapshot first).
@@ -121,24 +120,30 @@ def _changes_since(
     version = store.schema_at(config.pipeline.name, schema.table, offset)
     written = version.schema if version is not None and version.schema is not None else schema
     converter = RowConverter(written)
-    names = written.column_names
-    key_at = [names.index(k) for k in key_columns(written, dict(config.source.chunk_key_columns))]
+    keys = key_columns(written, dict(config.source.chunk_key_columns))
+    key_at = [written.column_names.index(k) for k in keys]
     reader = BinlogReader(
         config.source, config.quality.reader_server_id(config.source), offset, high,
         {schema.table}, lambda _: converter, lean=True,
     )  # fmt: skip
     at: list[int] = []
-    keys: list[bytes] = []
+    images: list[tuple[object, ...]] = []
     deltas: list[int] = []
     for row in reader.rows():
         p = position(row.offset)
         for image, delta in ((row.before, -1), (row.after, 1)):
             if image is not None:
                 at.append(p)
-                keys.append(pickle.dumps(tuple(image[i] for i in key_at)))
+                images.append(tuple(image[i] for i in key_at))
                 deltas.append(delta)
-    changes = pa.table({"at": pa.array(at, pa.int64()), "key": pa.array(keys, pa.binary()),
-                        "delta": pa.array(deltas, pa.int8())})  # fmt: skip
+    fields = [f.with_nullable(True) for f in arrow_schema(written, list(keys))] if keys else []
+    changes = pa.table(
+        {
+            "at": pa.array(at, pa.int64()),
+            ROW: row_struct(fields, images),
+            "delta": pa.array(deltas, pa.int8()),
+        }
+    )
     mine = [p for p in plans if p.table == schema.table]
     kept = SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)
     late = pc.greater(kept.column("at"), position(low))

@@ -412,9 +412,10 @@ class IcebergWriter:
                     mine = _in_range(pending, key_columns[0], low, high)
                     merged = pa.concat_tables([kept, pending.filter(mine).cast(kept.schema)])
                     pending = pending.filter(pc.invert(mine))
-                    rewrites.append((low, task, merged.sort_by(order)))
-            new_rows = pending.sort_by(order) if pending.num_rows else None
-            # In key order, so neighbouring pieces are coalesced into one file (``_overwrite``).
+                    rewrites.append((low, task, merged))
+            new_rows = pending if pending.num_rows else None
+            # In key order, so neighbouring pieces are coalesced into one file (``_overwrite``,
+            # which sorts each file it writes).
             rewrites.sort(key=lambda r: (r[0] is not None, r[0]))
             _overwrite(tx, table.io, properties, [(t, rows) for _, t, rows in rewrites], new_rows, order)
             tx.set_properties(properties)

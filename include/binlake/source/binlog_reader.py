@@ -63,6 +63,16 @@ _FL_STANDALONE = 1
 RowOp = Literal["insert", "update", "delete"]
 
 
+class EventRows(NamedTuple):
+    """The row images of one rows event: for updates, before and after images alternate."""
+
+    table: TableId
+    op: RowOp
+    images: list[Any]
+    offset: BinlogOffset
+    timestamp: int
+
+
 class RowImage(NamedTuple):
     """One row change, lean: images are normalised tuples in the table's column order.
 
@@ -227,11 +237,26 @@ class BinlogReader:
             yield DataChange(row.table, row.op, before, after, row.offset, row.timestamp)
 
     def rows(self) -> Iterator[RowImage]:
-        """Row changes in binlog order as normalised tuples (no per-row dicts: the stream's path).
+        """Row changes in binlog order as normalised tuples (no per-row dicts).
 
         ``last_offset`` and ``last_timestamp`` follow every transaction end read, also of other
         tables, so a caller knows how far the reader got and how old the newest event was.
         """
+        for event in self.events():
+            table, op, images, offset, ts = event
+            if op == "update":
+                for i in range(0, len(images), 2):
+                    yield RowImage(table, op, images[i], images[i + 1], offset, ts, i // 2)
+            elif op == "insert":
+                for i, image in enumerate(images):
+                    yield RowImage(table, op, None, image, offset, ts, i)
+            else:
+                for i, image in enumerate(images):
+                    yield RowImage(table, op, image, None, offset, ts, i)
+
+    def events(self) -> Iterator[EventRows]:
+        """The rows events of the tables in binlog order, each with all its row images (the
+        stream's path: its consumer handles an event's rows at once)."""
         stream = _open(
             self.source,
             self.server_id,
@@ -247,7 +272,7 @@ class BinlogReader:
         finally:
             stream.close()
 
-    def _read(self, stream: BinLogStreamReader) -> Iterator[RowImage]:
+    def _read(self, stream: BinLogStreamReader) -> Iterator[EventRows]:
         for event in stream:
             offset = BinlogOffset(stream.log_file, stream.log_pos)
             if self.end is not None and offset > self.end:
@@ -258,41 +283,33 @@ class BinlogReader:
             table = TableId(event.schema, event.table)
             if table not in self.tables:
                 continue
-            yield from self._images(event, table, offset)
+            yield self._event_rows(event, table, offset)
 
-    def _images(self, event: Any, table: TableId, offset: BinlogOffset) -> Iterator[RowImage]:
+    def _event_rows(self, event: Any, table: TableId, offset: BinlogOffset) -> EventRows:
         convert = self.converters(table)
         self._check_columns(event, table, offset, convert.table.column_names)
         ts = int(event.timestamp)
+        op: RowOp = (
+            "insert"
+            if isinstance(event, WriteRowsEvent)
+            else "update"
+            if isinstance(event, UpdateRowsEvent)
+            else "delete"
+        )
         decoded = self._decode(event, table, convert)
         if decoded is not None:
-            op: RowOp = "insert" if isinstance(event, WriteRowsEvent) else "delete"
-            if isinstance(event, UpdateRowsEvent):
-                for i in range(0, len(decoded), 2):
-                    yield RowImage(table, "update", decoded[i], decoded[i + 1], offset, ts, i // 2)
-            elif op == "insert":
-                for i, image in enumerate(decoded):
-                    yield RowImage(table, op, None, image, offset, ts, i)
-            else:
-                for i, image in enumerate(decoded):
-                    yield RowImage(table, op, image, None, offset, ts, i)
-            return
+            return EventRows(table, op, decoded, offset, ts)
         image = convert.binlog_row
-        if isinstance(event, WriteRowsEvent):
-            for i, row in enumerate(event.rows):
-                yield RowImage(
-                    table, "insert", None, image(row["values"], row["none_sources"]), offset, ts, i
+        if op == "update":
+            pairs = [
+                (
+                    image(r["before_values"], r["before_none_sources"]),
+                    image(r["after_values"], r["after_none_sources"]),
                 )
-        elif isinstance(event, UpdateRowsEvent):
-            for i, row in enumerate(event.rows):
-                before = image(row["before_values"], row["before_none_sources"])
-                after = image(row["after_values"], row["after_none_sources"])
-                yield RowImage(table, "update", before, after, offset, ts, i)
-        else:
-            for i, row in enumerate(event.rows):
-                yield RowImage(
-                    table, "delete", image(row["values"], row["none_sources"]), None, offset, ts, i
-                )
+                for r in event.rows
+            ]
+            return EventRows(table, op, [i for pair in pairs for i in pair], offset, ts)
+        return EventRows(table, op, [image(r["values"], r["none_sources"]) for r in event.rows], offset, ts)
 
     def _decode(self, event: Any, table: TableId, convert: RowConverter) -> list[Any] | None:
         """The event's row images by binlake's decoder, or None where the library must decode."""

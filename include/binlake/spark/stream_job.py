@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
@@ -47,7 +46,7 @@ from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.positions import config_options
-from binlake.stream.records import ARROW_SCHEMA, SEGMENT
+from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, table_changes
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import ORIGIN, STREAM, resolve_start
 
@@ -245,8 +244,8 @@ def _read_changes(
     """
     tables = json.dumps({schema.table.name: table_to_dict(schema)})
     batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
-    data = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
-    return data.filter(pc.not_equal(data.column("op"), SEGMENT))
+    changes = table_changes(pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA))
+    return changes.get(schema.table.name, empty_changes(schema))
 
 
 def _run_query(

@@ -67,8 +67,8 @@ def read_segment(
 
 
 def _batches(reader: BinlogReader, builder: RecordBuilder) -> Iterator[pa.RecordBatch]:
-    for row in reader.rows():
-        builder.add(row)
+    for event in reader.events():
+        builder.add(event)
         if len(builder) >= BATCH_ROWS:
             yield builder.batch()
 

@@ -32,7 +32,7 @@ from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import ARROW_SCHEMA, SEGMENT, images_to_arrow, key_columns, position
+from binlake.stream.records import CHANGES, SEGMENT, empty_changes, key_columns, position, table_changes
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import STREAM
 from binlake.testing.faults import crash_point
@@ -64,11 +64,13 @@ class TableSink:
         sink_keys = [SOURCE_TABLE_COLUMN, *self.keys] if self.routed else list(self.keys)
         self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in sink_keys if k in present])
 
-    def rows(self, images: list[bytes]) -> pa.Table:
-        return project(self._routed(images_to_arrow(images, self.arrow)), self.sink_arrow)
+    def rows(self, images: pa.Table) -> pa.Table:
+        """Rows of the source table (change tables' images) as rows of the sink table."""
+        return project(self._routed(images.cast(self.arrow)), self.sink_arrow)
 
-    def key_rows(self, keys: list[bytes]) -> pa.Table:
-        return project(self._routed(images_to_arrow(keys, self.key_arrow)), self.sink_key_arrow)
+    def key_rows(self, keys: pa.Table) -> pa.Table:
+        """Key columns of the source table as the sink table's key columns."""
+        return project(self._routed(keys.cast(self.key_arrow)), self.sink_key_arrow)
 
     def _routed(self, rows: pa.Table) -> pa.Table:
         return with_source_table(self.schema.table, rows) if self.routed else rows
@@ -137,7 +139,11 @@ class BatchApplier:
         started = time.monotonic()
         try:
             data = frame.toArrow()
-            log.info("batch %d: %d rows read in %.2f s", batch_id, data.num_rows, time.monotonic() - started)
+            blocks = data.filter(pc.equal(data.column("kind"), CHANGES))
+            log.info(
+                "batch %d: %d changes read in %.2f s",
+                batch_id, pc.sum(blocks.column("rows")).as_py() or 0, time.monotonic() - started,
+            )  # fmt: skip
             self.apply(data, batch_id, started)
         except BaseException as e:
             self.error = e  # Spark wraps it in Java exceptions; the job re-raises the original
@@ -173,7 +179,7 @@ class BatchApplier:
                 if sink is None:
                     continue
                 at = _later(streamed, sink.writer.stream_offset())
-                prepared = self._backfill(name, sink, ARROW_SCHEMA.empty_table(), at, units, at, replay=False)
+                prepared = self._backfill(name, sink, empty_changes(sink.schema), at, units, at, replay=False)
                 if prepared is not None:
                     by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
             for parts in by_sink.values():
@@ -192,23 +198,21 @@ class BatchApplier:
 
     def _apply(self, data: pa.Table, batch_id: int, started: float | None) -> StreamBatch | None:
         started = time.monotonic() if started is None else started
-        is_segment = pc.equal(data.column("op"), SEGMENT)
-        segments = data.filter(is_segment)
+        segments = data.filter(pc.equal(data.column("kind"), SEGMENT))
         if segments.num_rows == 0:
             return None
         if self.before_batch is not None:
             self.before_batch()
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
         end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
-        changes = data.filter(pc.invert(is_segment)).sort_by([("at", "ascending"), ("idx", "ascending")])
+        changes = table_changes(data)
         self._follow_schemas(end)
         due = self.backfills.due(end) if self.backfills is not None else {}
         streamed = self.store.load_offset(self.pipeline, STREAM) if due else None
         applied: dict[str, dict[str, int]] = {}
         by_sink: dict[str, list[_Prepared]] = {}
-        for name in sorted(set(pc.unique(changes.column("table")).to_pylist()) | set(due)):
-            rows = changes.filter(pc.equal(changes.column("table"), name))
-            prepared = self._prepare(name, rows, batch_id, end, due.get(name, []), streamed)
+        for name in sorted(set(changes) | set(due)):
+            prepared = self._prepare(name, changes.get(name), batch_id, end, due.get(name, []), streamed)
             if prepared is not None:
                 by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
         for identifier, parts in by_sink.items():
@@ -224,14 +228,14 @@ class BatchApplier:
                 "batch %d: %s %s in %.2f s", batch_id, identifier,
                 {p.name: applied[p.name] for p in parts}, time.monotonic() - table_started,
             )  # fmt: skip
-        newest = pc.max(data.column("ts")).as_py() or 0
+        newest = pc.max(segments.column("ts")).as_py() or 0
         finished = dt.datetime.now(dt.UTC)
         batch = StreamBatch(
             self.run_id,
             batch_id,
             end,
             applied,
-            changes.num_rows,
+            sum(t.num_rows for t in changes.values()),
             time.monotonic() - started,
             max(0.0, finished.timestamp() - newest) if newest else None,
             finished,
@@ -266,7 +270,7 @@ class BatchApplier:
     def _prepare(
         self,
         name: str,
-        rows: pa.Table,
+        rows: pa.Table | None,
         batch_id: int,
         end: BinlogOffset,
         units: list[BackfillUnit],
@@ -275,15 +279,16 @@ class BatchApplier:
         """Filter and compact one source table's changes (and due backfill units) into rows for
         its sink table."""
         sink = self.sinks.get(name)
-        if sink is None and rows.num_rows == 0:
-            return None
         if sink is None:
-            log.warning(
-                "batch %d: %d changes of %s dropped: the sink has no table for it "
-                "(its creation was not applied under the pipeline's schema change behaviour)",
-                batch_id, rows.num_rows, name,
-            )  # fmt: skip
+            if rows is not None:
+                log.warning(
+                    "batch %d: %d changes of %s dropped: the sink has no table for it "
+                    "(its creation was not applied under the pipeline's schema change behaviour)",
+                    batch_id, rows.num_rows, name,
+                )  # fmt: skip
             return None
+        if rows is None:
+            rows = empty_changes(sink.schema)
         done = sink.writer.stream_offset()
         if done is not None:
             rows = rows.filter(pc.greater(rows.column("at"), position(done)))
@@ -297,10 +302,10 @@ class BatchApplier:
         if rows.num_rows == 0:
             return None
         if sink.keyed:
-            keyed = last_per_key(rows)
-            return _Prepared(name, sink, sink.rows(keyed.upsert_images), sink.key_rows(keyed.delete_keys))
+            keyed = last_per_key(rows, sink.keys)
+            return _Prepared(name, sink, sink.rows(keyed.upserts), sink.key_rows(keyed.deletes))
         whole = net_rows(rows)
-        return _Prepared(name, sink, sink.rows(whole.insert_images), sink.rows(whole.remove_images))
+        return _Prepared(name, sink, sink.rows(whole.inserts), sink.rows(whole.removes))
 
     def _backfill(
         self,

@@ -38,11 +38,11 @@ from binlake.sink.writer import ClearRange, clear_mask, row_counts, take_rows
 from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.compaction import last_per_key, net_rows
-from binlake.stream.records import ARROW_SCHEMA, key_value, position
+from binlake.stream.records import empty_changes, position, values
 
 log = logging.getLogger(__name__)
 
-#: Reads one table's changes in (start, end] from the binlog as ``stream.records`` rows.
+#: Reads one table's changes in (start, end] from the binlog as its change table (``stream.records``).
 ChangeReader = Callable[[CreateTable, BinlogOffset, BinlogOffset], pa.Table]
 
 
@@ -121,11 +121,11 @@ class StagedBackfills:
             key=lambda r: (r.start is not None, r.start),
         )  # fmt: skip
         low = lowest_high(units)
-        earlier = _empty()
+        earlier = empty_changes(schema)
         if streamed is not None and low < streamed:
             earlier = self.read_changes(schema, low, streamed)
-            earlier = earlier.filter(_keep(earlier, ranges, outside=False))
-        later = changes.filter(_keep(changes, ranges, outside=True))
+            earlier = earlier.filter(_keep(earlier, column.name, ranges, outside=False))
+        later = changes.filter(_keep(changes, column.name, ranges, outside=True))
         rows = pa.concat_tables([earlier, later]).sort_by([("at", "ascending"), ("idx", "ascending")])
         staged = project(_read_files(units, sink.sink_arrow), sink.sink_arrow)
         log.info(
@@ -137,15 +137,15 @@ class StagedBackfills:
         source_table = schema.table.name if sink.routed else None
         clear = [ClearRange(column.name, r.start, r.end, source_table) for r in ranges]
         if sink.keyed:
-            keyed = last_per_key(rows)
-            upserts, deletes = sink.rows(keyed.upsert_images), sink.key_rows(keyed.delete_keys)
+            keyed = last_per_key(rows, sink.keys)
+            upserts, deletes = sink.rows(keyed.upserts), sink.key_rows(keyed.deletes)
             names = list(deletes.schema.names)
             touched = pa.concat_tables([upserts.select(names), deletes.cast(upserts.select(names).schema)])
             kept = staged.join(touched, keys=names, join_type="left anti") if touched.num_rows else staged
             upserts = pa.concat_tables([upserts, kept.cast(upserts.schema)])
             return BackfillPart(units, upserts, deletes, clear, staged.num_rows)
         whole = net_rows(rows)
-        inserts, removes = sink.rows(whole.insert_images), sink.rows(whole.remove_images)
+        inserts, removes = sink.rows(whole.inserts), sink.rows(whole.removes)
         inside = clear_mask(removes, clear)
         kept = _without(staged, removes.filter(inside))
         inserts = pa.concat_tables([inserts, kept.cast(inserts.schema)])
@@ -173,18 +173,13 @@ def _overlap(a: ChunkRange, b: ChunkRange) -> bool:
     return not (a_before_b or b_before_a)
 
 
-def _empty() -> pa.Table:
-    return ARROW_SCHEMA.empty_table()
-
-
-def _keep(rows: pa.Table, ranges: list[_Range], outside: bool) -> pa.Array:
-    """Changes to apply: a key in a range's chunk only after that chunk's high watermark; a key in
-    no range if ``outside``."""
+def _keep(rows: pa.Table, column: str, ranges: list[_Range], outside: bool) -> pa.Array:
+    """Changes to apply: a key (``column``'s value) in a range's chunk only after that chunk's
+    high watermark; a key in no range if ``outside``."""
     starts = [r.start for r in ranges if r.start is not None]
     has_open_start = bool(ranges) and ranges[0].start is None
     keep = []
-    for key, at in zip(rows.column("key").to_pylist(), rows.column("at").to_pylist(), strict=True):
-        value = key_value(key)
+    for value, at in zip(values(rows, column), rows.column("at").to_pylist(), strict=True):
         found = _find(ranges, starts, has_open_start, value)
         keep.append(outside if found is None else at > found.high)
     return pa.array(keep, pa.bool_())

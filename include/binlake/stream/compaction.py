@@ -2,48 +2,63 @@
 
 Tables with a primary key keep the last change per key by binlog position: a delete wins over
 earlier changes, an insert after a delete is an upsert (a key update arrives as a delete of the
-old key and an upsert of the new one). Tables without a key net whole rows out: each row image
-counts +1 per insert and -1 per delete, so duplicates stay exact whatever the order.
+old key and an upsert of the new one). Tables without a key net whole rows out: each row counts
++1 per insert and -1 per delete, so duplicates stay exact whatever the order.
+
+Both work on whole columns (Arrow's hash grouping), never row by row in Python.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from binlake.stream.records import images
 
 
 @dataclass(frozen=True)
 class KeyedChanges:
-    upsert_images: list[bytes]
-    delete_keys: list[bytes]
+    upserts: pa.Table
+    """Whole rows (the table's columns)."""
+    deletes: pa.Table
+    """Key columns."""
 
 
 @dataclass(frozen=True)
 class RowChanges:
-    insert_images: list[bytes]
-    remove_images: list[bytes]
+    inserts: pa.Table
+    removes: pa.Table
+    """Whole rows, each to remove once (a row twice: two equal rows go)."""
 
 
-def last_per_key(rows: pa.Table) -> KeyedChanges:
-    """The last change per key of ``rows`` (one table's, sorted by ``at`` and ``idx``)."""
-    numbered = rows.select(["key"]).append_column("n", pa.array(range(rows.num_rows), pa.int64()))
-    last = numbered.group_by("key", use_threads=False).aggregate([("n", "max")]).column("n_max")
-    final = rows.take(last)
-    upserts = pc.equal(final.column("op"), "upsert")
-    return KeyedChanges(
-        final.filter(upserts).column("image").to_pylist(),
-        final.filter(pc.invert(upserts)).column("key").to_pylist(),
+def last_per_key(changes: pa.Table, keys: Sequence[str]) -> KeyedChanges:
+    """The last change per key of ``changes`` (one table's change table, in binlog order)."""
+    grouping = images(changes, keys)
+    names = [f"k{i}" for i in range(len(keys))]  # the key's own names may clash with "n"
+    numbered = grouping.rename_columns(names).append_column(
+        "n", pa.array(np.arange(changes.num_rows, dtype=np.int64))
     )
+    last = numbered.group_by(names, use_threads=False).aggregate([("n", "max")]).column("n_max")
+    final = changes.take(last)
+    upserts = pc.equal(final.column("op"), "upsert")
+    return KeyedChanges(images(final.filter(upserts)), images(final.filter(pc.invert(upserts)), keys))
 
 
-def net_rows(rows: pa.Table) -> RowChanges:
-    """Whole-row changes of ``rows`` (one keyless table's) netted into rows to add and remove."""
-    net: Counter[bytes] = Counter()
-    for op, image in zip(rows.column("op").to_pylist(), rows.column("image").to_pylist(), strict=True):
-        net[image] += 1 if op == "insert" else -1
-    inserts = [image for image, n in net.items() for _ in range(max(0, n))]
-    removes = [image for image, n in net.items() for _ in range(max(0, -n))]
-    return RowChanges(inserts, removes)
+def net_rows(changes: pa.Table) -> RowChanges:
+    """Whole-row changes of ``changes`` (one keyless table's) netted into rows to add and remove."""
+    rows = images(changes)
+    names = [f"c{i}" for i in range(rows.num_columns)]
+    sign = pc.if_else(pc.equal(changes.column("op"), "insert"), 1, -1).cast(pa.int64())
+    grouped = rows.rename_columns(names).append_column("n", sign).group_by(names, use_threads=False)
+    counted = grouped.aggregate([("n", "sum")])
+    net = counted.column("n_sum").to_numpy()
+    distinct = counted.select(names).rename_columns(rows.column_names)
+    return RowChanges(_repeat(distinct, np.maximum(net, 0)), _repeat(distinct, np.maximum(-net, 0)))
+
+
+def _repeat(rows: pa.Table, times: np.ndarray) -> pa.Table:
+    return rows.take(pa.array(np.repeat(np.arange(rows.num_rows, dtype=np.int64), times)))

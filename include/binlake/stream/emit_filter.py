@@ -26,7 +26,7 @@ from binlake.schema.type_mapping import select_converter
 from binlake.source.collation import chunk_indexes
 from binlake.source.connection import connect
 from binlake.state.store import StoredPlan
-from binlake.stream.records import key_value, position
+from binlake.stream.records import position, values
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ class SnapshotFilter:
         return chunks is None or at_least > chunks.last
 
     def keep(self, table: str, rows: pa.Table) -> pa.Table:
-        """The changes of ``rows`` (one table's) that the snapshot does not hold."""
+        """The changes of ``rows`` (one table's change table, or any table with ``at`` and a
+        ``row`` struct holding the chunk key) that the snapshot does not hold."""
         chunks = self.tables.get(table)
         if chunks is None or rows.num_rows == 0:
             return rows
@@ -77,8 +78,8 @@ class SnapshotFilter:
         candidates = pc.indices_nonzero(inside).to_pylist()
         if not candidates:
             return rows
-        values = [key_value(k) for k in rows.column("key").take(candidates).to_pylist()]
-        indexes = self._chunk_indexes(chunks, values)
+        keys = values(rows.take(candidates), chunks.column.name)
+        indexes = self._chunk_indexes(chunks, keys)
         at = rows.column("at").take(candidates).to_pylist()
         keep = pc.invert(inside).to_pylist()
         for row, chunk, p in zip(candidates, indexes, at, strict=True):

@@ -1,53 +1,59 @@
-"""The binlog source's rows: one fixed schema for the changes of every table.
+"""The binlog source's rows, and the per-table change tables the driver works with.
 
-Executors do the expensive part — decoding the binlog, in parallel — and hand the driver rows of
-this schema; the driver filters, compacts and turns images into Arrow per table.
+Executors do the expensive part — decoding the binlog, in parallel — and also turn the rows into
+typed Arrow columns per table, so the driver never touches a row in Python: it unpacks, filters,
+compacts and commits whole columns.
 
-Columns:
+**Envelope** (the Spark schema, the same for every table): one row per table and block of changes,
+plus the one ``segment`` row each partition ends with.
 
 - ``table``: ``database.table`` (null on segment rows).
+- ``kind``: ``changes`` (``data`` holds an Arrow IPC stream of the block) or ``segment`` (the
+  partition's end: ``at`` and ``file`` are its end offset, ``ts`` the time of its newest event,
+  even when none of its changes is captured).
+- ``at``: the block's first position (on segment rows: the segment's end).
+- ``rows``: row changes in the block (on segment rows: in the whole segment).
+
+**Change table** (``change_schema``; one per captured table, decoded from the blocks):
+
 - ``op``: ``upsert`` / ``delete`` for tables with a primary key; ``insert`` / ``delete`` (whole
-  rows) for tables without; ``segment`` for the one row each partition ends with, which carries
-  the segment's end offset and newest event time even when none of its changes is captured.
-- ``key``: the primary key (tables with one), else the chunk key alone — what compaction and the
-  snapshot filter need — as a pickled tuple.
-- ``image``: the row in column order, pickled; null for deletes of keyed tables (their key is all
-  the sink needs: the before image is not carried).
+  rows) for tables without.
 - ``at``: a sortable position: binlog file number << 32 | position of the row's event.
 - ``idx``: order of rows within one event (an update of the key is two rows: delete, upsert).
 - ``ts``: event time, epoch seconds.
-- ``file``: binlog file name, on segment rows (whose ``at`` is the segment's end).
-
-Images are pickled because they hold Decimal, datetime and bytes values that pickle keeps exact
-and fast; they never leave the job (its executors write them, its driver reads them).
+- ``row``: the row as a struct of the table's columns (Arrow types of ``schema.type_mapping``, all
+  nullable). Deletes of keyed tables carry only the key columns (the before image is not read);
+  a key update is a delete of the old key and an upsert of the new row.
 """
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from binlake.events import CreateTable, TableId
+from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_reader import RowImage
+from binlake.schema.type_mapping import arrow_schema
+from binlake.source.binlog_reader import EventRows
 
-SPARK_SCHEMA = "table STRING, op STRING, key BINARY, image BINARY, at BIGINT, idx INT, ts BIGINT, file STRING"
-ARROW_SCHEMA = pa.schema(
+SPARK_SCHEMA = "table STRING, kind STRING, data BINARY, at BIGINT, rows BIGINT, ts BIGINT, file STRING"
+ENVELOPE_SCHEMA = pa.schema(
     [
         ("table", pa.string()),
-        ("op", pa.string()),
-        ("key", pa.binary()),
-        ("image", pa.binary()),
+        ("kind", pa.string()),
+        ("data", pa.binary()),
         ("at", pa.int64()),
-        ("idx", pa.int32()),
+        ("rows", pa.int64()),
         ("ts", pa.int64()),
         ("file", pa.string()),
     ]
 )
+CHANGES = "changes"
 SEGMENT = "segment"
+ROW = "row"
 
 
 def position(offset: BinlogOffset) -> int:
@@ -56,102 +62,178 @@ def position(offset: BinlogOffset) -> int:
 
 
 def key_columns(table: CreateTable, chunk_keys: dict[str, str]) -> tuple[str, ...]:
-    """The columns in a row's ``key``: the primary key, or the configured chunk key."""
+    """The columns that identify a change: the primary key, or the configured chunk key."""
     if table.primary_key:
         return table.primary_key
     column = chunk_keys.get(table.table.name)
     return (column,) if column else ()
 
 
+def change_schema(table: CreateTable) -> pa.Schema:
+    """The schema of ``table``'s change table (see the module docstring)."""
+    row = pa.struct([f.with_nullable(True) for f in arrow_schema(table)])
+    return pa.schema(
+        [("op", pa.string()), ("at", pa.int64()), ("idx", pa.int32()), ("ts", pa.int64()), (ROW, row)]
+    )
+
+
+def empty_changes(table: CreateTable) -> pa.Table:
+    return change_schema(table).empty_table()
+
+
+def images(changes: pa.Table, columns: Iterable[str] | None = None) -> pa.Table:
+    """The rows of a change table (or only ``columns`` of them) as a table of their columns."""
+    row = changes.column(ROW)
+    names = list(columns) if columns is not None else [f.name for f in row.type]
+    return pa.table({name: pc.struct_field(row, name) for name in names})
+
+
+def row_struct(fields: Sequence[pa.Field], rows: Sequence[tuple[Any, ...]]) -> pa.StructArray:
+    """Row tuples (values in ``fields`` order, normalised like ``RowConverter``'s) as one struct
+    array, built column by column."""
+    if not fields:
+        return pa.array([{}] * len(rows), pa.struct([]))
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in fields]
+    return pa.StructArray.from_arrays(
+        [pa.array(v, type=f.type) for v, f in zip(columns, fields, strict=True)], fields=list(fields)
+    )
+
+
+def values(changes: pa.Table, column: str) -> list[Any]:
+    """One column of the rows as Python values."""
+    return list(pc.struct_field(changes.column(ROW), column).to_pylist())
+
+
+class _TableBlock:
+    """Rows of one table waiting to be packed (column values kept row-wise until then)."""
+
+    __slots__ = ("at", "idx", "key_at", "keyed", "name", "ops", "rows", "schema", "ts")
+
+    def __init__(self, table: CreateTable, chunk_keys: dict[str, str]) -> None:
+        self.schema = change_schema(table)
+        self.name = table.table.name
+        self.keyed = bool(table.primary_key)
+        names = table.column_names
+        self.key_at = [names.index(k) for k in key_columns(table, chunk_keys)]
+        self.ops: list[str] = []
+        self.at: list[int] = []
+        self.idx: list[int] = []
+        self.ts: list[int] = []
+        self.rows: list[tuple[Any, ...]] = []
+
+    def pack(self) -> bytes:
+        """The block as an Arrow IPC stream (one record batch); empties the block."""
+        struct = row_struct(list(self.schema.field(ROW).type), self.rows)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.ops, pa.string()),
+                pa.array(self.at, pa.int64()),
+                pa.array(self.idx, pa.int32()),
+                pa.array(self.ts, pa.int64()),
+                struct,
+            ],
+            schema=self.schema,
+        )
+        self.ops, self.at, self.idx, self.ts, self.rows = [], [], [], [], []
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.schema) as writer:
+            writer.write_batch(batch)
+        return bytes(sink.getvalue())
+
+
 class RecordBuilder:
-    """Turns row images of one binlog segment into record batches of ``ARROW_SCHEMA``."""
+    """Turns row images of one binlog segment into envelope batches (executor side)."""
 
     def __init__(self, tables: Iterable[CreateTable], chunk_keys: dict[str, str]) -> None:
-        self._specs: dict[TableId, tuple[str, bool, list[int]]] = {}
-        for table in tables:
-            names = table.column_names
-            keys = key_columns(table, chunk_keys)
-            self._specs[table.table] = (
-                table.table.name,
-                bool(table.primary_key),
-                [names.index(k) for k in keys],
-            )
-        self._lists: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
-        self._last: tuple[BinlogOffset, int] | None = None
+        self._blocks = {table.table: _TableBlock(table, chunk_keys) for table in tables}
+        self._pending = 0
+        self._envelope: list[list[Any]] = [[] for _ in ENVELOPE_SCHEMA]
         self.rows = 0
 
     def __len__(self) -> int:
-        return len(self._lists[1])
+        return self._pending
 
-    def add(self, row: RowImage) -> None:
-        table, _, before, after, offset, ts, index = row
-        name, keyed, key_at = self._specs[table]
-        if self._last is None or self._last[0] is not offset:
-            self._last = (offset, position(offset))
-        at = self._last[1]
-        self.rows += 1
-        dumps, append = pickle.dumps, self._append
-        if keyed:
-            if after is not None:
-                after_key = tuple([after[i] for i in key_at])
-                if before is not None:
-                    before_key = tuple([before[i] for i in key_at])
-                    if before_key != after_key:  # the key itself changed: delete the old one
-                        append(name, "delete", dumps(before_key), None, at, 2 * index, ts)
-                append(name, "upsert", dumps(after_key), dumps(after), at, 2 * index + 1, ts)
-            elif before is not None:
-                key = dumps(tuple([before[i] for i in key_at]))
-                append(name, "delete", key, None, at, 2 * index, ts)
-            return
-        # Without a key a row is its own identity: an update removes its before image, adds its after.
-        if before is not None:
-            key = dumps(tuple([before[i] for i in key_at]))
-            append(name, "delete", key, dumps(before), at, 2 * index, ts)
-        if after is not None:
-            key = dumps(tuple([after[i] for i in key_at]))
-            append(name, "insert", key, dumps(after), at, 2 * index + 1, ts)
+    def add(self, event: EventRows) -> None:
+        """The rows of one rows event (inserts and deletes go in whole, updates pair by pair)."""
+        table, op, images, offset, ts = event
+        block = self._blocks[table]
+        at = position(offset)
+        n = len(images)
+        if op == "update":
+            self._pending += self._update(block, images, at, ts)
+        elif op == "insert":
+            block.ops.extend(["upsert" if block.keyed else "insert"] * n)
+            block.idx.extend(range(1, 2 * n, 2))
+        else:
+            block.ops.extend(["delete"] * n)
+            block.idx.extend(range(0, 2 * n, 2))
+        if op != "update":
+            block.rows.extend(images)
+            block.at.extend([at] * n)
+            block.ts.extend([ts] * n)
+            self._pending += n
+        self.rows += n // 2 if op == "update" else n
+
+    def _update(self, block: _TableBlock, images: list[Any], at: int, ts: int) -> int:
+        ops, idx, rows = block.ops, block.idx, block.rows
+        keyed, key_at = block.keyed, block.key_at
+        for i in range(0, len(images), 2):
+            before, after = images[i], images[i + 1]
+            # Keyed: the before image only matters when the key itself changed (delete the old
+            # key). Keyless: a row is its own identity: remove the before image, add the after.
+            if not keyed or [before[k] for k in key_at] != [after[k] for k in key_at]:
+                ops.append("delete")
+                idx.append(i)
+                rows.append(before)
+            ops.append("upsert" if keyed else "insert")
+            idx.append(i + 1)
+            rows.append(after)
+        added = len(rows) - len(block.at)
+        block.at.extend([at] * added)
+        block.ts.extend([ts] * added)
+        return added
 
     def segment(self, end: BinlogOffset, timestamp: int) -> None:
         """The segment's closing row: its end offset and the time of its newest event."""
-        self._append(None, SEGMENT, None, None, position(end), self.rows, timestamp, end.file)
+        self._add_envelope(None, SEGMENT, None, position(end), self.rows, timestamp, end.file)
 
     def batch(self) -> pa.RecordBatch:
-        """The rows added since the last call."""
-        arrays = [pa.array(values, type=f.type) for values, f in zip(self._lists, ARROW_SCHEMA, strict=True)]
-        self._lists = [[] for _ in ARROW_SCHEMA]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
-        return batch
+        """Envelope rows for the changes added (and the segment row, if given) since the last call."""
+        for block in self._blocks.values():
+            if block.ops:
+                first, count = block.at[0], len(block.ops)
+                self._add_envelope(block.name, CHANGES, block.pack(), first, count, 0)
+        self._pending = 0
+        arrays = [pa.array(v, type=f.type) for v, f in zip(self._envelope, ENVELOPE_SCHEMA, strict=True)]
+        self._envelope = [[] for _ in ENVELOPE_SCHEMA]
+        return pa.RecordBatch.from_arrays(arrays, schema=ENVELOPE_SCHEMA)
 
-    def _append(
+    def _add_envelope(
         self,
         table: str | None,
-        op: str,
-        key: bytes | None,
-        image: bytes | None,
+        kind: str,
+        data: bytes | None,
         at: int,
-        idx: int,
+        rows: int,
         ts: int,
         file: str | None = None,
     ) -> None:
-        t, o, k, i, a, x, s, f = self._lists
-        t.append(table)
-        o.append(op)
-        k.append(key)
-        i.append(image)
-        a.append(at)
-        x.append(idx)
-        s.append(ts)
-        f.append(file)
+        for values, value in zip(self._envelope, (table, kind, data, at, rows, ts, file), strict=True):
+            values.append(value)
 
 
-def images_to_arrow(images: Sequence[bytes], schema: pa.Schema) -> pa.Table:
-    """Pickled row images (or keys) → an Arrow table of ``schema`` (column-wise conversion)."""
-    rows = [pickle.loads(image) for image in images]
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    arrays = [pa.array(list(col), type=field.type) for col, field in zip(columns, schema, strict=True)]
-    return pa.Table.from_arrays(arrays, schema=schema)
+def table_changes(envelope: pa.Table) -> dict[str, pa.Table]:
+    """The change tables in the ``changes`` rows of ``envelope``, by table, in binlog order.
 
-
-def key_value(key: bytes) -> Any:
-    """The first key column's value (the chunk key) of a pickled key."""
-    return pickle.loads(key)[0]
+    Blocks are put in order by their first position, not rows by theirs: a block holds whole
+    events of one segment in order, and segments do not overlap (sorting a batch's rows again
+    cost more than anything else the driver does with them).
+    """
+    blocks = envelope.filter(pc.equal(envelope.column("kind"), CHANGES))
+    data = blocks.column("data")
+    order = sorted(range(blocks.num_rows), key=blocks.column("at").to_pylist().__getitem__)
+    names = blocks.column("table").to_pylist()
+    parts: dict[str, list[pa.Table]] = {}
+    for i in order:
+        parts.setdefault(names[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
+    return {table: pa.concat_tables(tables) for table, tables in parts.items()}
