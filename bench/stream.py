@@ -87,7 +87,9 @@ def _write_changes(server: PrivateMariaDB, changes: int, txn_rows: int) -> dict[
     for low in range(1, inserts + 1, txn_rows):
         high = min(inserts, low + txn_rows - 1)
         statements.append(
-            "INSERT INTO bench.events SELECT seq, seq % 5000, seq / 100, 'new', REPEAT('n', 150), "
+            # Hex text: a note that compresses about as badly as real text does under lz4.
+            "INSERT INTO bench.events SELECT seq, seq % 5000, seq / 100, 'new', "
+            "LEFT(CONCAT(MD5(seq), MD5(seq + 1), MD5(seq + 2), MD5(seq + 3), MD5(seq + 4)), 150), "
             f"'2026-01-01' + INTERVAL seq SECOND FROM seq_{low}_to_{high}"
         )
     for low in range(1, updates + 1, txn_rows):

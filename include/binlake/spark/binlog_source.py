@@ -26,8 +26,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from typing_extensions import override
 
-from binlake.stream.records import SPARK_SCHEMA
-
 
 class Segment(InputPartition):
     """A range (start, end] of the binlog that one task decodes; both ends are boundaries.
@@ -51,6 +49,10 @@ class BinlogDataSource(DataSource):
         return "binlake_binlog"
 
     def schema(self) -> str:
+        # Imported here, like everything binlake in this module: Spark's streaming source runner
+        # imports the module to plan batches and needs none of the decoding side (pyarrow …).
+        from binlake.stream.records import SPARK_SCHEMA
+
         return SPARK_SCHEMA
 
     @override

@@ -104,6 +104,9 @@ def values(changes: pa.Table, column: str) -> list[Any]:
     return list(pc.struct_field(changes.column(ROW), column).to_pylist())
 
 
+_IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
 class _TableBlock:
     """Rows of one table waiting to be packed (column values kept row-wise until then)."""
 
@@ -136,7 +139,7 @@ class _TableBlock:
         )
         self.ops, self.at, self.idx, self.ts, self.rows = [], [], [], [], []
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, self.schema) as writer:
+        with pa.ipc.new_stream(sink, self.schema, options=_IPC) as writer:
             writer.write_batch(batch)
         return bytes(sink.getvalue())
 

@@ -40,16 +40,9 @@ from binlake.events import (
 from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
-from binlake.schema.metadata_applier import (
-    IcebergMetadataApplier,
-    TableLayout,
-    UnsupportedSchemaChangeError,
-)
-from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.route import routed
 from binlake.source.binlog_reader import Boundary
 from binlake.source.connection import connect
-from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
 from binlake.source.discovery import TableSelector, discover
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
 from binlake.testing.faults import crash_point
@@ -106,6 +99,11 @@ class SchemaTracker:
     def ddl(self, before: BinlogOffset, boundary: Boundary) -> Ddl | None:
         """The captured-table changes of a standalone statement (None: it changes none of them)."""
         assert boundary.statement is not None
+        # Imported here, like the Iceberg side in `apply_request`: Spark's streaming source runner
+        # imports this module to plan every query's batches, and the parser (sqlglot) and pyiceberg
+        # took a second of that start; they are needed once a statement comes.
+        from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
+
         current = self.schemas_at(before)
         try:
             changes = parse_ddl(boundary.statement, boundary.database, current.get)
@@ -238,6 +236,13 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     Returns:
         The status recorded: ``applied``, ``ignored`` or ``failed``.
     """
+    from binlake.schema.metadata_applier import (  # see SchemaTracker.ddl
+        IcebergMetadataApplier,
+        TableLayout,
+        UnsupportedSchemaChangeError,
+    )
+    from binlake.sink.catalog import open_catalog, sink_identifier
+
     pipeline = config.pipeline.name
     applier = IcebergMetadataApplier(
         open_catalog(config),
