@@ -161,21 +161,18 @@ class RecordBuilder:
         table, op, images, offset, ts = event
         block = self._blocks[table]
         at = position(offset)
-        n = len(images)
         if op == "update":
             self._pending += self._update(block, images, at, ts)
-        elif op == "insert":
-            block.ops.extend(["upsert" if block.keyed else "insert"] * n)
-            block.idx.extend(range(1, 2 * n, 2))
-        else:
-            block.ops.extend(["delete"] * n)
-            block.idx.extend(range(0, 2 * n, 2))
-        if op != "update":
-            block.rows.extend(images)
-            block.at.extend([at] * n)
-            block.ts.extend([ts] * n)
-            self._pending += n
-        self.rows += n // 2 if op == "update" else n
+            self.rows += len(images) // 2
+            return
+        n = len(images)
+        block.ops.extend(["delete" if op == "delete" else "upsert" if block.keyed else "insert"] * n)
+        block.idx.extend(range(0 if op == "delete" else 1, 2 * n, 2))  # like an update's before/after
+        block.rows.extend(images)
+        block.at.extend([at] * n)
+        block.ts.extend([ts] * n)
+        self._pending += n
+        self.rows += n
 
     def _update(self, block: _TableBlock, images: list[Any], at: int, ts: int) -> int:
         ops, idx, rows = block.ops, block.idx, block.rows
