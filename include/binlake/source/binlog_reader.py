@@ -301,14 +301,9 @@ class BinlogReader:
             return EventRows(table, op, decoded, offset, ts)
         image = convert.binlog_row
         if op == "update":
-            pairs = [
-                (
-                    image(r["before_values"], r["before_none_sources"]),
-                    image(r["after_values"], r["after_none_sources"]),
-                )
-                for r in event.rows
-            ]
-            return EventRows(table, op, [i for pair in pairs for i in pair], offset, ts)
+            sides = (("before_values", "before_none_sources"), ("after_values", "after_none_sources"))
+            images = [image(r[values], r[nones]) for r in event.rows for values, nones in sides]
+            return EventRows(table, op, images, offset, ts)  # before, after, before, …
         return EventRows(table, op, [image(r["values"], r["none_sources"]) for r in event.rows], offset, ts)
 
     def _decode(self, event: Any, table: TableId, convert: RowConverter) -> list[Any] | None:

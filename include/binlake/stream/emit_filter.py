@@ -78,7 +78,7 @@ class SnapshotFilter:
         candidates = pc.indices_nonzero(inside).to_pylist()
         if not candidates:
             return rows
-        keys = values(rows.take(candidates), chunks.column.name)
+        keys = values(rows, chunks.column.name, pa.array(candidates, pa.int64()))
         indexes = self._chunk_indexes(chunks, keys)
         at = rows.column("at").take(candidates).to_pylist()
         keep = pc.invert(inside).to_pylist()

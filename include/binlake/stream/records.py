@@ -1,8 +1,8 @@
 """The binlog source's rows, and the per-table change tables the driver works with.
 
 Executors do the expensive part — decoding the binlog, in parallel — and also turn the rows into
-typed Arrow columns per table, so the driver never touches a row in Python: it unpacks, filters,
-compacts and commits whole columns.
+typed Arrow columns per table, so the driver unpacks, compacts and commits whole columns (only the
+filters read the chunk key of the rows they check as Python values).
 
 **Envelope** (the Spark schema, the same for every table): one row per table and block of changes,
 plus the one ``segment`` row each partition ends with.
@@ -99,9 +99,10 @@ def row_struct(fields: Sequence[pa.Field], rows: Sequence[tuple[Any, ...]]) -> p
     )
 
 
-def values(changes: pa.Table, column: str) -> list[Any]:
-    """One column of the rows as Python values."""
-    return list(pc.struct_field(changes.column(ROW), column).to_pylist())
+def values(changes: pa.Table, column: str, indices: pa.Array | None = None) -> list[Any]:
+    """One column of the rows (or of the rows at ``indices``) as Python values."""
+    field = pc.struct_field(changes.column(ROW), column)
+    return list((field if indices is None else field.take(indices)).to_pylist())
 
 
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
