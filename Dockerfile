@@ -14,7 +14,8 @@ COPY jobs jobs
 COPY dags dags
 COPY plugins plugins
 COPY docker docker
-RUN make .tools/bin/uv && .tools/bin/uv sync --locked --no-dev
+RUN make .tools/bin/uv && .tools/bin/uv sync --locked --no-dev \
+ && PYSPARK_PYTHON=/opt/binlake/.venv/bin/python .venv/bin/python -m binlake.spark.jvm_archive
 
 ENV PATH=/opt/binlake/.venv/bin:$PATH \
     PYSPARK_PYTHON=/opt/binlake/.venv/bin/python \

@@ -7,7 +7,6 @@ while no stream runs, and catches up once: the stream meets every DDL in the mid
 from __future__ import annotations
 
 import re
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,13 @@ from binlake.stream.schema_changes import apply_request
 from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import run_binlake
-from tests.spark.test_stream import _start_stream_process, _write, assert_sink_equals_source, stream_config
+from tests.spark.test_stream import (
+    _kill_9_at,
+    _start_stream_process,
+    _write,
+    assert_sink_equals_source,
+    stream_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -281,10 +286,11 @@ def test_renamed_out_of_and_into_the_captured_tables(
     assert statuses == [("RenameTable", "ignored"), ("CreateTable", "applied")]
 
 
-@pytest.mark.parametrize("crash_at", ["schema-before-apply", "schema-after-apply"])
-def test_kill_9_around_applying_a_change_then_restart_applies_it_once(
-    crash_at: str, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+def test_kill_9_before_then_after_applying_a_change_then_restart_applies_it_once(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
+    # One set-up, three runs: killed before the first change is applied, killed on the restart
+    # right after it is applied (before the second), then a clean restart applies the rest once.
     config = _config(mariadb, database, tmp_path, "evolve")
     _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
     mariadb.execute(
@@ -295,23 +301,25 @@ def test_kill_9_around_applying_a_change_then_restart_applies_it_once(
         database=database,
     )
     path = _write(tmp_path, config, mariadb)
-    job = _start_stream_process(path, crash_at)
-    job.wait(300)
-    assert job.returncode == -signal.SIGKILL, job.stderr.read().decode() if job.stderr else ""
     store = StateStore(config.pipeline.resolved_state_uri)
-    statuses = [r.status for r in store.schema_changes(config.pipeline.name)]
     t = TableId(database, "t")
-    if crash_at == "schema-before-apply":
-        assert statuses == ["pending", "pending"]
-        assert _sink_columns(config, t) == ["id", "v"]
-    else:
-        assert statuses[0] == "applied"  # killed right after the first of the two
+
+    def statuses() -> list[str]:
+        return [r.status for r in store.schema_changes(config.pipeline.name)]
+
+    _kill_9_at(path, "schema-before-apply")
+    assert statuses() == ["pending", "pending"]
+    assert _sink_columns(config, t) == ["id", "v"]
     assert sorted(r["id"] for r in sink_rows(config, t)) == [1, 2]  # flushed; nothing after the DDL
+
+    _kill_9_at(path, "schema-after-apply")
+    assert statuses() == ["applied", "pending"]  # killed right after the first of the two
+    assert sorted(r["id"] for r in sink_rows(config, t)) == [1, 2]
 
     rerun = _start_stream_process(path, None)
     _, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err.decode()
-    assert [r.status for r in store.schema_changes(config.pipeline.name)] == ["applied", "applied"]
+    assert statuses() == ["applied", "applied"]
     assert _sink_columns(config, t) == ["id", "w"]
     assert_sink_equals_source(config)
 

@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from binlake.airflow import assets
 from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
+from binlake.spark.jvm_archive import DRIVER_OPTIONS, driver_java_options
 
 #: The Spark entry points (``jobs/`` at the project's root), unless ``BINLAKE_JOBS_DIR`` says.
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
@@ -81,6 +82,9 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
             **source_env(source_from_connection(self.config_path)),
         }
         os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
+        java_options = driver_java_options((self.conf or {}).get(DRIVER_OPTIONS))
+        if java_options:  # the driver JVM spark-submit starts maps binlake's class archive
+            self.conf = {**(self.conf or {}), DRIVER_OPTIONS: java_options}
         super().execute(context)
         return self._summary(context)
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from binlake.config import PipelineConfig
+from binlake.spark.jvm_archive import DRIVER_OPTIONS, driver_java_options
 
 
 def spark_session(config: PipelineConfig, app: str) -> Any:
@@ -29,7 +30,13 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
         # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in config.pipeline.spark.conf.items():
+    conf = dict(config.pipeline.spark.conf)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # This process starts the driver JVM: let it map the class archive (jvm_archive).
+        java_options = driver_java_options(conf.get(DRIVER_OPTIONS))
+        if java_options:
+            conf[DRIVER_OPTIONS] = java_options
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
