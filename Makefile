@@ -13,6 +13,9 @@ DEMO_ROWS  ?= 100000
 DEMO_STREAM_S ?= 30
 CONFIG     ?= include/pipelines/demo.yaml
 PYTEST_ARGS ?=
+# Two test processes (pytest-xdist): a test spends about 40 % of its time waiting (triggers, Spark
+# scheduling, job start-up), which the other process fills; each has its own MariaDB and Spark.
+PYTEST_WORKERS ?= 2
 
 # uv must use the machine's Python 3.11 and this project's venv, never download an interpreter.
 export UV_PYTHON_DOWNLOADS := never
@@ -76,7 +79,7 @@ airflow: setup
 
 ## The test suite: lint, types, docker-compose.yaml, then every test (CI runs exactly this).
 test: setup lint compose-check
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # Compose validates docker-compose.yaml without an engine: the v2 plugin where Docker has it,
 # else Debian's docker-compose (installed by system-deps).
@@ -86,7 +89,7 @@ compose-check: system-deps
 	@echo "docker-compose.yaml: valid"
 
 test-fast: setup
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check .
