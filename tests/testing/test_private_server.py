@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pymysql
@@ -95,3 +96,17 @@ def test_relative_and_deep_base_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         assert server.datadir == deep / "rel" / "server" / "data"
         assert len(str(server.socket_path)) < 108
         assert server.query("SELECT 1") == [(1,)]
+
+
+def test_servers_initialised_at_once_all_start() -> None:
+    # Parallel test processes each initialise a server at the same moment; in a shared /tmp their
+    # bootstraps took each other's temporary tables and failed.
+    servers = [PrivateMariaDB() for _ in range(3)]
+    try:
+        with ThreadPoolExecutor(len(servers)) as pool:
+            list(pool.map(lambda server: server.start(), servers))
+        assert [s.query("SELECT 1") for s in servers] == [[(1,)]] * len(servers)
+        assert len({s.tmpdir for s in servers}) == len(servers)
+    finally:
+        for server in servers:
+            server.remove()

@@ -129,6 +129,10 @@ class PrivateMariaDB:
         return self._base / "error.log"
 
     @property
+    def tmpdir(self) -> Path:
+        return self._base / "tmp"
+
+    @property
     def _base(self) -> Path:
         if self.base_dir is None:
             raise RuntimeError("the private server has no folder yet: call start() first")
@@ -158,6 +162,7 @@ class PrivateMariaDB:
         self.base_dir = self.base_dir.resolve()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         first_start = not (self.datadir / "mysql").is_dir()
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         if first_start:
             self._install(installer)
         self._launch(server, timeout)
@@ -246,6 +251,9 @@ class PrivateMariaDB:
             installer,
             "--no-defaults",
             f"--datadir={self.datadir}",
+            # Its own temporary folder: two servers initialised at once in the shared /tmp took
+            # each other's temporary tables ("Could not remove temporary table …").
+            f"--tmpdir={self.tmpdir}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
             *_user_flag(),
@@ -260,6 +268,7 @@ class PrivateMariaDB:
     def _server_args(self, server: str) -> list[str]:
         options: dict[str, str | None] = {
             "datadir": str(self.datadir),
+            "tmpdir": str(self.tmpdir),
             "socket": str(self.socket_path),
             "pid-file": str(self._base / "mysqld.pid"),
             "log-error": str(self.error_log),
