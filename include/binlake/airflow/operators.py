@@ -33,12 +33,24 @@ class DataDocsLink(BaseOperatorLink):
         return str(getattr(operator, "report_url", "") or "")
 
 
+def submit_conf(pipeline: dict[str, str], operator: dict[str, Any] | None) -> dict[str, Any]:
+    """spark-submit's ``--conf``: the pipeline's ``spark.conf`` (the driver JVM starts before the
+    job could apply it, so settings like ``spark.driver.memory`` must come here), the operator's own
+    ``conf`` over it, and binlake's class archive for the driver JVM (``spark/jvm_archive.py``)."""
+    conf = {**pipeline, **(operator or {})}
+    java_options = driver_java_options(conf.get(DRIVER_OPTIONS))
+    if java_options:
+        conf[DRIVER_OPTIONS] = java_options
+    return conf
+
+
 class BinlakeSparkSubmitOperator(SparkSubmitOperator):
     """spark-submit of ``jobs/<job>.py`` for a pipeline file.
 
     The source's connection settings (``airflow.source_conn_id``) reach the job as environment
-    variables, and the job runs this interpreter (binlake's environment) on the Spark workers of
-    a local master; a cluster's workers need binlake installed.
+    variables, the pipeline's ``pipeline.spark.conf`` reaches spark-submit as ``--conf`` (see
+    ``submit_conf``), and the job runs this interpreter (binlake's environment) on the Spark workers
+    of a local master; a cluster's workers need binlake installed.
     """
 
     def __init__(
@@ -82,9 +94,7 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
             **source_env(source_from_connection(self.config_path)),
         }
         os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
-        java_options = driver_java_options((self.conf or {}).get(DRIVER_OPTIONS))
-        if java_options:  # the driver JVM spark-submit starts maps binlake's class archive
-            self.conf = {**(self.conf or {}), DRIVER_OPTIONS: java_options}
+        self.conf = submit_conf(load_pipeline(self.config_path).pipeline.spark.conf, self.conf)
         super().execute(context)
         return self._summary(context)
 
