@@ -96,11 +96,11 @@ def spark() -> Iterator[Any]:
     """The test session's one Spark session, ``local[2]`` from the pyspark wheel."""
     from pyspark.sql import SparkSession
 
-    from binlake.spark.jvm_archive import DRIVER_OPTIONS, driver_java_options
+    from binlake.spark.jvm_archive import with_archive
 
     session = (
         SparkSession.builder.master("local[2]")
-        .config(DRIVER_OPTIONS, driver_java_options() or "")
+        .config(map=with_archive({}))
         .appName("binlake-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

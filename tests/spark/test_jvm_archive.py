@@ -9,24 +9,25 @@ from pathlib import Path
 import pytest
 
 from binlake.spark import jvm_archive
-from binlake.spark.jvm_archive import VARIABLE, driver_java_options
+from binlake.spark.jvm_archive import DRIVER_OPTIONS, VARIABLE, with_archive
 
 
-def test_options_name_the_archive_when_it_exists_and_keep_the_users_last(
+def test_the_archive_goes_first_into_the_drivers_options_when_it_exists(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive = tmp_path / "spark.jsa"
     monkeypatch.setenv(VARIABLE, str(archive))
-    assert driver_java_options() is None
-    assert driver_java_options("-Xss4m") == "-Xss4m"
+    assert with_archive({}) == {}
+    users = {DRIVER_OPTIONS: "-Xss4m", "spark.executor.cores": "2"}
+    assert with_archive(users) == users
     archive.write_bytes(b"x")
-    options = driver_java_options("-Xss4m")
-    assert options is not None
-    assert options.startswith(f"-XX:SharedArchiveFile={archive} ")
-    assert options.endswith(" -Xss4m")  # the user's options come last: they win
+    options = with_archive(users)[DRIVER_OPTIONS]
+    assert options == f"-XX:SharedArchiveFile={archive} {jvm_archive.QUIET} -Xss4m"  # the user's win
+    assert with_archive({})[DRIVER_OPTIONS] == f"-XX:SharedArchiveFile={archive} {jvm_archive.QUIET}"
+    assert users[DRIVER_OPTIONS] == "-Xss4m"  # the caller's conf is left as it was
     monkeypatch.setenv(VARIABLE, "")
     assert jvm_archive.archive_path() is None
-    assert driver_java_options("-Xss4m") == "-Xss4m"
+    assert with_archive(users) == users
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java")

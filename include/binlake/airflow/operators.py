@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from binlake.airflow import assets
 from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
-from binlake.spark.jvm_archive import DRIVER_OPTIONS, driver_java_options
+from binlake.spark.jvm_archive import with_archive
 
 #: The Spark entry points (``jobs/`` at the project's root), unless ``BINLAKE_JOBS_DIR`` says.
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
@@ -37,11 +37,7 @@ def submit_conf(pipeline: dict[str, str], operator: dict[str, Any] | None) -> di
     """spark-submit's ``--conf``: the pipeline's ``spark.conf`` (the driver JVM starts before the
     job could apply it, so settings like ``spark.driver.memory`` must come here), the operator's own
     ``conf`` over it, and binlake's class archive for the driver JVM (``spark/jvm_archive.py``)."""
-    conf = {**pipeline, **(operator or {})}
-    java_options = driver_java_options(conf.get(DRIVER_OPTIONS))
-    if java_options:
-        conf[DRIVER_OPTIONS] = java_options
-    return conf
+    return with_archive({**pipeline, **(operator or {})})
 
 
 class BinlakeSparkSubmitOperator(SparkSubmitOperator):

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from importlib.metadata import version
 from pathlib import Path
 
@@ -36,14 +37,16 @@ def archive_path() -> Path | None:
     return Path(sys.prefix) / "share" / "binlake" / f"spark-{version('pyspark')}.jsa"
 
 
-def driver_java_options(existing: str | None = None) -> str | None:
-    """``spark.driver.extraJavaOptions`` with the archive added to ``existing`` (the user's own
-    options come last, so they win); ``existing`` unchanged when there is no archive."""
+def with_archive(conf: Mapping[str, str]) -> dict[str, str]:
+    """Spark ``conf`` with the archive added to ``spark.driver.extraJavaOptions``, before the
+    options already there (the user's, which so win); unchanged when there is no archive."""
+    result = dict(conf)
     path = archive_path()
-    if path is None or not path.is_file():
-        return existing
-    ours = f"-XX:SharedArchiveFile={path} {QUIET}"
-    return f"{ours} {existing}" if existing else ours
+    if path is not None and path.is_file():
+        ours = f"-XX:SharedArchiveFile={path} {QUIET}"
+        existing = result.get(DRIVER_OPTIONS)
+        result[DRIVER_OPTIONS] = f"{ours} {existing}" if existing else ours
+    return result
 
 
 def build(path: Path) -> None:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from binlake.config import PipelineConfig
-from binlake.spark.jvm_archive import DRIVER_OPTIONS, driver_java_options
+from binlake.spark.jvm_archive import with_archive
 
 
 def spark_session(config: PipelineConfig, app: str) -> Any:
@@ -30,12 +30,9 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
         # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    conf = dict(config.pipeline.spark.conf)
+    conf = config.pipeline.spark.conf
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        # This process starts the driver JVM: let it map the class archive (jvm_archive).
-        java_options = driver_java_options(conf.get(DRIVER_OPTIONS))
-        if java_options:
-            conf[DRIVER_OPTIONS] = java_options
+        conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
