@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from binlake.airflow import assets
 from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
+from binlake.config import PipelineConfig
 from binlake.spark.jvm_archive import with_archive
 
 #: The Spark entry points (``jobs/`` at the project's root), unless ``BINLAKE_JOBS_DIR`` says.
@@ -90,16 +91,16 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
             **source_env(source_from_connection(self.config_path)),
         }
         os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
-        self.conf = submit_conf(load_pipeline(self.config_path).pipeline.spark.conf, self.conf)
+        config = load_pipeline(self.config_path)
+        self.conf = submit_conf(config.pipeline.spark.conf, self.conf)
         super().execute(context)
-        return self._summary(context)
+        return self._summary(context, config)
 
-    def _summary(self, context: Any) -> dict[str, Any]:
+    def _summary(self, context: Any, config: PipelineConfig) -> dict[str, Any]:
         from binlake.sink.catalog import sink_identifier
         from binlake.state.store import StateStore
         from binlake.stream.startup import STREAM
 
-        config = load_pipeline(self.config_path)
         store = StateStore(config.pipeline.resolved_state_uri)
         try:
             plans = store.load_plans(config.pipeline.name)
