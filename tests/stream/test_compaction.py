@@ -13,6 +13,7 @@ from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog_reader import EventRows
 from binlake.stream.compaction import last_per_key, net_rows
+from binlake.stream.envelope import SPARK_SCHEMA
 from binlake.stream.records import ENVELOPE_SCHEMA, SEGMENT, RecordBuilder, change_schema, table_changes
 
 T = TableId("db", "t")
@@ -107,3 +108,10 @@ def test_executor_blocks_round_trip_typed_in_binlog_order() -> None:
     final = last_per_key(table, ("id",))
     assert final.upserts.num_rows == 0
     assert sorted(final.deletes.column("id").to_pylist()) == [1, 2]
+
+
+def test_envelope_batches_have_the_schema_spark_is_told() -> None:
+    # Spark checks every batch a read yields against the source's schema (a mismatch fails the task).
+    arrow = {"STRING": pa.string(), "BINARY": pa.binary(), "BIGINT": pa.int64()}
+    declared = [field.split() for field in SPARK_SCHEMA.split(", ")]
+    assert pa.schema([(name, arrow[kind]) for name, kind in declared]) == ENVELOPE_SCHEMA

@@ -50,8 +50,9 @@ class BinlogDataSource(DataSource):
 
     def schema(self) -> str:
         # Imported here, like everything binlake in this module: Spark's streaming source runner
-        # imports the module to plan batches and needs none of the decoding side (pyarrow …).
-        from binlake.stream.records import SPARK_SCHEMA
+        # imports the module to plan batches and needs none of the decoding side (pyarrow …), and
+        # a process of Spark's asks only for the schema at each query start.
+        from binlake.stream.envelope import SPARK_SCHEMA
 
         return SPARK_SCHEMA
 

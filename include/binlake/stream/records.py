@@ -4,8 +4,8 @@ Executors do the expensive part — decoding the binlog, in parallel — and als
 typed Arrow columns per table, so the driver unpacks, compacts and commits whole columns (only the
 filters read the chunk key of the rows they check as Python values).
 
-**Envelope** (the Spark schema, the same for every table): one row per table and block of changes,
-plus the one ``segment`` row each partition ends with.
+**Envelope** (the Spark schema, ``stream.envelope``, the same for every table): one row per table
+and block of changes, plus the one ``segment`` row each partition ends with.
 
 - ``table``: ``database.table`` (null on segment rows).
 - ``kind``: ``changes`` (``data`` holds an Arrow IPC stream of the block) or ``segment`` (the
@@ -39,7 +39,6 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import arrow_schema
 from binlake.source.binlog_reader import EventRows
 
-SPARK_SCHEMA = "table STRING, kind STRING, data BINARY, at BIGINT, rows BIGINT, ts BIGINT, file STRING"
 ENVELOPE_SCHEMA = pa.schema(
     [
         ("table", pa.string()),
