@@ -91,7 +91,13 @@ class SourcePositions:
         """Where a micro-batch from ``start`` within ``max_bytes`` ends (None: at ``end``)."""
         if self.distance(start, end) <= max_bytes:
             return None
-        return segments.admit(start, self._boundaries(start, end), max_bytes, self.sizes())
+        found: list[Boundary] = []
+        with contextlib.closing(self._boundaries(start, end)) as boundaries:
+            admitted = segments.admit(start, _recorded(boundaries, found), max_bytes, self.sizes())
+        # The batch's planning looks for statements in the admitted range next, and its segments
+        # are cut there: both from this scan.
+        _remember(self.source, start, admitted or end, found)
+        return admitted
 
     def cut(
         self, start: BinlogOffset, end: BinlogOffset, parts: int
@@ -112,13 +118,23 @@ class SourcePositions:
     def _scanned(self, start: BinlogOffset, end: BinlogOffset) -> list[Boundary]:
         """Every boundary in (start, end], from the last full scan when it covers the range: a
         batch's planning (statements) and its segments (cut) would otherwise scan it twice."""
-        global _last_scan
         key = (self.source.hostname, self.source.port, start)
         if _last_scan is not None and _last_scan[0] == key and _last_scan[1] >= end:
             return [b for b in _last_scan[2] if b.offset <= end]
         found = list(self._boundaries(start, end))
-        _last_scan = (key, end, found)
+        _remember(self.source, start, end, found)
         return found
+
+
+def _recorded(boundaries: Iterator[Boundary], found: list[Boundary]) -> Iterator[Boundary]:
+    for boundary in boundaries:
+        found.append(boundary)
+        yield boundary
+
+
+def _remember(source: SourceConfig, start: BinlogOffset, end: BinlogOffset, found: list[Boundary]) -> None:
+    global _last_scan
+    _last_scan = ((source.hostname, source.port, start), end, found)
 
 
 #: The last full boundary scan of this process: (source, start), end, boundaries.
