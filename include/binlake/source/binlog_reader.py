@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -34,10 +34,19 @@ from binlake.schema.type_mapping import RowConverter
 from binlake.source.connection import connect
 from binlake.source.row_decoder import RowDecoder
 
+if TYPE_CHECKING:  # imported when used: the stream's planning side imports this module, not numpy
+    from binlake.source.column_decoder import ColumnDecoder, RawRows
+
 log = logging.getLogger(__name__)
 
 #: Server error when the requested binlog file or position is gone (purged) or invalid.
 _ER_MASTER_FATAL_READING_BINLOG = 1236
+
+
+def _row_data(event: Any) -> bytes:
+    """What is left of a rows event after its header: the row images."""
+    data: bytes = event.packet.read(event.event_size - event.packet.read_bytes)
+    return data
 
 
 class BinlogPurgedError(BinlakeError):
@@ -64,11 +73,12 @@ RowOp = Literal["insert", "update", "delete"]
 
 
 class EventRows(NamedTuple):
-    """The row images of one rows event: for updates, before and after images alternate."""
+    """The row images of one rows event: for updates, before and after images alternate (in
+    columnar mode, ``RawRows`` where the column decoder takes the event)."""
 
     table: TableId
     op: RowOp
-    images: list[Any]
+    images: list[Any] | RawRows
     offset: BinlogOffset
     timestamp: int
 
@@ -202,6 +212,8 @@ class BinlogReader:
         converters: normalises row images per table (see ``schema.type_mapping``).
         lean: decode only the key of before images and deletes of tables with a primary key (the
             stream's mode: nothing else of them is used); other columns of those images are None.
+        columnar: hand events of tables the column decoder takes over undecoded (``RawRows``),
+            for ``stream.records`` to decode a block at a time (``events`` only).
     """
 
     def __init__(
@@ -213,10 +225,13 @@ class BinlogReader:
         tables: set[TableId],
         converters: Callable[[TableId], RowConverter],
         lean: bool = False,
+        columnar: bool = False,
     ) -> None:
         self.source = source
         self.lean = lean
+        self.columnar = columnar
         self._decoders: dict[TableId, RowDecoder] = {}
+        self._column_decoders: dict[TableId, ColumnDecoder] = {}
         self.server_id = server_id
         self.start = start
         self.end = end
@@ -244,6 +259,8 @@ class BinlogReader:
         """
         for event in self.events():
             table, op, images, offset, ts = event
+            if not isinstance(images, list):
+                raise TypeError("BinlogReader.rows reads row images: a columnar reader gives undecoded rows")
             if op == "update":
                 for i in range(0, len(images), 2):
                     yield RowImage(table, op, images[i], images[i + 1], offset, ts, i // 2)
@@ -306,24 +323,32 @@ class BinlogReader:
             return EventRows(table, op, images, offset, ts)  # before, after, before, …
         return EventRows(table, op, [image(r["values"], r["none_sources"]) for r in event.rows], offset, ts)
 
-    def _decode(self, event: Any, table: TableId, convert: RowConverter) -> list[Any] | None:
-        """The event's row images by binlake's decoder, or None where the library must decode."""
-        decoder = self._decoders.get(table)
-        if decoder is None or decoder.wire is not event.columns or decoder.converter is not convert:
-            keys = convert.table.primary_key
-            key_at = [convert.table.column_names.index(k) for k in keys]
-            decoder = self._decoders[table] = RowDecoder(convert.table, event.columns, convert, key_at)
+    def _decode(self, event: Any, table: TableId, convert: RowConverter) -> list[Any] | RawRows | None:
+        """The event's row images by binlake's decoders (undecoded for the column decoder, in
+        columnar mode), or None where the library must decode."""
         update = isinstance(event, UpdateRowsEvent)
         bitmaps = (
             (event.columns_present_bitmap, event.columns_present_bitmap2)
             if update
             else (event.columns_present_bitmap,)
         )
+        lean = self.lean and bool(convert.table.primary_key) and not isinstance(event, WriteRowsEvent)
+        key_at = [convert.table.column_names.index(k) for k in convert.table.primary_key]
+        if self.columnar:
+            from binlake.source.column_decoder import ColumnDecoder, RawRows
+
+            columns = self._column_decoders.get(table)
+            if columns is None or columns.wire is not event.columns or columns.converter is not convert:
+                columns = ColumnDecoder(convert.table, event.columns, convert, key_at)
+                self._column_decoders[table] = columns
+            if columns.supports(*bitmaps):
+                return RawRows(columns, _row_data(event), update, lean)
+        decoder = self._decoders.get(table)
+        if decoder is None or decoder.wire is not event.columns or decoder.converter is not convert:
+            decoder = self._decoders[table] = RowDecoder(convert.table, event.columns, convert, key_at)
         if not decoder.supports(*bitmaps):
             return None
-        data = event.packet.read(event.event_size - event.packet.read_bytes)
-        lean = self.lean and bool(convert.table.primary_key) and not isinstance(event, WriteRowsEvent)
-        return decoder.images(data, update, lean)
+        return decoder.images(_row_data(event), update, lean)
 
     def _check_columns(
         self, event: Any, table: TableId, offset: BinlogOffset, expected: tuple[str, ...]

@@ -281,6 +281,12 @@ def _skip_fixed(size: int) -> Skipper:
     return lambda buf, pos: pos + size
 
 
+def all_present(width: int) -> bytes:
+    """The columns-present bitmap of a rows event with all ``width`` columns (``binlog_row_image``
+    FULL): binlake's decoders read only those; the library decodes the others."""
+    return b"\xff" * (width // 8) + (bytes([(1 << (width % 8)) - 1]) if width % 8 else b"")
+
+
 def column_codec(column: Column, wire: Any, zero: _ZeroDates) -> tuple[Reader, Skipper] | None:
     """Reader and skipper of one column (``wire``: the table map's column), or None if unsupported."""
     t = wire.type
@@ -347,9 +353,7 @@ class RowDecoder:
         self.converter = converter
         self.width = len(table.columns)
         self._zero = _ZeroDates()
-        self._all_present = b"\xff" * (self.width // 8) + (
-            bytes([(1 << (self.width % 8)) - 1]) if self.width % 8 else b""
-        )
+        self._all_present = all_present(self.width)
         codecs_ = [column_codec(c, w, self._zero) for c, w in zip(table.columns, wire, strict=False)]
         self.supported = len(wire) == self.width and all(c is not None for c in codecs_)
         self._readers = [c[0] for c in codecs_ if c is not None]

@@ -2,8 +2,8 @@
 
 Runs in a Spark Python worker. The worker gets the tables' schemas in force in its segment with the
 segment (from the schema history), so it never asks the source for them; ``BinlogReader`` decodes
-(binlake's row decoder over python-mysql-replication's events), ``RecordBuilder`` packs the rows
-for the driver.
+(python-mysql-replication's events; binlake's column decoder, or its row decoder for tables of
+other types), ``RecordBuilder`` packs the rows for the driver.
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ def read_segment(
         set(tables),
         converters.__getitem__,
         lean=True,
+        columnar=True,
     )
     yield from _without_gc(_batches(reader, builder))
+    tail = builder.batch()  # decodes what waits (the column decoder counts zero dates as it does)
     if source.zero_dates == "reject":
         _refuse_zero_dates(converters, start, end)
+    if tail.num_rows:
+        yield tail
     builder.segment(finish, reader.last_timestamp)
     yield builder.batch()
 

@@ -38,6 +38,7 @@ from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import arrow_schema
 from binlake.source.binlog_reader import EventRows
+from binlake.source.column_decoder import ColumnBlock, RawRows
 
 ENVELOPE_SCHEMA = pa.schema(
     [
@@ -108,9 +109,12 @@ _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 class _TableBlock:
-    """Rows of one table waiting to be packed (column values kept row-wise until then)."""
+    """Changes of one table waiting to be packed: decoded rows (column values kept row-wise until
+    then), or undecoded events for the column decoder; ``seal`` packs what is waiting."""
 
-    __slots__ = ("at", "idx", "key_at", "keyed", "name", "ops", "rows", "schema", "ts")
+    __slots__ = (
+        "at", "columns", "first", "idx", "key_at", "keyed", "name", "ops", "rows", "schema", "sealed", "ts",
+    )  # fmt: skip
 
     def __init__(self, table: CreateTable, chunk_keys: dict[str, str]) -> None:
         self.schema = change_schema(table)
@@ -123,25 +127,50 @@ class _TableBlock:
         self.idx: list[int] = []
         self.ts: list[int] = []
         self.rows: list[tuple[Any, ...]] = []
+        self.columns: ColumnBlock | None = None
+        self.first = 0  # position of the first undecoded event
+        self.sealed: list[tuple[int, int, bytes]] = []
+        """Packed blocks: (first position, changes, Arrow IPC stream)."""
 
-    def pack(self) -> bytes:
-        """The block as an Arrow IPC stream (one record batch); empties the block."""
-        struct = row_struct(list(self.schema.field(ROW).type), self.rows)
+    def add_raw(self, raw: RawRows, op: str, at: int, ts: int) -> int:
+        """An undecoded event (its images after those waiting); returns how many images it holds."""
+        if self.ops or (self.columns is not None and not self.columns.fits(raw.decoder)):
+            self.seal()
+        if self.columns is None:
+            self.columns, self.first = ColumnBlock(raw.decoder), at
+        return self.columns.add(raw, _OP_CODES[op], at, ts)
+
+    def seal(self) -> None:
+        if self.columns is not None:
+            ops, at, idx, ts, arrays = self.columns.decode(self.keyed)
+            struct = pa.StructArray.from_arrays(arrays, fields=list(self.schema.field(ROW).type))
+            self.sealed.append((self.first, len(ops), self._pack(ops, at, idx, ts, struct)))
+            self.columns = None
+        if self.ops:
+            struct = row_struct(list(self.schema.field(ROW).type), self.rows)
+            packed = self._pack(self.ops, self.at, self.idx, self.ts, struct)
+            self.sealed.append((self.at[0], len(self.ops), packed))
+            self.ops, self.at, self.idx, self.ts, self.rows = [], [], [], [], []
+
+    def _pack(self, ops: Any, at: Any, idx: Any, ts: Any, struct: pa.StructArray) -> bytes:
+        """One block as an Arrow IPC stream (one record batch)."""
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array(self.ops, pa.string()),
-                pa.array(self.at, pa.int64()),
-                pa.array(self.idx, pa.int32()),
-                pa.array(self.ts, pa.int64()),
+                pa.array(ops, pa.string()),
+                pa.array(at, pa.int64()),
+                pa.array(idx, pa.int32()),
+                pa.array(ts, pa.int64()),
                 struct,
             ],
             schema=self.schema,
         )
-        self.ops, self.at, self.idx, self.ts, self.rows = [], [], [], [], []
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, self.schema, options=_IPC) as writer:
             writer.write_batch(batch)
         return bytes(sink.getvalue())
+
+
+_OP_CODES = {"delete": 0, "insert": 1, "update": 2}
 
 
 class RecordBuilder:
@@ -161,6 +190,13 @@ class RecordBuilder:
         table, op, images, offset, ts = event
         block = self._blocks[table]
         at = position(offset)
+        if not isinstance(images, list):  # for the column decoder, with the block
+            n = block.add_raw(images, op, at, ts)
+            self._pending += n
+            self.rows += n // 2 if op == "update" else n
+            return
+        if block.columns is not None:
+            block.seal()
         if op == "update":
             self._pending += self._update(block, images, at, ts)
             self.rows += len(images) // 2
@@ -200,9 +236,10 @@ class RecordBuilder:
     def batch(self) -> pa.RecordBatch:
         """Envelope rows for the changes added (and the segment row, if given) since the last call."""
         for block in self._blocks.values():
-            if block.ops:
-                first, count = block.at[0], len(block.ops)
-                self._add_envelope(block.name, CHANGES, block.pack(), first, count, 0)
+            block.seal()
+            for first, count, data in block.sealed:
+                self._add_envelope(block.name, CHANGES, data, first, count, 0)
+            block.sealed = []
         self._pending = 0
         arrays = [pa.array(v, type=f.type) for v, f in zip(self._envelope, ENVELOPE_SCHEMA, strict=True)]
         self._envelope = [[] for _ in ENVELOPE_SCHEMA]
