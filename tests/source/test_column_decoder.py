@@ -10,21 +10,27 @@ and the zero-date count.
 from __future__ import annotations
 
 import contextlib
+import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from binlake.events import TableId
+from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
+from binlake.events import TableId, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.binlog_reader import BinlogReader
+from binlake.source.column_decoder import ColumnBlock, RawRows
 from binlake.source.connection import connect, server_version
 from binlake.source.discovery import discover
 from binlake.source.watermarks import current_offset
+from binlake.spark.stream_task import read_segment
 from binlake.stream.records import ENVELOPE_SCHEMA, RecordBuilder, table_changes
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import source_config
+from tests.helpers import pipeline_dict, source_config
 
 COLUMNS = [
     ("ti", "TINYINT"), ("tiu", "TINYINT UNSIGNED"), ("si", "SMALLINT"), ("siu", "SMALLINT UNSIGNED"),
@@ -172,3 +178,50 @@ def test_narrow_tables_with_nulls_decode_alike(mariadb: PrivateMariaDB, database
     assert by_columns.to_pylist() == by_rows.to_pylist()
     assert by_columns.equals(by_rows)
     assert by_rows.num_rows == 4 + 4 + 2 * 2 + 3
+
+
+def _narrow(mariadb: PrivateMariaDB, database: str) -> tuple[BinlogOffset, BinlogOffset]:
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
+        start = current_offset(conn, server_version(conn))
+        cur.execute("INSERT INTO t VALUES (1, 'a'), (2, NULL)")
+        cur.execute("UPDATE t SET v = 'b'")
+        conn.commit()
+        end = current_offset(conn, server_version(conn))
+    return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_segments_read_alike_with_the_column_decoder_on_or_off(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, columnar: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocks: list[int] = []
+    add = ColumnBlock.add
+    monkeypatch.setattr(ColumnBlock, "add", lambda self, *a: blocks.append(1) or add(self, *a))
+    start, end = _narrow(mariadb, database)
+    schema = _schema(mariadb, database)
+    data = pipeline_dict(mariadb, [rf"{database}\.t"], tmp_path)
+    config = PipelineConfig.model_validate({**data, "stream": {"column_decoder": columnar}})
+    tables = json.dumps({schema.table.name: table_to_dict(schema)})
+    batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
+    changes = table_changes(pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA))[schema.table.name]
+    by_rows, _ = _changes(source_config(mariadb, database), start, end, RowConverter(schema), columnar=False)
+    assert changes.equals(by_rows)
+    assert changes.column("op").to_pylist() == ["upsert"] * 4
+    assert bool(blocks) is columnar  # the setting decides which decoder reads
+
+
+def test_rows_the_column_decoder_cannot_walk_name_the_table_and_the_way_back(
+    mariadb: PrivateMariaDB, database: str
+) -> None:
+    start, end = _narrow(mariadb, database)
+    schema = _schema(mariadb, database)
+    convert = RowConverter(schema)
+    reader = BinlogReader(
+        source_config(mariadb, database), 6312, start, end, {schema.table}, lambda _: convert, columnar=True
+    )
+    event = next(reader.events())
+    assert isinstance(event.images, RawRows)
+    cut = event._replace(images=event.images._replace(data=event.images.data[:-1]))
+    with pytest.raises(BinlakeError, match=r"rows of .*\.t at .*stream\.column_decoder: false"):
+        RecordBuilder([schema], {}).add(cut)

@@ -58,7 +58,7 @@ def read_segment(
         set(tables),
         converters.__getitem__,
         lean=True,
-        columnar=True,
+        columnar=config.stream.column_decoder,
     )
     yield from _without_gc(_batches(reader, builder))
     tail = builder.batch()  # decodes what waits (the column decoder counts zero dates as it does)

@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import arrow_schema
@@ -191,7 +192,14 @@ class RecordBuilder:
         block = self._blocks[table]
         at = position(offset)
         if not isinstance(images, list):  # for the column decoder, with the block
-            n = block.add_raw(images, op, at, ts)
+            try:
+                n = block.add_raw(images, op, at, ts)
+            except ValueError as e:
+                raise BinlakeError(
+                    f"Could not decode the rows of {table} at {offset}: {e}. The column decoder read "
+                    "them by the table map's column types. Fix: set `stream.column_decoder: false` to "
+                    "decode row by row, and please report the table's definition."
+                ) from None
             self._pending += n
             self.rows += n // 2 if op == "update" else n
             return
