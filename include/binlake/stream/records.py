@@ -272,7 +272,8 @@ def table_changes(envelope: pa.Table) -> dict[str, pa.Table]:
 
     Blocks are put in order by their first position, not rows by theirs: a block holds whole
     events of one segment in order, and segments do not overlap (sorting a batch's rows again
-    cost more than anything else the driver does with them).
+    cost more than anything else the driver does with them). One chunk per table: compaction
+    takes rows from it by index, which on ~50 chunks of structs cost 0.36 s a batch (0.03 s).
     """
     blocks = envelope.filter(pc.equal(envelope.column("kind"), CHANGES))
     data = blocks.column("data")
@@ -281,4 +282,4 @@ def table_changes(envelope: pa.Table) -> dict[str, pa.Table]:
     parts: dict[str, list[pa.Table]] = {}
     for i in order:
         parts.setdefault(names[i], []).append(pa.ipc.open_stream(data[i].as_buffer()).read_all())
-    return {table: pa.concat_tables(tables) for table, tables in parts.items()}
+    return {table: pa.concat_tables(tables).combine_chunks() for table, tables in parts.items()}
