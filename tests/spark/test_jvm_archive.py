@@ -40,3 +40,11 @@ def test_a_jvm_given_a_broken_archive_starts_and_prints_nothing(tmp_path: Path) 
         assert done.returncode == 0
         assert done.stdout == ""  # jobs print their JSON summary on stdout
         assert "archive" not in done.stderr.lower()
+
+
+def test_archives_of_other_pyspark_versions_are_removed(tmp_path: Path) -> None:
+    current = tmp_path / "spark-4.3.0.jsa"
+    for name in ("spark-4.2.1.jsa", "spark-4.3.0.jsa", "notes.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    assert jvm_archive.remove_stale(current) == [tmp_path / "spark-4.2.1.jsa"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "spark-4.3.0.jsa"]

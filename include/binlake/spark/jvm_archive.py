@@ -69,6 +69,15 @@ def build(path: Path) -> None:
         os.replace(staged, path)
 
 
+def remove_stale(path: Path) -> list[Path]:
+    """Remove the archives of other pyspark versions next to ``path`` (no JVM of this environment
+    maps them any more; ~170 MB each, left by an upgrade); returns them."""
+    stale = [old for old in path.parent.glob("spark-*.jsa") if old != path]
+    for old in stale:
+        old.unlink(missing_ok=True)
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m binlake.spark.jvm_archive", description=__doc__)
     parser.add_argument("--if-missing", action="store_true", help="do nothing when the archive exists")
@@ -91,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {e}", file=sys.stderr)  # a cache: set-up goes on without it
         return 0
     print(f"Spark JVM archive: {path} ({path.stat().st_size // 1024} KiB)")
+    if os.environ.get(VARIABLE) is None:  # binlake's own folder (a path of the user's is theirs)
+        for old in remove_stale(path):
+            print(f"removed the archive of another pyspark version: {old}")
     return 0
 
 
