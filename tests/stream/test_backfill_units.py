@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
@@ -60,3 +61,27 @@ def test_changes_in_a_range_apply_after_its_chunk_and_others_as_asked() -> None:
     # NULL keys live in the first chunk; 25 lies between the ranges.
     assert _keep(rows, "id", ranges, outside=True).to_pylist() == [True, False, False, True, True, True]
     assert _keep(rows, "id", ranges, outside=False).to_pylist() == [True, False, False, True, False, True]
+
+
+def test_staged_files_go_once_their_units_are_applied_or_stale(tmp_path: Path) -> None:
+    store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+    ledger = BackfillLedger(store)
+    files = {}
+    for backfill_id in ("a", "b"):
+        ledger.create("p", backfill_id, [(T, "id", [ChunkRange(None, None)])])
+        [unit] = ledger.units("p", backfill_id)
+        files[backfill_id] = tmp_path / f"{backfill_id}.parquet"
+        pq.write_table(pa.table({"id": [1]}), files[backfill_id])
+        ledger.stage(
+            "p",
+            unit,
+            [StagedChunk(ChunkRange(None, None), offset(1), offset(2), 1)],
+            [files[backfill_id].as_uri()],
+        )
+    backfills = StagedBackfills("p", ledger, lambda *_: empty_changes(SCHEMA))
+    backfills.applied(ledger.units("p", "a"))
+    backfills.stale(ledger.units("p", "b"), "the schema changed")
+    assert [u.status for u in ledger.units("p")] == ["applied", "stale"]
+    assert not files["a"].exists()
+    assert not files["b"].exists()  # a rerun reads a stale unit again, into new files
+    store.close()

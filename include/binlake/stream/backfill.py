@@ -159,6 +159,8 @@ class StagedBackfills:
     def stale(self, units: Sequence[BackfillUnit], reason: str) -> None:
         log.warning("backfill units %s are stale: %s", ", ".join(u.name for u in units), reason)
         self.ledger.finish(self.pipeline, units, "stale", reason)
+        for unit in units:
+            _remove_files(unit.files)  # a rerun reads a stale unit again, into new files
 
 
 def lowest_high(units: Sequence[BackfillUnit]) -> BinlogOffset:
@@ -217,7 +219,7 @@ def _without(rows: pa.Table, removes: pa.Table) -> pa.Table:
 
 
 def _remove_files(files: Sequence[str]) -> None:
-    """Staged files are read into the commit, never adopted: once applied they can go."""
+    """Staged files are read into the commit, never adopted: once applied (or stale) they can go."""
     for uri in files:
         try:
             filesystem, path = pafs.FileSystem.from_uri(uri)
