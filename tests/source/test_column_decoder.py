@@ -109,6 +109,30 @@ def _schema(mariadb: PrivateMariaDB, database: str) -> Any:
     return schema
 
 
+def _written(
+    mariadb: PrivateMariaDB, database: str, create: str, *statements: str
+) -> tuple[BinlogOffset, BinlogOffset]:
+    """The binlog range of ``statements`` (after ``create``) on a fresh table ``t``."""
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute(create)
+        start = current_offset(conn, server_version(conn))
+        for statement in statements:
+            cur.execute(statement)
+        conn.commit()
+        end = current_offset(conn, server_version(conn))
+    return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
+
+
+def _both(
+    mariadb: PrivateMariaDB, database: str, start: BinlogOffset, end: BinlogOffset
+) -> tuple[Any, Any, bool]:
+    """The change tables by the row decoder and by the column decoder, and whether it took them."""
+    source, schema = source_config(mariadb, database), _schema(mariadb, database)
+    by_rows, _ = _changes(source, start, end, RowConverter(schema), columnar=False)
+    by_columns, used = _changes(source, start, end, RowConverter(schema), columnar=True)
+    return by_rows, by_columns, used
+
+
 @pytest.mark.parametrize("key", [" PRIMARY KEY", ""], ids=["keyed", "keyless"])
 def test_columns_decode_to_the_row_decoders_changes(mariadb: PrivateMariaDB, database: str, key: str) -> None:
     start, end = _write(mariadb, database, key)
@@ -137,19 +161,11 @@ def test_columns_decode_to_the_row_decoders_changes(mariadb: PrivateMariaDB, dat
 def test_tables_with_other_types_stay_with_the_row_decoder(
     mariadb: PrivateMariaDB, database: str, column: str
 ) -> None:
-    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE TABLE t (id INT PRIMARY KEY, {column}, s VARCHAR(5))")
-        start = current_offset(conn, server_version(conn))
-        cur.execute("INSERT INTO t VALUES (1, DEFAULT, 'x'), (2, NULL, 'y')")
-        cur.execute("UPDATE t SET s = 'z'")
-        cur.execute("DELETE FROM t")
-        conn.commit()
-        end = current_offset(conn, server_version(conn))
-    source = source_config(mariadb, database)
-    schema = _schema(mariadb, database)
-    first, last = BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
-    by_rows, _ = _changes(source, first, last, RowConverter(schema), columnar=False)
-    by_columns, used = _changes(source, first, last, RowConverter(schema), columnar=True)
+    start, end = _written(
+        mariadb, database, f"CREATE TABLE t (id INT PRIMARY KEY, {column}, s VARCHAR(5))",
+        "INSERT INTO t VALUES (1, DEFAULT, 'x'), (2, NULL, 'y')", "UPDATE t SET s = 'z'", "DELETE FROM t",
+    )  # fmt: skip
+    by_rows, by_columns, used = _both(mariadb, database, start, end)
     assert not used
     assert by_columns.equals(by_rows)
     assert by_rows.num_rows == 2 + 2 + 2
@@ -157,23 +173,15 @@ def test_tables_with_other_types_stay_with_the_row_decoder(
 
 def test_narrow_tables_with_nulls_decode_alike(mariadb: PrivateMariaDB, database: str) -> None:
     # Up to 8 columns: a one-byte null bitmap (its own path), NULLs in every position.
-    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), n INT, d DATETIME(3), w TEXT)")
-        start = current_offset(conn, server_version(conn))
-        cur.execute(
-            "INSERT INTO t VALUES (1, 'a', 1, '2024-01-02 03:04:05.678', 'x'), (2, NULL, 2, NULL, 'y'), "
-            "(3, 'c', NULL, '2024-01-01', NULL), (4, NULL, NULL, NULL, NULL)"
-        )
-        cur.execute("UPDATE t SET v = CONCAT(IFNULL(v, ''), '!'), n = IF(n IS NULL, 7, NULL)")
-        cur.execute("UPDATE t SET id = id * 10 WHERE id > 2")
-        cur.execute("DELETE FROM t WHERE id <> 2")
-        conn.commit()
-        end = current_offset(conn, server_version(conn))
-    source = source_config(mariadb, database)
-    schema = _schema(mariadb, database)
-    first, last = BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
-    by_rows, _ = _changes(source, first, last, RowConverter(schema), columnar=False)
-    by_columns, used = _changes(source, first, last, RowConverter(schema), columnar=True)
+    start, end = _written(
+        mariadb, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), n INT, d DATETIME(3), w TEXT)",
+        "INSERT INTO t VALUES (1, 'a', 1, '2024-01-02 03:04:05.678', 'x'), (2, NULL, 2, NULL, 'y'), "
+        "(3, 'c', NULL, '2024-01-01', NULL), (4, NULL, NULL, NULL, NULL)",
+        "UPDATE t SET v = CONCAT(IFNULL(v, ''), '!'), n = IF(n IS NULL, 7, NULL)",
+        "UPDATE t SET id = id * 10 WHERE id > 2",
+        "DELETE FROM t WHERE id <> 2",
+    )  # fmt: skip
+    by_rows, by_columns, used = _both(mariadb, database, start, end)
     assert used
     assert by_columns.to_pylist() == by_rows.to_pylist()
     assert by_columns.equals(by_rows)
@@ -181,14 +189,10 @@ def test_narrow_tables_with_nulls_decode_alike(mariadb: PrivateMariaDB, database
 
 
 def _narrow(mariadb: PrivateMariaDB, database: str) -> tuple[BinlogOffset, BinlogOffset]:
-    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))")
-        start = current_offset(conn, server_version(conn))
-        cur.execute("INSERT INTO t VALUES (1, 'a'), (2, NULL)")
-        cur.execute("UPDATE t SET v = 'b'")
-        conn.commit()
-        end = current_offset(conn, server_version(conn))
-    return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
+    return _written(
+        mariadb, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO t VALUES (1, 'a'), (2, NULL)", "UPDATE t SET v = 'b'",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("columnar", [True, False])

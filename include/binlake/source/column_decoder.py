@@ -18,7 +18,6 @@ with ``row_decoder``: ``ColumnDecoder.supported`` says which.
 
 from __future__ import annotations
 
-import codecs
 import functools
 from array import array
 from collections.abc import Callable, Sequence
@@ -28,12 +27,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pymysql.charset import charset_by_name
 from pymysqlreplication.constants import FIELD_TYPE
 
 from binlake.events import Column, CreateTable
 from binlake.schema.type_mapping import RowConverter, arrow_type, is_bool
-from binlake.source.row_decoder import all_present
+from binlake.source.row_decoder import all_present, text_encoding
 
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 #: Widest DECIMAL decoded here: its unscaled value fits in an int64.
@@ -90,27 +88,12 @@ def column_spec(column: Column, wire: Any) -> Spec | None:
         if column.data_type == "binary":
             return None  # the binlog drops BINARY(n)'s trailing zeros: row_decoder pads them
         prefix = wire.length_size if t == FIELD_TYPE.BLOB else 2 if wire.max_length > 255 else 1
-        utf8 = _is_utf8(column, wire)
-        if utf8 and target == pa.string():
+        encoding = text_encoding(column, wire)
+        if encoding == "utf-8" and target == pa.string():
             return Spec("text", target, prefix=prefix)
-        if utf8 is None and target == pa.binary():
+        if encoding is None and target == pa.binary():
             return Spec("bytes", target, prefix=prefix)
     return None
-
-
-def _is_utf8(column: Column, wire: Any) -> bool | None:
-    """True: text in UTF-8; False: text in another charset; None: bytes (like ``row_decoder``)."""
-    name = getattr(wire, "character_set_name", None)
-    if name is None:
-        if not column.is_text and column.data_type != "json":  # MariaDB's JSON is a LONGTEXT
-            return None
-        name = column.charset or "utf8mb4"
-    charset = charset_by_name(name)
-    encoding = charset.encoding if charset is not None else name
-    try:
-        return codecs.lookup(encoding).name == "utf-8"
-    except LookupError:
-        return None
 
 
 def _decimal_size(precision: int, scale: int) -> int:

@@ -113,8 +113,8 @@ def _length_prefixed(length_size: int, decode: Callable[[bytes], Any] | None) ->
     return read, skip
 
 
-def _text_decoder(column: Column, wire: Any) -> Callable[[bytes], Any] | None:
-    """bytes → str in the column's character set (None: a binary column, keep bytes).
+def text_encoding(column: Column, wire: Any) -> str | None:
+    """The Python codec of a column's bytes (None: a binary column, keep bytes).
 
     The table map's charset (``binlog_row_metadata=FULL``) is the one the row was written in, so
     it wins over the schema in hand; the charset ``binary`` has no codec and keeps bytes.
@@ -127,10 +127,15 @@ def _text_decoder(column: Column, wire: Any) -> Callable[[bytes], Any] | None:
     charset = charset_by_name(name)
     encoding = charset.encoding if charset is not None else name
     try:
-        codecs.lookup(encoding)
+        return codecs.lookup(encoding).name
     except LookupError:
         return None
-    return lambda raw: raw.decode(encoding)
+
+
+def _text_decoder(column: Column, wire: Any) -> Callable[[bytes], Any] | None:
+    """bytes → str in the column's character set (None: a binary column, keep bytes)."""
+    encoding = text_encoding(column, wire)
+    return None if encoding is None else lambda raw: raw.decode(encoding)
 
 
 def _decimal(precision: int, scale: int, as_text: bool) -> tuple[Reader, int]:
