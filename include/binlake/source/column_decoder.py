@@ -31,7 +31,7 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from binlake.events import Column, CreateTable
 from binlake.schema.type_mapping import RowConverter, arrow_type, is_bool
-from binlake.source.row_decoder import all_present, text_encoding
+from binlake.source.row_decoder import TableMapDecoder, text_encoding
 
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 #: Widest DECIMAL decoded here: its unscaled value fits in an int64.
@@ -189,7 +189,7 @@ def _positions(buffer: np.ndarray, starts: np.ndarray, specs: Sequence[Spec]) ->
     return positions
 
 
-class ColumnDecoder:
+class ColumnDecoder(TableMapDecoder):
     """Decodes the row data of one table map's rows events a block at a time.
 
     Args: as ``row_decoder.RowDecoder``'s.
@@ -198,19 +198,12 @@ class ColumnDecoder:
     def __init__(
         self, table: CreateTable, wire: Sequence[Any], converter: RowConverter, key_at: Sequence[int]
     ) -> None:
-        self.wire = wire
-        self.converter = converter
-        self.width = len(table.columns)
+        super().__init__(table, wire, converter)
         self.key_at = tuple(key_at)
         specs = [column_spec(c, w) for c, w in zip(table.columns, wire, strict=False)]
         self.supported = len(wire) == self.width and all(s is not None for s in specs)
         self.specs: tuple[Spec, ...] = tuple(s for s in specs if s is not None)
         self.scan: Scan | None = _scanner(self.specs) if self.supported else None
-        self._all_present = all_present(self.width)
-
-    def supports(self, present: bytes, *more: bytes) -> bool:
-        """Whether this decoder reads events with these columns-present bitmaps."""
-        return self.supported and all(p == self._all_present for p in (present, *more))
 
 
 class RawRows(NamedTuple):

@@ -286,12 +286,6 @@ def _skip_fixed(size: int) -> Skipper:
     return lambda buf, pos: pos + size
 
 
-def all_present(width: int) -> bytes:
-    """The columns-present bitmap of a rows event with all ``width`` columns (``binlog_row_image``
-    FULL): binlake's decoders read only those; the library decodes the others."""
-    return b"\xff" * (width // 8) + (bytes([(1 << (width % 8)) - 1]) if width % 8 else b"")
-
-
 def column_codec(column: Column, wire: Any, zero: _ZeroDates) -> tuple[Reader, Skipper] | None:
     """Reader and skipper of one column (``wire``: the table map's column), or None if unsupported."""
     t = wire.type
@@ -341,7 +335,27 @@ def column_codec(column: Column, wire: Any, zero: _ZeroDates) -> tuple[Reader, S
     return None  # JSON (binary format), pre-5.6 DATETIME/TIMESTAMP/TIME: the library decodes these
 
 
-class RowDecoder:
+class TableMapDecoder:
+    """What binlake's decoders share: the table map they read, and which of its events they take
+    (``supported``: every column is of a type they read; events must carry every column —
+    ``binlog_row_image`` FULL — the library decodes the others)."""
+
+    supported = False
+
+    def __init__(self, table: CreateTable, wire: Sequence[Any], converter: RowConverter) -> None:
+        self.wire = wire
+        self.converter = converter
+        self.width = len(table.columns)
+        self._all_present = b"\xff" * (self.width // 8) + (
+            bytes([(1 << (self.width % 8)) - 1]) if self.width % 8 else b""
+        )
+
+    def supports(self, present: bytes, *more: bytes) -> bool:
+        """Whether this decoder reads events with these columns-present bitmaps."""
+        return self.supported and all(p == self._all_present for p in (present, *more))
+
+
+class RowDecoder(TableMapDecoder):
     """Decodes the row data of one table map's rows events.
 
     Args:
@@ -354,11 +368,8 @@ class RowDecoder:
     def __init__(
         self, table: CreateTable, wire: Sequence[Any], converter: RowConverter, key_at: Sequence[int]
     ) -> None:
-        self.wire = wire
-        self.converter = converter
-        self.width = len(table.columns)
+        super().__init__(table, wire, converter)
         self._zero = _ZeroDates()
-        self._all_present = all_present(self.width)
         codecs_ = [column_codec(c, w, self._zero) for c, w in zip(table.columns, wire, strict=False)]
         self.supported = len(wire) == self.width and all(c is not None for c in codecs_)
         self._readers = [c[0] for c in codecs_ if c is not None]
@@ -367,10 +378,6 @@ class RowDecoder:
         pairs = zip(self._readers, self._skippers, strict=True)
         self._lean = [(i in keys, read, skip) for i, (read, skip) in enumerate(pairs)]
         self._null_bytes = (self.width + 7) // 8
-
-    def supports(self, present: bytes, *more: bytes) -> bool:
-        """Whether this decoder reads events with these columns-present bitmaps."""
-        return self.supported and all(p == self._all_present for p in (present, *more))
 
     def images(self, data: bytes, update: bool, lean_first: bool) -> list[tuple[Any, ...] | None]:
         """The row images in ``data`` (an update's come in before/after pairs).
