@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from binlake.config import SourceConfig
+from binlake.offsets import BinlogOffset
+from binlake.source.connection import server_version
+from binlake.source.watermarks import current_offset
 from binlake.testing.private_server import PrivateMariaDB
 
 BIN = Path(sys.executable).parent
@@ -70,3 +74,18 @@ def source_config(server: PrivateMariaDB, database: str, **options: Any) -> Sour
         tables=[rf"{database}\..*"],
         **options,
     )
+
+
+def binlog_range(
+    server: PrivateMariaDB, database: str, setup: Sequence[str], statements: Sequence[str]
+) -> tuple[BinlogOffset, BinlogOffset]:
+    """The binlog range (start, end] that ``statements`` wrote, in one session after ``setup``."""
+    with contextlib.closing(server.admin_connection(database)) as conn, conn.cursor() as cur:
+        for statement in setup:
+            cur.execute(statement)
+        start = current_offset(conn, server_version(conn))
+        for statement in statements:
+            cur.execute(statement)
+        conn.commit()
+        end = current_offset(conn, server_version(conn))
+    return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)

@@ -24,13 +24,12 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.binlog_reader import BinlogReader
 from binlake.source.column_decoder import ColumnBlock, RawRows
-from binlake.source.connection import connect, server_version
+from binlake.source.connection import connect
 from binlake.source.discovery import discover
-from binlake.source.watermarks import current_offset
 from binlake.spark.stream_task import read_segment
 from binlake.stream.records import ENVELOPE_SCHEMA, RecordBuilder, table_changes
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import pipeline_dict, source_config
+from tests.helpers import binlog_range, pipeline_dict, source_config
 
 COLUMNS = [
     ("ti", "TINYINT"), ("tiu", "TINYINT UNSIGNED"), ("si", "SMALLINT"), ("siu", "SMALLINT UNSIGNED"),
@@ -70,21 +69,19 @@ ROWS = [
 def _write(mariadb: PrivateMariaDB, database: str, key: str) -> tuple[BinlogOffset, BinlogOffset]:
     """Inserts, copies, a non-key update, a key update (keyed), then deletes of every row."""
     definition = ", ".join(f"{n} {t}" for n, t in COLUMNS)
-    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES', time_zone = '+00:00'")
-        cur.execute(f"CREATE TABLE t (id INT NOT NULL{key}, {definition})")
-        start = current_offset(conn, server_version(conn))
-        for i, values in enumerate(ROWS):
-            cur.execute(f"INSERT INTO t VALUES ({i}, {values})")
-        cur.execute(f"INSERT INTO t SELECT id + 10, {', '.join(n for n, _ in COLUMNS)} FROM t")
-        cur.execute("UPDATE t SET vs = 'changed' WHERE id >= 10")
-        cur.execute("UPDATE t SET id = id + 100 WHERE id < 3")  # the key (or a whole row) changes
-        cur.execute("UPDATE t SET ti = 5, id = id WHERE id = 3")
-        cur.execute("DELETE FROM t WHERE id >= 100")
-        cur.execute("DELETE FROM t")
-        conn.commit()
-        end = current_offset(conn, server_version(conn))
-    return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
+    setup = [
+        "SET SESSION sql_mode = 'ALLOW_INVALID_DATES', time_zone = '+00:00'",
+        f"CREATE TABLE t (id INT NOT NULL{key}, {definition})",
+    ]
+    return binlog_range(mariadb, database, setup, [
+        *(f"INSERT INTO t VALUES ({i}, {values})" for i, values in enumerate(ROWS)),
+        f"INSERT INTO t SELECT id + 10, {', '.join(n for n, _ in COLUMNS)} FROM t",
+        "UPDATE t SET vs = 'changed' WHERE id >= 10",
+        "UPDATE t SET id = id + 100 WHERE id < 3",  # the key (or a whole row) changes
+        "UPDATE t SET ti = 5, id = id WHERE id = 3",
+        "DELETE FROM t WHERE id >= 100",
+        "DELETE FROM t",
+    ])  # fmt: skip
 
 
 def _changes(
@@ -109,18 +106,8 @@ def _schema(mariadb: PrivateMariaDB, database: str) -> Any:
     return schema
 
 
-def _written(
-    mariadb: PrivateMariaDB, database: str, create: str, *statements: str
-) -> tuple[BinlogOffset, BinlogOffset]:
-    """The binlog range of ``statements`` (after ``create``) on a fresh table ``t``."""
-    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute(create)
-        start = current_offset(conn, server_version(conn))
-        for statement in statements:
-            cur.execute(statement)
-        conn.commit()
-        end = current_offset(conn, server_version(conn))
-    return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
+def _written(mariadb: PrivateMariaDB, database: str, create: str, *statements: str) -> Any:
+    return binlog_range(mariadb, database, [create], statements)
 
 
 def _both(

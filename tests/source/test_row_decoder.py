@@ -18,11 +18,10 @@ from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.binlog_reader import BinlogReader
-from binlake.source.connection import connect, server_version
+from binlake.source.connection import connect
 from binlake.source.discovery import discover
-from binlake.source.watermarks import current_offset
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import source_config
+from tests.helpers import binlog_range, source_config
 
 COLUMNS = [
     ("ti", "TINYINT"), ("tiu", "TINYINT UNSIGNED"), ("si", "SMALLINT"), ("siu", "SMALLINT UNSIGNED"),
@@ -110,21 +109,18 @@ def _library(source: Any, start: BinlogOffset, end: BinlogOffset, convert: RowCo
 
 def _changes(mariadb: PrivateMariaDB, database: str, columns: list[tuple[str, str]], rows: list[str],
              extra: list[str] = ()) -> tuple[BinlogOffset, BinlogOffset]:  # fmt: skip
-    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION sql_mode = '', time_zone = '+00:00'")
-        cur.execute(f"CREATE TABLE t (id INT PRIMARY KEY, {', '.join(f'{n} {t}' for n, t in columns)})")
-        start = current_offset(conn, server_version(conn))
-        for i, values in enumerate(rows):
-            cur.execute(f"INSERT INTO t VALUES ({i}, {values})")
-        cur.execute(f"INSERT INTO t SELECT id + 10, {', '.join(n for n, _ in columns)} FROM t")
-        cur.execute(f"UPDATE t SET {columns[0][0]} = NULL WHERE id >= 10")  # non-key update
-        cur.execute("UPDATE t SET id = id + 100 WHERE id < 10")  # key update
-        for statement in extra:
-            cur.execute(statement)
-        cur.execute("DELETE FROM t")
-        conn.commit()
-        end = current_offset(conn, server_version(conn))
-    return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
+    setup = [
+        "SET SESSION sql_mode = '', time_zone = '+00:00'",
+        f"CREATE TABLE t (id INT PRIMARY KEY, {', '.join(f'{n} {t}' for n, t in columns)})",
+    ]
+    return binlog_range(mariadb, database, setup, [
+        *(f"INSERT INTO t VALUES ({i}, {values})" for i, values in enumerate(rows)),
+        f"INSERT INTO t SELECT id + 10, {', '.join(n for n, _ in columns)} FROM t",
+        f"UPDATE t SET {columns[0][0]} = NULL WHERE id >= 10",  # non-key update
+        "UPDATE t SET id = id + 100 WHERE id < 10",  # key update
+        *extra,
+        "DELETE FROM t",
+    ])  # fmt: skip
 
 
 def _decoded(
