@@ -31,9 +31,8 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from binlake.events import Column, CreateTable
 from binlake.schema.type_mapping import RowConverter, arrow_type, is_bool
-from binlake.source.row_decoder import TableMapDecoder, text_encoding
+from binlake.source.row_decoder import TableMapDecoder, decimal_groups, text_encoding
 
-_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 #: Widest DECIMAL decoded here: its unscaled value fits in an int64.
 _MAX_PRECISION = 18
 _INTS = {
@@ -74,7 +73,7 @@ def column_spec(column: Column, wire: Any) -> Spec | None:
     if t == FIELD_TYPE.NEWDECIMAL:
         if wire.precision > _MAX_PRECISION:
             return None
-        size = _decimal_size(wire.precision, wire.decimals)
+        size = sum(size for size, _ in decimal_groups(wire.precision, wire.decimals))
         return Spec("decimal", target, width=size, precision=wire.precision, scale=wire.decimals)
     if t == FIELD_TYPE.DATE:
         return Spec("date", target, width=3)
@@ -94,19 +93,6 @@ def column_spec(column: Column, wire: Any) -> Spec | None:
         if encoding is None and target == pa.binary():
             return Spec("bytes", target, prefix=prefix)
     return None
-
-
-def _decimal_size(precision: int, scale: int) -> int:
-    whole = precision - scale
-    return whole // 9 * 4 + _DIG2BYTES[whole % 9] + scale // 9 * 4 + _DIG2BYTES[scale % 9]
-
-
-def _decimal_groups(precision: int, scale: int) -> list[tuple[int, int]]:
-    """(bytes, digits) of MySQL's binary DECIMAL groups, most significant first."""
-    whole = precision - scale
-    groups = [(_DIG2BYTES[whole % 9], whole % 9)] + [(4, 9)] * (whole // 9)
-    groups += [(4, 9)] * (scale // 9) + [(_DIG2BYTES[scale % 9], scale % 9)]
-    return [(size, digits) for size, digits in groups if size]
 
 
 Scan = Callable[[bytes, int, "array[int]"], int]
@@ -375,7 +361,7 @@ def _decimals(raw: np.ndarray, spec: Spec) -> np.ndarray:
     raw[:, 0] = raw[:, 0] & 0x7F
     unscaled = np.zeros(len(raw), np.int64)
     start = 0
-    for size, digits in _decimal_groups(spec.precision, spec.scale):
+    for size, digits in decimal_groups(spec.precision, spec.scale):
         unscaled = unscaled * 10**digits + _big_endian(raw[:, start : start + size])
         start += size
     return np.where(negative, -unscaled, unscaled)

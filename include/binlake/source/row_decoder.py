@@ -138,14 +138,19 @@ def _text_decoder(column: Column, wire: Any) -> Callable[[bytes], Any] | None:
     return None if encoding is None else lambda raw: raw.decode(encoding)
 
 
-def _decimal(precision: int, scale: int, as_text: bool) -> tuple[Reader, int]:
-    """MySQL's binary DECIMAL: big-endian groups of 9 digits (shorter at both ends), sign in the
-    top bit, negatives stored inverted. Decoded as one integer, split by shifts."""
+def decimal_groups(precision: int, scale: int) -> list[tuple[int, int]]:
+    """(bytes, digits) of MySQL's binary DECIMAL groups, most significant first: big-endian groups
+    of 9 digits in 4 bytes, shorter at both ends."""
     whole = precision - scale
-    # (bits, digits) of each part, most significant first.
-    parts = [(8 * _DIG2BYTES[whole % 9], whole % 9)] + [(32, 9)] * (whole // 9)
-    parts += [(32, 9)] * (scale // 9) + [(8 * _DIG2BYTES[scale % 9], scale % 9)]
-    parts = [(bits, digits) for bits, digits in parts if bits]
+    groups = [(_DIG2BYTES[whole % 9], whole % 9)] + [(4, 9)] * (whole // 9)
+    groups += [(4, 9)] * (scale // 9) + [(_DIG2BYTES[scale % 9], scale % 9)]
+    return [(size, digits) for size, digits in groups if size]
+
+
+def _decimal(precision: int, scale: int, as_text: bool) -> tuple[Reader, int]:
+    """MySQL's binary DECIMAL (``decimal_groups``), sign in the top bit, negatives stored inverted.
+    Decoded as one integer, split by shifts."""
+    parts = [(8 * size, digits) for size, digits in decimal_groups(precision, scale)]  # (bits, digits)
     size = sum(bits for bits, _ in parts) // 8
     top = 1 << (8 * size - 1)
     rest = (1 << (8 * size)) - 1 ^ top
