@@ -49,6 +49,11 @@ def _row_data(event: Any) -> bytes:
     return data
 
 
+def _key_at(convert: RowConverter) -> list[int]:
+    """Positions of the table's primary key columns (what lean images hold)."""
+    return [convert.table.column_names.index(k) for k in convert.table.primary_key]
+
+
 class BinlogPurgedError(BinlakeError):
     """The binlog no longer holds the requested start offset."""
 
@@ -333,19 +338,19 @@ class BinlogReader:
             else (event.columns_present_bitmap,)
         )
         lean = self.lean and bool(convert.table.primary_key) and not isinstance(event, WriteRowsEvent)
-        key_at = [convert.table.column_names.index(k) for k in convert.table.primary_key]
         if self.columnar:
             from binlake.source.column_decoder import ColumnDecoder, RawRows
 
             columns = self._column_decoders.get(table)
             if columns is None or columns.wire is not event.columns or columns.converter is not convert:
-                columns = ColumnDecoder(convert.table, event.columns, convert, key_at)
+                columns = ColumnDecoder(convert.table, event.columns, convert, _key_at(convert))
                 self._column_decoders[table] = columns
             if columns.supports(*bitmaps):
                 return RawRows(columns, _row_data(event), update, lean)
         decoder = self._decoders.get(table)
         if decoder is None or decoder.wire is not event.columns or decoder.converter is not convert:
-            decoder = self._decoders[table] = RowDecoder(convert.table, event.columns, convert, key_at)
+            decoder = RowDecoder(convert.table, event.columns, convert, _key_at(convert))
+            self._decoders[table] = decoder
         if not decoder.supports(*bitmaps):
             return None
         return decoder.images(_row_data(event), update, lean)
