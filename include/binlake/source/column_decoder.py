@@ -43,6 +43,9 @@ _INTS = {
     FIELD_TYPE.LONGLONG: 8,
 }
 _NULL = -1
+#: Event kinds as ``ColumnBlock.decode`` tells them apart.
+_DELETE, _INSERT, _UPDATE = 0, 1, 2
+_OP_CODES = {"delete": _DELETE, "insert": _INSERT, "update": _UPDATE}
 
 
 @dataclass(frozen=True)
@@ -155,22 +158,27 @@ def _scanner(specs: tuple[Spec, ...]) -> Scan:
     return scan
 
 
-def _positions(buffer: np.ndarray, starts: np.ndarray, specs: Sequence[Spec]) -> list[np.ndarray]:
-    """Where each column's value of each row image lies in ``buffer`` (-1: NULL), a column at a
-    time over all images: its null bit, then its width or length prefix moves every image on."""
+def _positions(
+    buffer: np.ndarray, starts: np.ndarray, specs: Sequence[Spec]
+) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """Where each column's value of each row image lies in ``buffer`` (-1: NULL) and, for values
+    with a length prefix, their lengths (0 for NULL), a column at a time over all images: its
+    null bit, then its width or length moves every image on."""
     null_bytes = (len(specs) + 7) // 8
     bitmaps = buffer[starts[:, None] + np.arange(null_bytes)]
     nulls = np.unpackbits(bitmaps, axis=1, bitorder="little")[:, : len(specs)].astype(bool)
     pos = starts + null_bytes
-    positions = []
+    positions: list[tuple[np.ndarray, np.ndarray | None]] = []
     for i, spec in enumerate(specs):
         present = ~nulls[:, i]
-        positions.append(np.where(present, pos, _NULL))
+        at = np.where(present, pos, _NULL)
         if spec.width:
+            positions.append((at, None))
             pos = pos + spec.width * present
         else:
             lengths = np.zeros(len(starts), np.int64)
             lengths[present] = _little_endian(_gather(buffer, pos[present], spec.prefix))
+            positions.append((at, lengths))
             pos = pos + (spec.prefix + lengths) * present
     return positions
 
@@ -219,13 +227,13 @@ class ColumnBlock:
     def fits(self, decoder: ColumnDecoder) -> bool:
         return decoder.specs == self.specs and decoder.key_at == self.key_at
 
-    def add(self, raw: RawRows, op: int, at: int, ts: int) -> int:
-        """Note the images of one event (op: 0 delete, 1 insert, 2 update); returns how many."""
+    def add(self, raw: RawRows, op: str, at: int, ts: int) -> int:
+        """Note the images of one event (``op``: insert, update or delete); returns how many."""
         assert raw.decoder.scan is not None
         count = raw.decoder.scan(raw.data, len(self._buffer), self._starts)
         self._buffer += raw.data
         self._counts.append(count)
-        self._events.append((op, at, ts, raw.lean))
+        self._events.append((_OP_CODES[op], at, ts, raw.lean))
         self.images += count
         return count
 
@@ -238,13 +246,15 @@ class ColumnBlock:
         first = np.concatenate([[0], np.cumsum(counts)[:-1]])
         index = np.arange(self.images) - first[event_of]  # image number within its event
         op = ops[event_of]
-        update = op == 2
-        before = np.where(update, index % 2 == 0, op == 0)  # deletes are "before" images
+        update = op == _UPDATE
+        before = np.where(update, index % 2 == 0, op == _DELETE)  # deletes are "before" images
         lean = leans[event_of].astype(bool) & before
         buffer = np.frombuffer(bytes(self._buffer), np.uint8)
         zero = np.zeros(self.images, bool)  # images with a zero date
         positions = _positions(buffer, np.frombuffer(self._starts, np.int64), self.specs)
-        columns = [self._column(buffer, at, i, lean, zero) for i, at in enumerate(positions)]
+        columns = [
+            self._column(buffer, at, lengths, i, lean, zero) for i, (at, lengths) in enumerate(positions)
+        ]
         self.converter.zero_dates += int(np.count_nonzero(zero & ~lean))  # lean images: not read
         keep = np.ones(self.images, bool)
         if keyed:
@@ -254,7 +264,7 @@ class ColumnBlock:
         kinds = np.where(before, "delete", "upsert" if keyed else "insert")
         # Position of the row within its event, as the row path numbers it: an update's images
         # are 0, 1, 2, ... (before, after, ...); an insert's 1, 3, ...; a delete's 0, 2, ...
-        idx = np.where(update, index, 2 * index + (op == 1))
+        idx = np.where(update, index, 2 * index + (op == _INSERT))
         chosen = pa.array(np.flatnonzero(keep))
         picked = chosen.to_numpy()
         return (
@@ -273,20 +283,27 @@ class ColumnBlock:
         for k in self.key_at:
             old, new = columns[k].take(old_at), columns[k].take(new_at)
             nulls_differ = pc.xor(pc.is_null(old), pc.is_null(new))
-            differs = pc.if_else(pc.is_null(pc.not_equal(old, new)), nulls_differ, pc.not_equal(old, new))
+            unequal = pc.not_equal(old, new)  # NULL where either is NULL
+            differs = pc.if_else(pc.is_null(unequal), nulls_differ, unequal)
             changed |= np.asarray(differs.to_numpy(zero_copy_only=False), bool)
         return changed
 
     def _column(
-        self, buffer: np.ndarray, offsets: np.ndarray, i: int, lean: np.ndarray, zero: np.ndarray
+        self,
+        buffer: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray | None,
+        i: int,
+        lean: np.ndarray,
+        zero: np.ndarray,
     ) -> pa.Array:
         spec = self.specs[i]
         valid = offsets >= 0
         if i not in self.key_at:
             valid &= ~lean  # only the key of a lean image is read
         at = offsets[valid]
-        if spec.kind in ("text", "bytes"):
-            return _strings(buffer, at, valid, spec)
+        if lengths is not None:
+            return _strings(buffer, at, np.where(valid, lengths, 0), valid, spec)
         values, ok = _values(buffer, at, spec)
         if ok is not None:  # NULL: zero or invalid dates (counted), the zero TIMESTAMP (not)
             rows = np.flatnonzero(valid)[~ok]
@@ -404,9 +421,11 @@ def _array(values: np.ndarray, valid: np.ndarray, spec: Spec) -> pa.Array:
     return pa.array(values, mask=~valid).cast(target)
 
 
-def _strings(buffer: np.ndarray, at: np.ndarray, valid: np.ndarray, spec: Spec) -> pa.Array:
-    lengths = np.zeros(len(valid), np.int64)
-    lengths[valid] = _little_endian(_gather(buffer, at, spec.prefix))
+def _strings(
+    buffer: np.ndarray, at: np.ndarray, lengths: np.ndarray, valid: np.ndarray, spec: Spec
+) -> pa.Array:
+    """Text or bytes values at ``at`` (after their length prefix), of ``lengths`` (0 where not
+    ``valid``)."""
     starts = np.zeros(len(valid), np.int64)
     starts[valid] = at + spec.prefix
     offsets = np.zeros(len(valid) + 1, np.int64)

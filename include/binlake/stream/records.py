@@ -139,7 +139,7 @@ class _TableBlock:
             self.seal()
         if self.columns is None:
             self.columns, self.first = ColumnBlock(raw.decoder), at
-        return self.columns.add(raw, _OP_CODES[op], at, ts)
+        return self.columns.add(raw, op, at, ts)
 
     def seal(self) -> None:
         if self.columns is not None:
@@ -169,9 +169,6 @@ class _TableBlock:
         with pa.ipc.new_stream(sink, self.schema, options=_IPC) as writer:
             writer.write_batch(batch)
         return bytes(sink.getvalue())
-
-
-_OP_CODES = {"delete": 0, "insert": 1, "update": 2}
 
 
 class RecordBuilder:
