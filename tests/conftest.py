@@ -93,14 +93,16 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    """The test session's one Spark session, ``local[2]`` from the pyspark wheel."""
+    """The test session's one Spark session, ``local[2]`` from the pyspark wheel, with the settings
+    binlake's jobs run with."""
     from pyspark.sql import SparkSession
 
     from binlake.spark.jvm_archive import with_archive
+    from binlake.spark.session import DEFAULTS
 
     session = (
         SparkSession.builder.master("local[2]")
-        .config(map=with_archive({}))
+        .config(map=with_archive(DEFAULTS))
         .appName("binlake-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

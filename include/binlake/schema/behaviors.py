@@ -13,15 +13,13 @@ Flink CDC's meanings:
   dropped table is logged and not applied; new tables and renamed tables are applied.
 - ``ignore``: the sink schema never changes (not even new tables); rows are mapped to it.
 
-Rows always reach the sink through ``project``: by column name, a column the sink lacks is
-dropped, a column the source lacks is null.
+Rows always reach the sink through ``schema.projection.project``: by column name, a column the
+sink lacks is dropped, a column the source lacks is null.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-
-import pyarrow as pa
 
 from binlake.errors import BinlakeError
 from binlake.events import (
@@ -111,48 +109,3 @@ def _column(schema: CreateTable | None, name: str) -> Column | None:
     if schema is None:
         return None
     return next((c for c in schema.columns if c.name == name), None)
-
-
-def project(rows: pa.Table, sink: pa.Schema) -> pa.Table:
-    """Rows of the source's schema → the sink's schema, by column name.
-
-    A sink column the rows lack, or whose type the rows' column cannot widen into safely, is null;
-    a ``<name>__<type>`` column (lenient's home for an incompatible type change) takes ``name``.
-    Arrays whose type already fits (``string`` for ``large_string``) pass unchanged.
-    """
-    by_name = {name: rows.column(name) for name in rows.column_names}
-    arrays, fields = [], []
-    for field in sink:
-        source = by_name.get(field.name)
-        if source is None and "__" in field.name:
-            source = by_name.get(field.name.rsplit("__", 1)[0])
-        if source is not None and _fits(source.type, field.type):
-            same = _family(source.type) == _family(field.type)
-            arrays.append(source if same else source.cast(field.type))
-            fields.append(pa.field(field.name, source.type if same else field.type))
-        else:
-            arrays.append(pa.nulls(rows.num_rows, field.type))
-            fields.append(pa.field(field.name, field.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
-def _family(t: pa.DataType) -> object:
-    if t in (pa.string(), pa.large_string()):
-        return "string"
-    if t in (pa.binary(), pa.large_binary()):
-        return "binary"
-    return t
-
-
-def _fits(have: pa.DataType, want: pa.DataType) -> bool:
-    if have == want:
-        return True
-    if pa.types.is_integer(have) and pa.types.is_integer(want):
-        return bool(want.bit_width >= have.bit_width)
-    if pa.types.is_floating(have) and pa.types.is_floating(want):
-        return bool(want.bit_width >= have.bit_width)
-    if pa.types.is_decimal(have) and pa.types.is_decimal(want):
-        return bool(want.scale == have.scale and want.precision >= have.precision)
-    if pa.types.is_timestamp(have) and pa.types.is_timestamp(want):
-        return bool(have.tz == want.tz or (have.tz is None) == (want.tz is None))
-    return _family(have) == _family(want) and _family(have) in ("string", "binary")

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from binlake.config import PipelineConfig
 from binlake.events import AddColumn, Column, CreateTable, SchemaChange, TableId
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SOURCE_TABLE_COLUMN = "_source_table"
 _SOURCE_COLUMN = Column(
@@ -59,5 +61,7 @@ def merged_creation(schema: CreateTable) -> list[SchemaChange]:
 
 def with_source_table(table: TableId, rows: pa.Table) -> pa.Table:
     """``rows`` of ``table`` with the ``_source_table`` column in front."""
+    import pyarrow as pa  # here: the stream's planning side imports this module, not pyarrow
+
     field = pa.field(SOURCE_TABLE_COLUMN, pa.string(), nullable=False)  # a key column: required
     return rows.add_column(0, field, pa.array([table.name] * rows.num_rows, pa.string()))

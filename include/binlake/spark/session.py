@@ -9,6 +9,16 @@ from typing import Any
 from binlake.config import PipelineConfig
 from binlake.spark.jvm_archive import with_archive
 
+#: What every binlake session runs with; the pipeline's ``spark.conf`` comes after (and so wins).
+DEFAULTS: dict[str, Any] = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
+    "spark.ui.showConsoleProgress": "false",
+    # Spark's Python processes start sooner from binlake's daemon (``spark/python_daemon.py``);
+    # ``pyspark.daemon`` here goes back to Spark's own.
+    "spark.python.daemon.module": "binlake.spark.python_daemon",
+}
+
 
 def spark_session(config: PipelineConfig, app: str) -> Any:
     """A SparkSession on ``pipeline.spark.master`` with ``pipeline.spark.conf`` applied.
@@ -24,12 +34,7 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
         # Run directly, not by spark-submit: the YAML names the master. Under spark-submit its
         # --master wins, as users of spark-submit expect.
         builder = builder.master(config.pipeline.spark.master)
-    builder = (
-        builder.appName(f"binlake {app} {config.pipeline.name}")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
-        .config("spark.ui.showConsoleProgress", "false")
-    )
+    builder = builder.appName(f"binlake {app} {config.pipeline.name}").config(map=DEFAULTS)
     conf = config.pipeline.spark.conf
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.schema.behaviors import project
+from binlake.schema.projection import project
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.route import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.sink.writer import ClearRange, IcebergWriter

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.schema.behaviors import project
+from binlake.schema.projection import project
 from binlake.schema.type_mapping import select_converter
 from binlake.sink.writer import ClearRange, clear_mask, row_counts, take_rows
 from binlake.source.chunk_splitter import ChunkRange
