@@ -145,6 +145,64 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     ]  # fmt: skip
 
 
+@pytest.mark.slow
+def test_units_read_before_a_schema_change_go_stale_and_a_rerun_applies_them(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """The stream reached the units only after their table's schema changed (a long backfill read
+    while the stream ran on past an ALTER): their rows have the old shape, so the stream applies
+    none of them, marks them stale and removes their files; a rerun reads them again."""
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(30), n INT)",
+        "INSERT INTO t SELECT seq, CONCAT('v', seq), seq FROM seq_1_to_2000",
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path, chunk_size=400)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    run_stream(config, spark, until_caught_up=True)
+    t = sink_table(config, TableId(database, "t"))
+    t.delete("id >= 100 and id < 150")  # lost rows, for the backfill to repair
+    assert differing(config) == [f"{database}.t"]
+
+    report = run_backfill(config, spark, "b1", chunk_size=500)
+    assert report.staged == report.units
+    store = StateStore(config.pipeline.resolved_state_uri)
+    ledger, name = BackfillLedger(store), config.pipeline.name
+    units = ledger.units(name, "b1")
+    staged = [f for u in units for f in u.files]
+    assert staged
+    assert all(Path(f.removeprefix("file:")).is_file() for f in staged)
+    ledger.finish(name, units, "stale", "hidden by the test")  # the stream runs on without them…
+    mariadb.execute(
+        "ALTER TABLE t ADD COLUMN w INT",  # … past their table's schema change
+        "UPDATE t SET v = 'after the change', w = 8 WHERE id IN (1, 1500)",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    ledger.finish(name, units, "staged")
+    mariadb.execute("UPDATE t SET n = -1 WHERE id = 2", database=database)
+    run_stream(config, spark, until_caught_up=True)
+
+    after = ledger.units(name, "b1")
+    assert {u.status for u in after} == {"stale"}
+    assert all("changed between the backfill's read" in (u.message or "") for u in after)
+    assert not any(Path(f.removeprefix("file:")).exists() for f in staged)
+    # Nothing of the old shape was written: the stream's own changes are there, and the rows the
+    # backfill was to repair are still missing.
+    rows = {r["id"]: r for r in sink_rows(config, TableId(database, "t"))}
+    assert (rows[1]["v"], rows[1]["w"], rows[2]["n"], rows[3]["w"]) == ("after the change", 8, -1, None)
+    assert 100 not in rows
+    assert differing(config) == [f"{database}.t"]
+
+    rerun = run_backfill(config, spark, "b1", chunk_size=500)
+    assert rerun.staged == rerun.units
+    run_stream(config, spark, until_caught_up=True)
+    assert {u.status for u in ledger.units(name, "b1")} == {"applied"}
+    assert_sink_equals_source(config)
+    store.close()
+
+
 def test_backfills_the_pipeline_cannot_take_are_refused(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, binlake_cli: Any, write_config: Any
 ) -> None:
