@@ -98,11 +98,11 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from binlake.spark.jvm_archive import with_archive
-    from binlake.spark.session import DEFAULTS
+    from binlake.spark.session import LOCAL_DEFAULTS
 
     session = (
         SparkSession.builder.master("local[2]")
-        .config(map=with_archive(DEFAULTS))
+        .config(map=with_archive(LOCAL_DEFAULTS))
         .appName("binlake-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

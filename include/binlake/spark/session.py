@@ -14,10 +14,17 @@ DEFAULTS: dict[str, Any] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
     "spark.ui.showConsoleProgress": "false",
-    # Spark's Python processes start sooner from binlake's daemon (``spark/python_daemon.py``);
-    # ``pyspark.daemon`` here goes back to Spark's own.
-    "spark.python.daemon.module": "binlake.spark.python_daemon",
 }
+#: And on a local master, where Spark's Python processes run in this environment: they start
+#: sooner from binlake's daemon (``spark/python_daemon.py``). Not on a cluster: executors that get
+#: binlake through ``--py-files`` could not start a daemon from it (set it in ``spark.conf`` where
+#: binlake is installed on the executors).
+LOCAL_DEFAULTS: dict[str, Any] = {**DEFAULTS, "spark.python.daemon.module": "binlake.spark.python_daemon"}
+
+
+def defaults_for(master: str) -> dict[str, Any]:
+    """binlake's settings for a session it starts on ``master``."""
+    return LOCAL_DEFAULTS if master.startswith("local") else DEFAULTS
 
 
 def spark_session(config: PipelineConfig, app: str) -> Any:
@@ -29,12 +36,14 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder
+    builder = SparkSession.builder.appName(f"binlake {app} {config.pipeline.name}")
+    defaults = DEFAULTS
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         # Run directly, not by spark-submit: the YAML names the master. Under spark-submit its
         # --master wins, as users of spark-submit expect.
         builder = builder.master(config.pipeline.spark.master)
-    builder = builder.appName(f"binlake {app} {config.pipeline.name}").config(map=DEFAULTS)
+        defaults = defaults_for(config.pipeline.spark.master)
+    builder = builder.config(map=defaults)
     conf = config.pipeline.spark.conf
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive
