@@ -15,6 +15,7 @@ from binlake.airflow import assets
 from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
 from binlake.config import PipelineConfig
 from binlake.spark.jvm_archive import with_archive
+from binlake.spark.session import LOCAL_DEFAULTS
 
 #: The Spark entry points (``jobs/`` at the project's root), unless ``BINLAKE_JOBS_DIR`` says.
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
@@ -34,11 +35,18 @@ class DataDocsLink(BaseOperatorLink):
         return str(getattr(operator, "report_url", "") or "")
 
 
-def submit_conf(pipeline: dict[str, str], operator: dict[str, Any] | None) -> dict[str, Any]:
+def submit_conf(
+    pipeline: dict[str, str], operator: dict[str, Any] | None, master: str = ""
+) -> dict[str, Any]:
     """spark-submit's ``--conf``: the pipeline's ``spark.conf`` (the driver JVM starts before the
     job could apply it, so settings like ``spark.driver.memory`` must come here), the operator's own
-    ``conf`` over it, and binlake's class archive for the driver JVM (``spark/jvm_archive.py``)."""
-    return with_archive({**pipeline, **(operator or {})})
+    ``conf`` over it, and binlake's class archive for the driver JVM (``spark/jvm_archive.py``).
+
+    On a local ``master`` (the connection's) the workers run binlake's interpreter, so they start
+    from binlake's Python daemon, as jobs binlake starts itself do (``spark/session.py``).
+    """
+    local = {"spark.python.daemon.module": LOCAL_DEFAULTS["spark.python.daemon.module"]}
+    return with_archive({**(local if master.startswith("local") else {}), **pipeline, **(operator or {})})
 
 
 class BinlakeSparkSubmitOperator(SparkSubmitOperator):
@@ -92,9 +100,15 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         }
         os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
         config = load_pipeline(self.config_path)
-        self.conf = submit_conf(config.pipeline.spark.conf, self.conf)
+        self.conf = submit_conf(config.pipeline.spark.conf, self.conf, self._master())
         super().execute(context)
         return self._summary(context, config)
+
+    def _master(self) -> str:
+        """The master of the operator's Spark connection (spark-submit's ``--master``)."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        return str(SparkSubmitHook(conn_id=self._conn_id)._resolve_connection()["master"])
 
     def _summary(self, context: Any, config: PipelineConfig) -> dict[str, Any]:
         from binlake.sink.catalog import sink_identifier
