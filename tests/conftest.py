@@ -98,11 +98,11 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from binlake.spark.jvm_archive import with_archive
-    from binlake.spark.session import LOCAL_DEFAULTS
+    from binlake.spark.session import defaults_for
 
     session = (
         SparkSession.builder.master("local[2]")
-        .config(map=with_archive(LOCAL_DEFAULTS))
+        .config(map=with_archive(defaults_for("local[2]")))
         .appName("binlake-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -15,7 +15,7 @@ from binlake.airflow import assets
 from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
 from binlake.config import PipelineConfig
 from binlake.spark.jvm_archive import with_archive
-from binlake.spark.session import LOCAL_DEFAULTS
+from binlake.spark.session import daemon_conf
 
 #: The Spark entry points (``jobs/`` at the project's root), unless ``BINLAKE_JOBS_DIR`` says.
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
@@ -45,8 +45,7 @@ def submit_conf(
     On a local ``master`` (the connection's) the workers run binlake's interpreter, so they start
     from binlake's Python daemon, as jobs binlake starts itself do (``spark/session.py``).
     """
-    local = {"spark.python.daemon.module": LOCAL_DEFAULTS["spark.python.daemon.module"]}
-    return with_archive({**(local if master.startswith("local") else {}), **pipeline, **(operator or {})})
+    return with_archive({**daemon_conf(master), **pipeline, **(operator or {})})
 
 
 class BinlakeSparkSubmitOperator(SparkSubmitOperator):

@@ -15,16 +15,19 @@ DEFAULTS: dict[str, Any] = {
     # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
     "spark.ui.showConsoleProgress": "false",
 }
-#: And on a local master, where Spark's Python processes run in this environment: they start
-#: sooner from binlake's daemon (``spark/python_daemon.py``). Not on a cluster: executors that get
-#: binlake through ``--py-files`` could not start a daemon from it (set it in ``spark.conf`` where
-#: binlake is installed on the executors).
-LOCAL_DEFAULTS: dict[str, Any] = {**DEFAULTS, "spark.python.daemon.module": "binlake.spark.python_daemon"}
+
+
+def daemon_conf(master: str) -> dict[str, Any]:
+    """binlake's Python daemon (``spark/python_daemon.py``: Spark's Python processes start sooner)
+    on a local ``master``, where they run this environment. Not on a cluster: executors that get
+    binlake through ``--py-files`` could not start a daemon from it (set it in ``spark.conf`` where
+    binlake is installed on the executors)."""
+    return {"spark.python.daemon.module": "binlake.spark.python_daemon"} if master.startswith("local") else {}
 
 
 def defaults_for(master: str) -> dict[str, Any]:
     """binlake's settings for a session it starts on ``master``."""
-    return LOCAL_DEFAULTS if master.startswith("local") else DEFAULTS
+    return {**DEFAULTS, **daemon_conf(master)}
 
 
 def spark_session(config: PipelineConfig, app: str) -> Any:
