@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from binlake.stream.startup import StartupError, gtid_matcher
+from binlake.offsets import GtidError, gtid_matcher
 
 
 def test_mariadb_gtid_positions_match_by_domain_and_sequence() -> None:
@@ -27,5 +27,5 @@ def test_mysql_gtid_sets_match_by_uuid_and_interval() -> None:
 
 
 def test_a_malformed_gtid_is_refused() -> None:
-    with pytest.raises(StartupError, match="neither a MariaDB GTID"):
+    with pytest.raises(GtidError, match="neither a MariaDB GTID"):
         gtid_matcher("nonsense")

@@ -467,6 +467,18 @@ class IcebergWriter:
                             snap.append_data_file(data_file)
             tx.set_properties(properties)
 
+    def rows_with_keys(self, keys: pa.Table) -> pa.Table:
+        """The stored rows of these keys (``keys``: the table's key columns), with every delete
+        file applied; reads only the files whose key bounds may hold one of them."""
+        key_columns = list(keys.column_names)
+        table = self.table
+        tasks = [task for task, _, _ in self._files_with_keys(keys, key_columns)]
+        schema = table.schema().as_arrow()
+        if not tasks:
+            return schema.empty_table()
+        data = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=tasks)
+        return data.join(keys.cast(data.select(key_columns).schema), keys=key_columns, join_type="inner")
+
     def _files_with_keys(self, keys: pa.Table, key_columns: list[str]) -> list[tuple[FileScanTask, Any, Any]]:
         """Data files whose bounds on the first key column enclose at least one batch key, with
         those bounds (None when the file has no statistics)."""

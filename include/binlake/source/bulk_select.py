@@ -68,6 +68,19 @@ def select_expression(column: Column) -> str:
     return name
 
 
+def text_select_list(columns: list[Column]) -> str:
+    """The SELECT list that reads ``columns`` exactly over the text protocol (pymysql).
+
+    The text protocol renders FLOAT with 6 significant digits (1234.5678 comes back as 1234.57, a
+    different float than the one stored); as a DOUBLE expression the server renders the stored
+    value exactly, and Arrow's float32 takes it back to the very same float.
+    """
+    names = [quote(c.name) for c in columns]
+    return ", ".join(
+        f"({n} + 0e0) AS {n}" if c.data_type == "float" else n for c, n in zip(columns, names, strict=True)
+    )
+
+
 class ConnectorxSelect:
     """Chunk SELECTs through connectorx (see the module docstring)."""
 
@@ -141,7 +154,7 @@ class PymysqlSelect:
         self.table = table
         self.conn = conn
         self.converter = RowConverter(table)
-        self._names = ", ".join(quote(c) for c in table.column_names)
+        self._names = text_select_list(list(table.columns))
 
     @property
     def zero_dates(self) -> int:

@@ -41,13 +41,20 @@ from binlake.errors import BinlakeError
 from binlake.events import Column, CreateTable, DataChange
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import TEMPORAL_TYPES, RowConverter, select_converter
-from binlake.source.binlog_reader import BinlogPurgedError, BinlogReader
+from binlake.source.binlog_reader import (
+    BinlogPurgedError,
+    BinlogReader,
+    Gap,
+    UnreplicableChangeError,
+    gtid_boundaries,
+)
 from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.source.collation import collated
 from binlake.source.connection import ServerVersion, connect, server_version
 from binlake.source.discovery import column_names
-from binlake.source.watermarks import current_offset
+from binlake.source.row_decoder import ABSENT
+from binlake.source.watermarks import LowWatermark, current_offset
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +63,9 @@ Row = tuple[Any, ...]
 
 #: Reads of a keyless chunk before giving up when writes keep hitting its range (non-MariaDB).
 KEYLESS_ATTEMPTS = 5
+#: Reads of a chunk before giving up when changes it cannot replay keep landing between its
+#: watermarks.
+REPLAY_ATTEMPTS = 5
 
 
 class ChunkReadError(BinlakeError):
@@ -124,6 +134,7 @@ class ChunkReader:
         self._conn: pymysql.Connection[Any] | None = None
         self._version: ServerVersion | None = None
         self._bulk: BulkSelect | None = None
+        self._low = LowWatermark(gtid_boundaries(source, server_id))
 
     def __enter__(self) -> ChunkReader:
         return self
@@ -176,7 +187,7 @@ class ChunkReader:
         return bulk + self.converter.zero_dates
 
     def _read(self, chunk: Chunk) -> ChunkResult:
-        result = self._read_with_watermarks(chunk)
+        result = self._read_replayable(chunk)
         if self.table.primary_key or result.binlog_changes == 0:
             return result
         _, version = self._connection()
@@ -188,7 +199,7 @@ class ChunkReader:
         for attempt in range(2, KEYLESS_ATTEMPTS + 1):
             log.info("chunk %s of keyless `%s` changed while read: reading it again (read %d)",
                      chunk.name, self.table.table, attempt)  # fmt: skip
-            result = self._read_with_watermarks(chunk)
+            result = self._read_replayable(chunk)
             if result.binlog_changes == 0:
                 return result
         raise ChunkReadError(
@@ -198,11 +209,33 @@ class ChunkReader:
             chunk,
         )
 
+    def _read_replayable(self, chunk: Chunk) -> ChunkResult:
+        """A read with watermarks whose binlog window binlake can replay; a window holding a
+        change it cannot (rows logged as a statement, an image without the values needed) is read
+        again, from new watermarks after it — the SELECT then sees that change."""
+        for attempt in range(1, REPLAY_ATTEMPTS + 1):
+            try:
+                return self._read_with_watermarks(chunk)
+            except UnreplicableChangeError as e:
+                if attempt == REPLAY_ATTEMPTS:
+                    raise ChunkReadError(
+                        f"Could not read chunk {chunk.name} {chunk.range} of `{self.table.table}` exactly: "
+                        f"each of {REPLAY_ATTEMPTS} reads met a change between its watermarks that binlake "
+                        f"cannot replay. The last: {e}",
+                        chunk,
+                    ) from None
+                log.info("chunk %s of `%s`: %s; reading it again after it", chunk.name, self.table.table,
+                         e.gap.reason)  # fmt: skip
+        raise AssertionError("unreachable")  # the loop returns or raises
+
     def _read_in_snapshot(self, chunk: Chunk) -> ChunkResult:
         started = time.monotonic()
         conn, _ = self._connection()
         _run(self.hooks.before_low_watermark, chunk)
         with conn.cursor() as cur:
+            # Only REPEATABLE READ keeps one read view for the transaction: under a server default
+            # of READ COMMITTED the SELECT would see rows committed after the snapshot's position.
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             try:
                 cur.execute(
@@ -231,7 +264,7 @@ class ChunkReader:
         conn, version = self._connection()
         zero_before = self._zero_dates_seen()
         _run(self.hooks.before_low_watermark, chunk)
-        low = current_offset(conn, version)
+        low = self._low.read(conn, version)
         log.info("snapshot step 1/4: low watermark %s for chunk %s %s", low, chunk.name, chunk.range)
         _run(self.hooks.after_low_watermark, chunk)
         assert self._bulk is not None  # made with the connection
@@ -339,11 +372,32 @@ def _apply_by_key(
     positions = [names.index(k) for k in primary_key]
     buffer: dict[Row, Row] = {tuple(r[i] for i in positions): r for r in rows}
     for change in changes:
+        old: Row | None = None
         if change.before is not None and in_range(change.before[key_column]):
-            buffer.pop(tuple(change.before[k] for k in primary_key), None)
+            old = buffer.pop(tuple(change.before[k] for k in primary_key), None)
         if change.after is not None and in_range(change.after[key_column]):
-            buffer[tuple(change.after[k] for k in primary_key)] = tuple(change.after[n] for n in names)
+            after = tuple(change.after[n] for n in names)
+            if ABSENT in after:  # an image without every column: the others keep the row's values
+                after = _completed(change, after, old)
+            buffer[tuple(change.after[k] for k in primary_key)] = after
     return list(buffer.values())
+
+
+def _completed(change: DataChange, after: Row, old: Row | None) -> Row:
+    """An update's after image that lacks columns, completed from the row it replaces (read by the
+    SELECT or an earlier change); a row from outside the chunk cannot be: read the chunk again."""
+    if old is None or ABSENT in old:
+        raise UnreplicableChangeError(
+            Gap(
+                change.table,
+                "an update whose row image lacks columns (`binlog_row_image` NOBLOB or MINIMAL) of a row "
+                "the chunk does not hold",
+                "set `binlog_row_image = 'FULL'` in the writing sessions",
+                change.offset,
+                change.timestamp,
+            )
+        )
+    return tuple(o if a is ABSENT else a for a, o in zip(after, old, strict=True))
 
 
 class _RangeTest:

@@ -35,12 +35,17 @@ class Segment(InputPartition):
     at its end hold for all of its rows.
     """
 
-    def __init__(self, index: int, start: dict[str, Any], end: dict[str, Any], tables: str) -> None:
+    def __init__(
+        self, index: int, start: dict[str, Any], end: dict[str, Any], tables: str, prepares: str = "[]"
+    ) -> None:
         super().__init__(index)
         self.index = index
         self.start = start
         self.end = end
         self.tables = tables
+        self.prepares = prepares
+        """XA prepares the planning side saw for commits in the batch (JSON): the segment reader
+        need not look for them."""
 
 
 class BinlogDataSource(DataSource):
@@ -116,7 +121,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parts = max(1, min(slots, math.ceil(total / self.config.stream.segment_bytes)))
         ranges = positions.cut(begin, finish, parts) if parts > 1 else [(begin, finish)]
         tables = _tables_at(self.config, finish)
-        return [Segment(i, _offset_dict(a), _offset_dict(b), tables) for i, (a, b) in enumerate(ranges)]
+        prepares = json.dumps([_prepare_dict(p) for p in positions.xa_prepares(begin, finish)])
+        return [
+            Segment(i, _offset_dict(a), _offset_dict(b), tables, prepares) for i, (a, b) in enumerate(ranges)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: this runs in a Spark Python worker, possibly on another machine.
@@ -124,7 +132,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         assert isinstance(partition, Segment)
         yield from read_segment(
-            self.config, partition.index, partition.start, partition.end, partition.tables
+            self.config, partition.index, partition.start, partition.end, partition.tables, partition.prepares
         )
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -185,6 +193,11 @@ def _offset(data: dict[str, Any]) -> Any:
     from binlake.offsets import BinlogOffset
 
     return BinlogOffset(str(data["file"]), int(data["pos"]))
+
+
+def _prepare_dict(prepared: Any) -> dict[str, Any]:
+    start, end = _offset_dict(prepared.start), _offset_dict(prepared.end)
+    return {"xid": str(prepared.xid), "start": start, "end": end}
 
 
 def _offset_dict(offset: Any) -> dict[str, Any]:

@@ -37,16 +37,19 @@ from binlake.planner import create_sink_tables, discover_tables
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.route import routed
 from binlake.sink.writer import IcebergWriter
+from binlake.source.binlog_reader import gap_message
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.snapshot_job import task_error
 from binlake.spark.stream_task import read_segment
 from binlake.state.backfills import BackfillLedger
+from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore, StreamBatch, TableBusyError
 from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.positions import config_options
-from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, table_changes
+from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes
+from binlake.stream.repairs import StreamRepairs
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import ORIGIN, STREAM, resolve_start
 
@@ -194,6 +197,7 @@ def run_stream(
             make_sink=make_sink,
             backfills=StagedBackfills(name, BackfillLedger(store), read_changes),
             on_backfill=print_backfill if progress is not None else None,
+            repairs=StreamRepairs(name, RepairLedger(store, name), BackfillLedger(store), snapshot_filter),
         )
         _hold(store, name, held)
         _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
@@ -244,7 +248,11 @@ def _read_changes(
     """
     tables = json.dumps({schema.table.name: table_to_dict(schema)})
     batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
-    changes = table_changes(pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA))
+    envelope = pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA)
+    found = gaps(envelope)
+    if found:  # a roll-forward cannot go past a change it cannot replay
+        raise StreamError(gap_message(found[0], " A backfill's rows cannot be rolled forward past it."))
+    changes = table_changes(envelope)
     return changes.get(schema.table.name, empty_changes(schema))
 
 

@@ -21,6 +21,7 @@ from binlake.events import TableId, table_from_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.binlog_reader import BinlogReader
+from binlake.source.xa import PreparedXa, Xid
 from binlake.stream.records import RecordBuilder
 
 #: Rows per record batch handed to Spark.
@@ -32,11 +33,17 @@ class ZeroDateError(BinlakeError):
 
 
 def read_segment(
-    config: PipelineConfig, index: int, start: dict[str, Any], end: dict[str, Any], schemas: str
+    config: PipelineConfig,
+    index: int,
+    start: dict[str, Any],
+    end: dict[str, Any],
+    schemas: str,
+    prepares: str = "[]",
 ) -> Iterator[pa.RecordBatch]:
     """The changes of the captured tables in (start, end], then the segment's closing row.
 
-    ``schemas``: the tables' schemas in force in the range (JSON), from the schema history.
+    ``schemas``: the tables' schemas in force in the range (JSON), from the schema history;
+    ``prepares``: XA prepares the planning side knows for commits in the batch (JSON).
     """
     source = config.source
     tables = {TableId.parse(name): table_from_dict(data) for name, data in json.loads(schemas).items()}
@@ -59,6 +66,7 @@ def read_segment(
         converters.__getitem__,
         lean=True,
         columnar=config.stream.column_decoder,
+        prepares=[_prepared(p) for p in json.loads(prepares)],
     )
     yield from _without_gc(_batches(reader, builder))
     tail = builder.batch()  # decodes what waits (the column decoder counts zero dates as it does)
@@ -68,6 +76,15 @@ def read_segment(
         yield tail
     builder.segment(finish, reader.last_timestamp)
     yield builder.batch()
+
+
+def _prepared(data: dict[str, Any]) -> PreparedXa:
+    start, end = data["start"], data["end"]
+    return PreparedXa(
+        Xid.parse(data["xid"]),
+        BinlogOffset(str(start["file"]), int(start["pos"])),
+        BinlogOffset(str(end["file"]), int(end["pos"])),
+    )
 
 
 def _batches(reader: BinlogReader, builder: RecordBuilder) -> Iterator[pa.RecordBatch]:

@@ -177,6 +177,20 @@ backfill_units_table = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
+repairs_table = Table(
+    "binlake_repairs",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("at", BigInteger, primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("backfill_id", String(200), nullable=False),
+    Column("status", String(20), nullable=False),  # open, closed
+    Column("opened_at", DateTime(timezone=True), nullable=False),
+    Column("closed_at", DateTime(timezone=True)),
+)
+
 SchemaChangeStatus = Literal["pending", "applied", "ignored", "failed"]
 
 

@@ -27,12 +27,15 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.route import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.sink.writer import ClearRange, IcebergWriter
+from binlake.source.binlog_reader import Gap, gap_message
 from binlake.state.backfills import BackfillUnit
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import CHANGES, SEGMENT, empty_changes, key_columns, position, table_changes
+from binlake.stream.patches import complete
+from binlake.stream.records import CHANGES, SEGMENT, empty_changes, gaps, key_columns, position, table_changes
+from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import STREAM
 from binlake.testing.faults import crash_point
@@ -67,6 +70,12 @@ class TableSink:
     def rows(self, images: pa.Table) -> pa.Table:
         """Rows of the source table (change tables' images) as rows of the sink table."""
         return project(self._routed(images.cast(self.arrow)), self.sink_arrow)
+
+    def previous_rows(self, keys: pa.Table) -> pa.Table:
+        """The sink's rows of these source keys, as rows of the source's columns (those the sink
+        has): the values an update that lacks columns keeps (``stream.patches``)."""
+        stored = self.writer.rows_with_keys(self.key_rows(keys))
+        return stored.select([n for n in self.schema.column_names if n in stored.column_names])
 
     def key_rows(self, keys: pa.Table) -> pa.Table:
         """Key columns of the source table as the sink table's key columns."""
@@ -113,6 +122,7 @@ class BatchApplier:
         make_sink: SinkFactory | None = None,
         backfills: StagedBackfills | None = None,
         on_backfill: Callable[[dict[str, int], BinlogOffset], None] | None = None,
+        repairs: StreamRepairs | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.run_id = run_id
@@ -134,6 +144,10 @@ class BatchApplier:
         self._last_batch = time.monotonic()
         self.on_backfill = on_backfill
         """Called with the rows per table of backfill units applied between batches."""
+        self.repairs = repairs
+        """Tables held back from changes binlake cannot replicate, until a backfill (None: such a
+        change stops the stream)."""
+        self._held: dict[str, BinlogOffset] = {}
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -189,6 +203,8 @@ class BatchApplier:
             units = [u for parts in by_sink.values() for p in parts for u in p.units]
             if units:
                 self.backfills.applied(units)
+                if self.repairs is not None:
+                    self.repairs.applied(units)
                 log.info("applied %d backfill units between batches, at %s", len(units), streamed)
                 if self.on_backfill is not None:
                     self.on_backfill(
@@ -206,6 +222,7 @@ class BatchApplier:
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
         end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
         changes = table_changes(data)
+        self._meet_gaps(gaps(data))
         self._follow_schemas(end)
         due = self.backfills.due(end) if self.backfills is not None else {}
         streamed = self.store.load_offset(self.pipeline, STREAM) if due else None
@@ -244,10 +261,21 @@ class BatchApplier:
         units = [u for parts in by_sink.values() for p in parts for u in p.units]
         if units and self.backfills is not None:
             self.backfills.applied(units)  # a crash before this re-applies them: same result
+            if self.repairs is not None:
+                self.repairs.applied(units)
         self.store.record_stream_batch(self.pipeline, batch, STREAM)
         if self.on_batch is not None:
             self.on_batch(batch)
         return batch
+
+    def _meet_gaps(self, found: list[Gap]) -> None:
+        """Changes binlake cannot replicate: held back under a repair, or the stream stops
+        (``stream.repairs``) — before anything of the batch is committed."""
+        if self.repairs is None:
+            if found:
+                raise UnreplicableChangeError(gap_message(found[0]), found[0])
+            return
+        self._held = self.repairs.meet(found)
 
     def _follow_schemas(self, end: BinlogOffset) -> None:
         """Sinks for the schema versions in force in this batch (a batch never crosses a change)."""
@@ -299,9 +327,13 @@ class BatchApplier:
             backfill = self._backfill(name, sink, rows, end, units, at)
             if backfill is not None:
                 return backfill
+        held = self._held.get(name)
+        if held is not None:  # a repair holds the table back from there: see stream/repairs.py
+            rows = rows.filter(pc.less(rows.column("at"), position(held)))
         if rows.num_rows == 0:
             return None
         if sink.keyed:
+            rows = complete(rows, sink.keys, sink.previous_rows, name)
             keyed = last_per_key(rows, sink.keys)
             return _Prepared(name, sink, sink.rows(keyed.upserts), sink.key_rows(keyed.deletes))
         whole = net_rows(rows)

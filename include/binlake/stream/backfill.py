@@ -38,6 +38,7 @@ from binlake.sink.writer import ClearRange, clear_mask, row_counts, take_rows
 from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.compaction import last_per_key, net_rows
+from binlake.stream.patches import complete
 from binlake.stream.records import empty_changes, position, values
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ class StagedBackfills:
         source_table = schema.table.name if sink.routed else None
         clear = [ClearRange(column.name, r.start, r.end, source_table) for r in ranges]
         if sink.keyed:
+            # Updates that lack columns keep the values the unit read (or, outside it, the sink's).
+            rows = complete(rows, sink.keys, _previous(staged, schema, sink), schema.table.name)
             keyed = last_per_key(rows, sink.keys)
             upserts, deletes = sink.rows(keyed.upserts), sink.key_rows(keyed.deletes)
             names = list(deletes.schema.names)
@@ -198,6 +201,21 @@ def _find(ranges: list[_Range], starts: list[Any], has_open_start: bool, value: 
         candidate.end is None or value < candidate.end
     )
     return candidate if inside else None
+
+
+def _previous(staged: pa.Table, schema: CreateTable, sink: Any) -> Callable[[pa.Table], pa.Table]:
+    """Previous rows of keys: the staged rows of the unit where it holds the key, else the sink's."""
+
+    def previous(keys: pa.Table) -> pa.Table:
+        names = [n for n in schema.column_names if n in staged.column_names]
+        sink_keys = [k for k in keys.column_names]
+        inside = staged.select(names).join(keys.cast(staged.select(sink_keys).schema), keys=sink_keys)
+        found = {tuple(r.values()) for r in inside.select(sink_keys).to_pylist()}
+        rest = keys.filter(pa.array([tuple(r.values()) not in found for r in keys.to_pylist()], pa.bool_()))
+        outside = sink.previous_rows(rest) if rest.num_rows else inside.schema.empty_table()
+        return pa.concat_tables([inside, outside.select(names).cast(inside.schema)])
+
+    return previous
 
 
 def _read_files(units: list[BackfillUnit], schema: pa.Schema) -> pa.Table:

@@ -68,6 +68,13 @@ class SnapshotFilter:
         chunks = self.tables.get(table)
         return chunks is None or at_least > chunks.last
 
+    def holds(self, table: str, at: int) -> bool:
+        """Whether the snapshot holds whatever happened to ``table`` at position ``at``: every
+        chunk was read after it (a chunk whose watermarks enclose a change it cannot replay is
+        read again, so a finished chunk was read wholly before or wholly after it)."""
+        chunks = self.tables.get(table)
+        return chunks is not None and min(chunks.high_watermarks) >= at
+
     def keep(self, table: str, rows: pa.Table) -> pa.Table:
         """The changes of ``rows`` (one table's change table, or any table with ``at`` and a
         ``row`` struct holding the chunk key) that the snapshot does not hold."""

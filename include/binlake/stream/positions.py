@@ -16,6 +16,7 @@ from binlake.offsets import BinlogOffset
 from binlake.source.binlog_reader import Boundary, binary_logs, transactions
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import current_offset
+from binlake.source.xa import PreparedXa, Xid
 from binlake.state.store import StateStore
 from binlake.stream import segments
 
@@ -112,6 +113,16 @@ class SourcePositions:
                 yield previous, boundary
             previous = boundary.offset
 
+    def xa_prepares(self, start: BinlogOffset, end: BinlogOffset) -> list[PreparedXa]:
+        """Where the XA transactions committed in (start, end] were prepared, as far as this
+        process's scans saw them (segment readers find the others themselves)."""
+        known: list[PreparedXa] = []
+        for boundary in self._scanned(start, end):
+            mark = boundary.xa
+            if mark is not None and mark.verb == "commit" and mark.xid in _prepared:
+                known.append(_prepared[mark.xid])
+        return known
+
     def _boundaries(self, start: BinlogOffset, end: BinlogOffset) -> Any:
         return transactions(self.source, self.server_id, start, end)
 
@@ -135,7 +146,18 @@ def _recorded(boundaries: Iterator[Boundary], found: list[Boundary]) -> Iterator
 def _remember(source: SourceConfig, start: BinlogOffset, end: BinlogOffset, found: list[Boundary]) -> None:
     global _last_scan
     _last_scan = ((source.hostname, source.port, start), end, found)
+    for boundary in found:
+        mark = boundary.xa
+        if mark is not None and mark.verb == "prepare" and mark.start is not None:
+            _prepared[mark.xid] = PreparedXa(mark.xid, mark.start, boundary.offset)
+        elif mark is not None and mark.verb == "rollback":
+            _prepared.pop(mark.xid, None)
 
+
+#: XA transactions the scans of this process saw prepared (kept past their commit: a batch planned
+#: again after a failed attempt needs them again; a commit's xid may be prepared anew later, which
+#: replaces the entry).
+_prepared: dict[Xid, PreparedXa] = {}
 
 #: The last full boundary scan of this process: (source, start), end, boundaries.
 _last_scan: tuple[tuple[str, int, BinlogOffset], BinlogOffset, list[Boundary]] | None = None

@@ -8,9 +8,10 @@ filters read the chunk key of the rows they check as Python values).
 and block of changes, plus the one ``segment`` row each partition ends with.
 
 - ``table``: ``database.table`` (null on segment rows).
-- ``kind``: ``changes`` (``data`` holds an Arrow IPC stream of the block) or ``segment`` (the
-  partition's end: ``at`` and ``file`` are its end offset, ``ts`` the time of its newest event,
-  even when none of its changes is captured).
+- ``kind``: ``changes`` (``data`` holds an Arrow IPC stream of the block), ``gap`` (a change of
+  the table binlake cannot replicate exactly, at ``at``: ``data`` holds JSON ``{reason, fix}``) or
+  ``segment`` (the partition's end: ``at`` and ``file`` are its end offset, ``ts`` the time of its
+  newest event, even when none of its changes is captured).
 - ``at``: the block's first position (on segment rows: the segment's end).
 - ``rows``: row changes in the block (on segment rows: in the whole segment).
 
@@ -24,10 +25,14 @@ and block of changes, plus the one ``segment`` row each partition ends with.
 - ``row``: the row as a struct of the table's columns (Arrow types of ``schema.type_mapping``, all
   nullable). Deletes of keyed tables carry only the key columns (the before image is not read);
   a key update is a delete of the old key and an upsert of the new row.
+- ``absent``: null for a complete row; else a bitmask (bit i: column i) of the columns an update's
+  row image did not carry (``binlog_row_image`` NOBLOB/MINIMAL): they keep the row's previous
+  values, which the driver takes from the sink (``stream.patches``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -35,11 +40,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
-from binlake.events import CreateTable
+from binlake.events import CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import arrow_schema
-from binlake.source.binlog_reader import EventRows
+from binlake.source.binlog_reader import EventRows, Gap
 from binlake.source.column_decoder import ColumnBlock, RawRows
+from binlake.source.row_decoder import ABSENT
 
 ENVELOPE_SCHEMA = pa.schema(
     [
@@ -54,7 +60,9 @@ ENVELOPE_SCHEMA = pa.schema(
 )
 CHANGES = "changes"
 SEGMENT = "segment"
+GAP = "gap"
 ROW = "row"
+ABSENT_COLUMNS = "absent"
 
 
 def position(offset: BinlogOffset) -> int:
@@ -74,7 +82,14 @@ def change_schema(table: CreateTable) -> pa.Schema:
     """The schema of ``table``'s change table (see the module docstring)."""
     row = pa.struct([f.with_nullable(True) for f in arrow_schema(table)])
     return pa.schema(
-        [("op", pa.string()), ("at", pa.int64()), ("idx", pa.int32()), ("ts", pa.int64()), (ROW, row)]
+        [
+            ("op", pa.string()),
+            ("at", pa.int64()),
+            ("idx", pa.int32()),
+            ("ts", pa.int64()),
+            (ROW, row),
+            (ABSENT_COLUMNS, pa.binary()),
+        ]
     )
 
 
@@ -114,7 +129,8 @@ class _TableBlock:
     then), or undecoded events for the column decoder; ``seal`` packs what is waiting."""
 
     __slots__ = (
-        "at", "columns", "first", "idx", "key_at", "keyed", "name", "ops", "rows", "schema", "sealed", "ts",
+        "absent", "at", "columns", "first", "idx", "key_at", "keyed", "name", "ops", "rows", "schema",
+        "sealed", "ts",
     )  # fmt: skip
 
     def __init__(self, table: CreateTable, chunk_keys: dict[str, str]) -> None:
@@ -128,6 +144,8 @@ class _TableBlock:
         self.idx: list[int] = []
         self.ts: list[int] = []
         self.rows: list[tuple[Any, ...]] = []
+        self.absent: dict[int, bytes] = {}
+        """Row number in ``rows`` → bitmask of the columns its image lacks (see ``ABSENT_COLUMNS``)."""
         self.columns: ColumnBlock | None = None
         self.first = 0  # position of the first undecoded event
         self.sealed: list[tuple[int, int, bytes]] = []
@@ -148,12 +166,19 @@ class _TableBlock:
             self.sealed.append((self.first, len(ops), self._pack(ops, at, idx, ts, struct)))
             self.columns = None
         if self.ops:
+            absent = None
+            if self.absent:
+                absent = [self.absent.get(i) for i in range(len(self.rows))]
+                self.rows = [_present(r) if i in self.absent else r for i, r in enumerate(self.rows)]
             struct = row_struct(list(self.schema.field(ROW).type), self.rows)
-            packed = self._pack(self.ops, self.at, self.idx, self.ts, struct)
+            packed = self._pack(self.ops, self.at, self.idx, self.ts, struct, absent)
             self.sealed.append((self.at[0], len(self.ops), packed))
             self.ops, self.at, self.idx, self.ts, self.rows = [], [], [], [], []
+            self.absent = {}
 
-    def _pack(self, ops: Any, at: Any, idx: Any, ts: Any, struct: pa.StructArray) -> bytes:
+    def _pack(
+        self, ops: Any, at: Any, idx: Any, ts: Any, struct: pa.StructArray, absent: list[Any] | None = None
+    ) -> bytes:
         """One block as an Arrow IPC stream (one record batch)."""
         batch = pa.RecordBatch.from_arrays(
             [
@@ -162,6 +187,7 @@ class _TableBlock:
                 pa.array(idx, pa.int32()),
                 pa.array(ts, pa.int64()),
                 struct,
+                pa.array(absent, pa.binary()) if absent is not None else pa.nulls(len(ops), pa.binary()),
             ],
             schema=self.schema,
         )
@@ -183,8 +209,14 @@ class RecordBuilder:
     def __len__(self) -> int:
         return self._pending
 
-    def add(self, event: EventRows) -> None:
-        """The rows of one rows event (inserts and deletes go in whole, updates pair by pair)."""
+    def add(self, event: EventRows | Gap) -> None:
+        """The rows of one rows event (inserts and deletes go in whole, updates pair by pair), or
+        a gap (a change binlake cannot replicate: the driver decides what it means)."""
+        if isinstance(event, Gap):
+            data = json.dumps({"reason": event.reason, "fix": event.fix}).encode()
+            at = position(event.offset)
+            self._add_envelope(event.table.name, GAP, data, at, 0, event.timestamp, event.offset.file)
+            return
         table, op, images, offset, ts = event
         block = self._blocks[table]
         at = position(offset)
@@ -207,6 +239,8 @@ class RecordBuilder:
             self.rows += len(images) // 2
             return
         n = len(images)
+        if op == "delete" and block.keyed:  # only the key counts; a MINIMAL image has nothing else
+            images = [_present(image) for image in images]
         block.ops.extend(["delete" if op == "delete" else "upsert" if block.keyed else "insert"] * n)
         block.idx.extend(range(0 if op == "delete" else 1, 2 * n, 2))  # like an update's before/after
         block.rows.extend(images)
@@ -225,9 +259,11 @@ class RecordBuilder:
             if not keyed or [before[k] for k in key_at] != [after[k] for k in key_at]:
                 ops.append("delete")
                 idx.append(i)
-                rows.append(before)
+                rows.append(_present(before) if keyed else before)
             ops.append("upsert" if keyed else "insert")
             idx.append(i + 1)
+            if ABSENT in after:
+                block.absent[len(rows)] = _mask(after)
             rows.append(after)
         added = len(rows) - len(block.at)
         block.at.extend([at] * added)
@@ -262,6 +298,36 @@ class RecordBuilder:
     ) -> None:
         for values, value in zip(self._envelope, (table, kind, data, at, rows, ts, file), strict=True):
             values.append(value)
+
+
+def _mask(image: tuple[Any, ...]) -> bytes:
+    """The bitmask (bit i: column i) of the columns ``image`` lacks."""
+    bits = 0
+    for i, value in enumerate(image):
+        if value is ABSENT:
+            bits |= 1 << i
+    return bits.to_bytes((len(image) + 7) // 8, "little")
+
+
+def _present(image: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``image`` with NULL where it lacks a column (the bitmask says which)."""
+    return tuple(None if value is ABSENT else value for value in image)
+
+
+def absent_columns(mask: bytes, names: Sequence[str]) -> list[str]:
+    """The columns an ``absent`` bitmask names."""
+    return [name for i, name in enumerate(names) if mask[i >> 3] >> (i & 7) & 1]
+
+
+def gaps(envelope: pa.Table) -> list[Gap]:
+    """The ``gap`` rows of ``envelope`` (see the module docstring), in binlog order."""
+    rows = envelope.filter(pc.equal(envelope.column("kind"), GAP)).to_pylist()
+    found = []
+    for row in rows:
+        detail = json.loads(row["data"])
+        offset = BinlogOffset(row["file"], row["at"] & 0xFFFFFFFF)
+        found.append(Gap(TableId.parse(row["table"]), detail["reason"], detail["fix"], offset, row["ts"]))
+    return sorted(found, key=lambda g: g.offset)
 
 
 def table_changes(envelope: pa.Table) -> dict[str, pa.Table]:

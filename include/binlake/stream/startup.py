@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
-from binlake.offsets import BinlogOffset
+from binlake.offsets import BinlogOffset, GtidError, gtid_matcher
 from binlake.source.binlog_reader import Boundary, binary_logs, purged_error, transactions
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import current_offset
@@ -123,7 +122,10 @@ def _by_mode(config: PipelineConfig, store: StateStore, server_id: int) -> Start
 
 def _after_gtid(config: PipelineConfig, server_id: int, files: list[str], gtid: str) -> BinlogOffset:
     """The end of the last transaction (in binlog order) whose GTID the set contains."""
-    contains = gtid_matcher(gtid)
+    try:
+        contains = gtid_matcher(gtid)
+    except GtidError as e:
+        raise StartupError(str(e)) from None
     found: BinlogOffset | None = None
     for boundary in transactions(config.source, server_id, BinlogOffset(files[0], FIRST_EVENT)):
         if boundary.gtid is not None and contains(boundary.gtid):
@@ -164,40 +166,3 @@ def _first(boundaries: Iterable[Boundary]) -> Boundary | None:
         close = getattr(iterator, "close", None)
         if close is not None:
             close()
-
-
-_MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
-
-
-def gtid_matcher(gtid_set: str) -> Callable[[str], bool]:
-    """A test of whether a transaction's GTID is in ``gtid_set``.
-
-    MariaDB positions (``0-1-42,1-1-7``): same domain, sequence number at or below. MySQL sets
-    (``uuid:1-100:200,uuid2:5``): same source uuid, number inside an interval.
-    """
-    parts = [p.strip() for p in gtid_set.split(",") if p.strip()]
-    mariadb: dict[int, int] = {}
-    mysql: dict[str, list[tuple[int, int]]] = {}
-    for part in parts:
-        match = _MARIADB_GTID.match(part)
-        if match:
-            mariadb[int(match.group(1))] = int(match.group(3))
-            continue
-        uuid, *intervals = part.split(":")
-        if not intervals:
-            raise StartupError(
-                f"`{part}` is neither a MariaDB GTID (`0-1-42`) nor a MySQL GTID set (`uuid:1-42`)"
-            )
-        for interval in intervals:
-            low, _, high = interval.partition("-")
-            mysql.setdefault(uuid.lower(), []).append((int(low), int(high or low)))
-
-    def contains(gtid: str) -> bool:
-        match = _MARIADB_GTID.match(gtid)
-        if match:
-            limit = mariadb.get(int(match.group(1)))
-            return limit is not None and int(match.group(3)) <= limit
-        uuid, _, number = gtid.rpartition(":")
-        return any(low <= int(number) <= high for low, high in mysql.get(uuid.lower(), []))
-
-    return contains

@@ -17,6 +17,7 @@ from binlake.planner import discover_tables
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.route import SOURCE_TABLE_COLUMN, routed
+from binlake.source.bulk_select import text_select_list
 from binlake.source.connection import connect
 
 Row = tuple[tuple[str, Any], ...]
@@ -34,7 +35,9 @@ def source_rows(
     converter = RowConverter(schema)
     with contextlib.closing(connect(config.source)) as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.execute(f"SELECT * FROM {schema.table.quoted()} WHERE {where}", params)
+        # In each column's own precision (FLOAT as the stored float, not 6 digits of text).
+        columns = text_select_list(list(schema.columns))
+        cur.execute(f"SELECT {columns} FROM {schema.table.quoted()} WHERE {where}", params)
         rows = cur.fetchall()
     return converter.batch(converter.select_columns(rows)).to_pylist()  # type: ignore[no-any-return]
 

@@ -1,0 +1,97 @@
+"""Column defaults: the value a row gets for a column nobody gave a value.
+
+The server fills defaults without any row event saying so — in inserts a session logged with
+``binlog_row_image`` NOBLOB or MINIMAL (the image leaves the column out). binlake can stand in for
+the server only where the default is a constant it can read exactly; an expression
+(``CURRENT_TIMESTAMP``, ``UUID()``, ``(a + 1)``) has a value only the server knew, and callers
+treat it as unknown.
+
+``Column.default`` holds the text ``information_schema.COLUMNS.COLUMN_DEFAULT`` shows. MariaDB
+(10.2.7+) quotes string literals (``'abc'``), writes ``NULL`` for a NULL default and SQL NULL for
+none; MySQL leaves strings unquoted — which reads as "unknown" here unless the column is numeric,
+so a MySQL string default is never guessed.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from binlake.events import Column
+from binlake.schema.type_mapping import MAX_DECIMAL_PRECISION, is_bool
+
+_INTEGER = re.compile(r"^[+-]?\d+$")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
+_FLOAT32 = struct.Struct("<f")
+
+
+@dataclass(frozen=True)
+class Default:
+    """A constant default, as the decoders give values (``row_decoder``: ints, Decimals, str …)."""
+
+    value: Any
+
+
+def literal_default(column: Column) -> Default | None:
+    """The column's default if binlake can know it exactly (None: an expression, or unknown)."""
+    text = column.default
+    if text is None:
+        return None
+    if text.upper() == "NULL":
+        return Default(None)
+    t = column.data_type
+    if column.is_integral or t in ("decimal", "float", "double", "year"):
+        return _number(column, text.strip("'"))
+    if t in _TEXT_TYPES and len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        return Default(_unquote(text[1:-1]))
+    return None
+
+
+def _number(column: Column, text: str) -> Default | None:
+    t = column.data_type
+    if column.is_integral or t == "year":
+        if not _INTEGER.match(text):
+            return None
+        value = int(text)
+        if is_bool(column):
+            return Default(bool(value))
+        if t == "bigint" and column.unsigned:
+            return Default(Decimal(value))
+        return Default(value)
+    if not _NUMBER.match(text):
+        return None
+    if t == "decimal":
+        try:
+            value_d = Decimal(text).quantize(Decimal(1).scaleb(-(column.scale or 0)))
+        except InvalidOperation:
+            return None
+        if (column.precision or 10) > MAX_DECIMAL_PRECISION:
+            return Default(format(value_d, "f"))
+        return Default(value_d)
+    number = float(text)
+    return Default(_FLOAT32.unpack(_FLOAT32.pack(number))[0] if t == "float" else number)
+
+
+_ESCAPES = {"0": "\0", "b": "\b", "n": "\n", "r": "\r", "t": "\t", "Z": "\x1a"}
+
+
+def _unquote(body: str) -> str:
+    """A MariaDB string literal's content: ``''`` and backslash escapes undone."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "'" and body[i + 1 : i + 2] == "'":
+            out.append("'")
+            i += 2
+        elif c == "\\" and i + 1 < len(body):
+            out.append(_ESCAPES.get(body[i + 1], body[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
