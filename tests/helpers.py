@@ -6,18 +6,20 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from binlake.config import SourceConfig
+from binlake.config import PipelineConfig, SourceConfig
 from binlake.offsets import BinlogOffset
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
 from binlake.testing.private_server import PrivateMariaDB
 
 BIN = Path(sys.executable).parent
+#: The project's folder (jobs/, include/ …).
+ROOT = Path(__file__).parents[1]
 
 
 @dataclass
@@ -89,3 +91,116 @@ def binlog_range(
         conn.commit()
         end = current_offset(conn, server_version(conn))
     return BinlogOffset(start.file, start.pos), BinlogOffset(end.file, end.pos)
+
+
+def config_for(
+    server: PrivateMariaDB, database: str, tmp_path: Path, tables: list[str] | None = None, **source: Any
+) -> PipelineConfig:
+    """A snapshot-only pipeline of ``database``'s tables (``page_views`` chunked by customer)."""
+    raw = pipeline_dict(
+        server,
+        tables or [rf"{database}\..*"],
+        tmp_path / "work",
+        chunk_key_columns={f"{database}.page_views": "customer_id"},
+        **source,
+    )
+    raw["pipeline"]["parallelism"] = 2
+    raw["source"]["startup_mode"] = "snapshot"
+    return PipelineConfig.model_validate(raw)
+
+
+def stream_config(
+    server: PrivateMariaDB, database: str, tmp_path: Path, stream: dict[str, Any] | None = None, **source: Any
+) -> PipelineConfig:
+    """A snapshot-then-stream pipeline (``startup_mode`` as given, ``initial`` by default) with
+    1 s triggers and small segments."""
+    mode = source.pop("startup_mode", "initial")
+    config = config_for(server, database, tmp_path, **source)
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = server.password
+    raw["source"]["startup_mode"] = mode
+    raw["stream"] = {"trigger_interval_s": 1, "segment_bytes": 4096, **(stream or {})}
+    return PipelineConfig.model_validate(raw)
+
+
+def assert_sink_equals_source(config: PipelineConfig) -> None:
+    """Every captured table's rows in the sink equal the source's (as multisets, under the type
+    mapping)."""
+    from binlake.testing.compare import compare
+
+    results = compare(config)
+    assert results
+    assert [r for r in results if not r.equal] == []
+
+
+def write_config_file(tmp_path: Path, config: PipelineConfig, server: PrivateMariaDB) -> Path:
+    """``config`` as a YAML file a job can read (with the server's password)."""
+    import yaml
+
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = server.password
+    path = tmp_path / "status.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def start_stream_process(
+    path: Path, crash_at: str | None, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``jobs/stream.py --until-caught-up`` in a process group of its own, killed by SIGKILL at
+    the crash point ``crash_at`` (``binlake.faults``) if given."""
+    from binlake.testing.faults import VARIABLE
+
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "include"), **(env or {})}
+    if crash_at:
+        full_env[VARIABLE] = crash_at
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "jobs" / "stream.py"), "--config", str(path), "--until-caught-up", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full_env, start_new_session=True,
+    )  # fmt: skip
+
+
+def kill_9_at(path: Path, crash_at: str) -> None:
+    """Run the stream job until it kills itself at ``crash_at``."""
+    import signal
+
+    job = start_stream_process(path, crash_at)
+    job.wait(300)
+    assert job.returncode == -signal.SIGKILL, job.stderr.read().decode() if job.stderr else ""
+
+
+@contextlib.contextmanager
+def hold_commit(server: PrivateMariaDB, statement: str, hold_s: float = 6.0) -> Iterator[None]:
+    """Run ``statement`` in a thread while semi-synchronous replication (``AFTER_SYNC``, no replica)
+    holds its commit: written to the binlog, invisible to every reader, for ``hold_s`` seconds.
+    Inside the block the commit is in the binlog and not yet visible; after it, it is visible."""
+    import threading
+    import time
+
+    import pymysql
+
+    before = server.query("SHOW MASTER STATUS")[0][:2]
+    server.execute(
+        f"SET GLOBAL rpl_semi_sync_master_timeout = {int(hold_s * 1000)}",
+        "SET GLOBAL rpl_semi_sync_master_enabled = ON",
+    )
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            server.execute(statement)
+        except pymysql.err.MySQLError as e:  # surfaced after the block
+            errors.append(e)
+
+    writer = threading.Thread(target=run)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 10
+        while server.query("SHOW MASTER STATUS")[0][:2] == before:  # until it is in the binlog
+            assert time.monotonic() < deadline, "the held commit never reached the binlog"
+            time.sleep(0.02)
+        yield
+    finally:
+        server.execute("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
+        writer.join(hold_s + 10)
+    assert not errors, errors

@@ -68,35 +68,82 @@ class BinlogOffset:
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
 
+@dataclass
+class GtidSet:
+    """A set of transactions by GTID: MariaDB's position (per domain, the last sequence number
+    and the server that wrote it: ``0-1-42,1-2-7``) or a MySQL GTID set (per source uuid,
+    intervals of transaction numbers: ``uuid:1-100:200``). ``add`` extends it with one more
+    transaction in binlog order; ``str`` writes it back in the server's own syntax."""
+
+    mariadb: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Domain → (server id, sequence number)."""
+    mysql: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Source uuid (lower case) → sorted, disjoint intervals [low, high]."""
+
+    @classmethod
+    def parse(cls, text: str) -> GtidSet:
+        found = cls()
+        for part in (p.strip() for p in text.replace("\n", "").split(",")):
+            if not part:
+                continue
+            match = _MARIADB_GTID.match(part)
+            if match:
+                found.mariadb[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
+                continue
+            uuid, *intervals = part.split(":")
+            if not intervals or not all(re.fullmatch(r"\d+(-\d+)?", i) for i in intervals):
+                raise GtidError(
+                    f"`{part}` is neither a MariaDB GTID (`0-1-42`) nor a MySQL GTID set (`uuid:1-42`)"
+                )
+            for interval in intervals:
+                low, _, high = interval.partition("-")
+                found._add_interval(uuid.lower(), int(low), int(high or low))
+        return found
+
+    def add(self, gtid: str) -> None:
+        """One more transaction, in binlog order."""
+        match = _MARIADB_GTID.match(gtid)
+        if match:
+            self.mariadb[int(match.group(1))] = (int(match.group(2)), int(match.group(3)))
+            return
+        uuid, _, number = gtid.rpartition(":")
+        self._add_interval(uuid.lower(), int(number), int(number))
+
+    def _add_interval(self, uuid: str, low: int, high: int) -> None:
+        merged = sorted([*self.mysql.get(uuid, []), [low, high]])
+        out: list[list[int]] = []
+        for interval in merged:
+            if out and interval[0] <= out[-1][1] + 1:
+                out[-1][1] = max(out[-1][1], interval[1])
+            else:
+                out.append(list(interval))
+        self.mysql[uuid] = out
+
+    def __contains__(self, gtid: object) -> bool:
+        if not isinstance(gtid, str):
+            return False
+        match = _MARIADB_GTID.match(gtid)
+        if match:
+            last = self.mariadb.get(int(match.group(1)))
+            return last is not None and int(match.group(3)) <= last[1]
+        uuid, _, number = gtid.rpartition(":")
+        return any(low <= int(number) <= high for low, high in self.mysql.get(uuid.lower(), []))
+
+    def __str__(self) -> str:
+        parts = [f"{d}-{server}-{seq}" for d, (server, seq) in sorted(self.mariadb.items())]
+        for uuid, intervals in sorted(self.mysql.items()):
+            spans = ":".join(f"{lo}-{hi}" if hi > lo else f"{lo}" for lo, hi in intervals)
+            parts.append(f"{uuid}:{spans}")
+        return ",".join(parts)
+
+    def copy(self) -> GtidSet:
+        return GtidSet(dict(self.mariadb), {u: [list(i) for i in v] for u, v in self.mysql.items()})
+
+
 def gtid_matcher(gtid_set: str) -> Callable[[str], bool]:
     """A test of whether a transaction's GTID is in ``gtid_set``.
 
     MariaDB positions (``0-1-42,1-1-7``): same domain, sequence number at or below. MySQL sets
     (``uuid:1-100:200,uuid2:5``): same source uuid, number inside an interval.
     """
-    parts = [p.strip() for p in gtid_set.split(",") if p.strip()]
-    mariadb: dict[int, int] = {}
-    mysql: dict[str, list[tuple[int, int]]] = {}
-    for part in parts:
-        match = _MARIADB_GTID.match(part)
-        if match:
-            mariadb[int(match.group(1))] = int(match.group(3))
-            continue
-        uuid, *intervals = part.split(":")
-        if not intervals:
-            raise GtidError(
-                f"`{part}` is neither a MariaDB GTID (`0-1-42`) nor a MySQL GTID set (`uuid:1-42`)"
-            )
-        for interval in intervals:
-            low, _, high = interval.partition("-")
-            mysql.setdefault(uuid.lower(), []).append((int(low), int(high or low)))
-
-    def contains(gtid: str) -> bool:
-        match = _MARIADB_GTID.match(gtid)
-        if match:
-            limit = mariadb.get(int(match.group(1)))
-            return limit is not None and int(match.group(3)) <= limit
-        uuid, _, number = gtid.rpartition(":")
-        return any(low <= int(number) <= high for low, high in mysql.get(uuid.lower(), []))
-
-    return contains
+    return GtidSet.parse(gtid_set).__contains__

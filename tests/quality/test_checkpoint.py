@@ -19,8 +19,7 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import run_binlake
-from tests.spark.test_stream import stream_config
+from tests.helpers import run_binlake, stream_config
 
 
 def _with_quality(config: PipelineConfig, quality: dict[str, Any]) -> PipelineConfig:

@@ -8,7 +8,9 @@ high watermark).
 from __future__ import annotations
 
 import contextlib
+import struct
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +29,8 @@ from binlake.source.discovery import discover
 from binlake.source.watermarks import current_offset
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import source_config
+from tests.conftest import ServerFactory
+from tests.helpers import hold_commit, source_config
 
 SERVER_ID = 6100
 
@@ -433,3 +436,104 @@ def test_zero_dates_of_a_reread_keyless_chunk_are_counted_once(
     result = read(source, schema, chunk, after_select=once)
     assert result.zero_date_rows == 1
     assert "1 rows with zero dates in day read as NULL" in caplog.text
+
+
+# -- the binlog's hard cases between the watermarks --------------------------------------------------
+
+
+def test_a_commit_the_engine_has_not_made_visible_at_the_low_watermark_is_not_lost(
+    mariadb_factory: ServerFactory,
+) -> None:
+    # Semi-sync (AFTER_SYNC, no replica) holds the insert of 50: in the binlog before the low
+    # watermark is read, invisible to the SELECT. The chunk must still hold it.
+    server = mariadb_factory(**{"rpl-semi-sync-master-wait-point": "AFTER_SYNC"})
+    database = _fresh(server, "held")
+    server.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, 0 FROM seq_1_to_40",
+        database=database,
+    )
+    source = source_config(server, database)
+    schema = schema_of(source, database, "t")
+    chunk = Chunk(schema.table, 0, "id", ChunkRange(None, None))
+    with hold_commit(server, f"INSERT INTO `{database}`.t VALUES (50, 5)"):
+        result = read(source, schema, chunk)
+        assert 50 not in {r["id"] for r in range_now(source, schema, chunk)}  # still invisible
+    assert {r["id"]: r["v"] for r in result.data.to_pylist()}[50] == 5
+    assert bag(result.data.to_pylist()) == bag(range_now(source, schema, chunk))
+
+
+def test_a_keyless_chunk_reads_in_its_snapshot_under_read_committed_and_floats_stay_exact(
+    mariadb_factory: ServerFactory,
+) -> None:
+    server = mariadb_factory(**{"transaction-isolation": "READ-COMMITTED"})
+    database = _fresh(server, "rc")
+    server.execute(
+        "CREATE TABLE m (k INT, f FLOAT, KEY (k))",
+        "INSERT INTO m VALUES (1, 1234.5678), (1, 1234.5678), (2, -0.000123457), (3, 3.4e38)",
+        database=database,
+    )
+    source = source_config(server, database, select_reader="pymysql")
+    schema = schema_of(source, database, "m")
+    chunk = Chunk(schema.table, 0, "k", ChunkRange(None, None))
+    calls: list[int] = []
+
+    def write(_: Chunk) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the first read's window: the chunk is read again in a snapshot
+            server.execute("DELETE FROM m WHERE f > 1e38", database=database)
+        else:  # after the snapshot was taken: not in the chunk, whatever the server's isolation
+            server.execute("INSERT INTO m VALUES (9, 9.5)", database=database)
+
+    result = read(source, schema, chunk, after_low_watermark=write)
+    assert result.low == result.high
+    stored = server.query("SELECT k, CAST(f AS DOUBLE) FROM m WHERE k < 9 ORDER BY k, f", database=database)
+    assert sorted((r["k"], r["f"]) for r in result.data.to_pylist()) == [tuple(r) for r in stored]
+    assert struct.pack("<f", 1234.5678) == struct.pack("<f", result.data.to_pylist()[0]["f"])
+
+
+def test_rows_logged_as_a_statement_between_the_watermarks_make_the_chunk_read_again(
+    mariadb: PrivateMariaDB, database: str, source: SourceConfig, orders: tuple[CreateTable, Chunk]
+) -> None:
+    schema, chunk = orders
+    calls: list[int] = []
+
+    def write(_: Chunk) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+                cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+                cur.execute("UPDATE orders SET status = 'by statement' WHERE id BETWEEN 41 AND 50")
+
+    result = read(source, schema, chunk, after_select=write)
+    assert len(calls) == 2  # read again, from watermarks after the statement
+    assert bag(result.data.to_pylist()) == bag(range_now(source, schema, chunk))
+    assert {r["status"] for r in result.data.to_pylist() if r["id"] <= 50} == {"by statement"}
+
+
+@pytest.mark.parametrize("image", ["MINIMAL", "NOBLOB"])
+def test_updates_without_every_column_keep_the_rows_other_values(
+    mariadb: PrivateMariaDB,
+    database: str,
+    source: SourceConfig,
+    orders: tuple[CreateTable, Chunk],
+    image: str,
+) -> None:
+    schema, chunk = orders
+
+    def write(_: Chunk) -> None:
+        with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+            cur.execute(f"SET SESSION binlog_row_image = '{image}'")
+            cur.execute("UPDATE orders SET status = 'minimal' WHERE id IN (42, 43)")
+            cur.execute("UPDATE orders SET id = id + 1000 WHERE id = 44")  # a key update
+            cur.execute("DELETE FROM orders WHERE id = 45")
+
+    result = read(source, schema, chunk, after_select=write)
+    assert result.binlog_changes > 0
+    assert bag(result.data.to_pylist()) == bag(range_now(source, schema, chunk))
+
+
+def _fresh(server: PrivateMariaDB, name: str) -> str:
+    database = f"{name}_{uuid.uuid4().hex[:8]}"
+    server.execute(f"CREATE DATABASE `{database}`")
+    return database

@@ -18,9 +18,9 @@ from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.binlog_reader import BinlogReader
-from binlake.source.row_decoder import ABSENT
 from binlake.source.connection import connect
 from binlake.source.discovery import discover
+from binlake.source.row_decoder import ABSENT
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import binlog_range, source_config
 

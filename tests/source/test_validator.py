@@ -248,3 +248,86 @@ def test_no_config_given() -> None:
     result = run_binlake("validate", env={"BINLAKE_CONFIG": ""})
     assert result.returncode == 1
     assert "pass `--config FILE` or set BINLAKE_CONFIG" in result.stdout
+
+
+# -- the binlog's hard cases ------------------------------------------------------------------------
+
+
+def test_cascading_foreign_keys_are_refused_naming_table_key_and_fix(
+    mariadb: PrivateMariaDB, database: str, write_config: WriteConfig, tmp_path: Path
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE parents (id INT PRIMARY KEY)",
+        "CREATE TABLE children (id INT PRIMARY KEY, parent INT, "
+        "CONSTRAINT fk_parent FOREIGN KEY (parent) REFERENCES parents (id) ON DELETE CASCADE)",
+        "CREATE TABLE notes (id INT PRIMARY KEY, parent INT, "
+        "FOREIGN KEY (parent) REFERENCES parents (id) ON DELETE RESTRICT)",  # the binlog has these
+        database=database,
+    )
+    result = validate(write_config, pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
+    assert result.returncode == 1
+    line = check_line(result, "foreign_keys")
+    assert f"`{database}.children` has `fk_parent` REFERENCES `{database}.parents` ON DELETE CASCADE" in line
+    assert "notes" not in line
+    assert "ON DELETE RESTRICT" in line  # the fix
+    assert "source.tables_exclude" in line
+    # Without the child table: no error.
+    config = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path, tables_exclude=[rf"{database}\.children"])
+    assert validate(write_config, config).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "check", "expected"),
+    [
+        ({"log-bin-compress": "ON"}, "binlog_compression", "compressed binlog events are read"),
+        (
+            {"rpl-semi-sync-master-enabled": "ON", "rpl-semi-sync-master-wait-point": "AFTER_SYNC"},
+            "semi_sync",
+            "chunk reads start from the last commit the engine made visible",
+        ),
+        ({"transaction-isolation": "READ-COMMITTED"}, "isolation", "set REPEATABLE READ for themselves"),
+    ],
+)
+def test_settings_binlake_handles_are_reported(
+    mariadb_factory: ServerFactory,
+    write_config: WriteConfig,
+    tmp_path: Path,
+    options: dict[str, str],
+    check: str,
+    expected: str,
+) -> None:
+    server = mariadb_factory(**options)
+    server.execute(
+        "CREATE DATABASE IF NOT EXISTS handled", "CREATE TABLE IF NOT EXISTS handled.t (id INT PRIMARY KEY)"
+    )
+    result = validate(write_config, pipeline_dict(server, [r"handled\..*"], tmp_path), "--json")
+    found = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert found[check]["status"] == "ok"
+    assert expected in found[check]["message"]
+
+
+def test_mysql_settings_that_cost_or_limit_are_warnings() -> None:
+    from binlake.source.connection import ServerVersion
+    from binlake.source.validator import _HARD_CASE_VARIABLES, _check_hard_cases
+
+    settings = dict.fromkeys(_HARD_CASE_VARIABLES)
+    settings.update(
+        binlog_row_value_options="PARTIAL_JSON",
+        rpl_semi_sync_source_enabled="ON",
+        rpl_semi_sync_source_wait_point="AFTER_SYNC",
+        rpl_semi_sync_source_timeout="2000",
+        gtid_mode="OFF",
+        binlog_transaction_compression="ON",
+    )
+    checks = {c.name: c for c in _check_hard_cases(ServerVersion.parse("8.4.3"), settings)}
+    assert checks["binlog_compression"].status == "ok"
+    assert checks["partial_json"].status == "warning"
+    assert "binlog_row_value_options = ''" in (checks["partial_json"].fix or "")
+    assert checks["semi_sync"].status == "warning"
+    assert "3 s earlier" in checks["semi_sync"].message
+    assert checks["gtid"].status == "warning"
+    assert "gtid_mode = ON" in (checks["gtid"].fix or "")
+    settings.update(gtid_mode="ON")
+    with_gtids = {c.name: c for c in _check_hard_cases(ServerVersion.parse("8.4.3"), settings)}
+    assert with_gtids["semi_sync"].status == "ok"
+    assert "gtid" not in with_gtids

@@ -23,7 +23,7 @@ from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.spark.test_stream import assert_sink_equals_source, stream_config
+from tests.helpers import assert_sink_equals_source, stream_config
 
 
 def sink_table(config: PipelineConfig, table: TableId) -> Any:

@@ -16,7 +16,7 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.compare import sink_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.spark.test_stream import assert_sink_equals_source, stream_config
+from tests.helpers import assert_sink_equals_source, stream_config
 
 pytestmark = pytest.mark.slow
 

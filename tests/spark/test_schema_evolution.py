@@ -21,13 +21,13 @@ from binlake.state.store import StateStore
 from binlake.stream.schema_changes import apply_request
 from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import run_binlake
-from tests.spark.test_stream import (
-    _kill_9_at,
-    _start_stream_process,
-    _write,
+from tests.helpers import (
     assert_sink_equals_source,
+    kill_9_at,
+    run_binlake,
+    start_stream_process,
     stream_config,
+    write_config_file,
 )
 
 pytestmark = pytest.mark.slow
@@ -196,7 +196,7 @@ def test_external_applier_waits_then_a_restart_applies_it_once(
     store = StateStore(config.pipeline.resolved_state_uri)
     (pending,) = store.schema_changes(config.pipeline.name, "pending")
     assert isinstance(pending.change, AddColumn)
-    status = run_binlake("--config", str(_write(tmp_path, config, mariadb)), "status")
+    status = run_binlake("--config", str(write_config_file(tmp_path, config, mariadb)), "status")
     assert re.search(
         r"schema change at binlog\.\d+:\d+: add column `w` int\(11\) to .*: pending", status.stdout
     )
@@ -300,23 +300,23 @@ def test_kill_9_before_then_after_applying_a_change_then_restart_applies_it_once
         "UPDATE t SET w = 'one' WHERE id = 1",
         database=database,
     )
-    path = _write(tmp_path, config, mariadb)
+    path = write_config_file(tmp_path, config, mariadb)
     store = StateStore(config.pipeline.resolved_state_uri)
     t = TableId(database, "t")
 
     def statuses() -> list[str]:
         return [r.status for r in store.schema_changes(config.pipeline.name)]
 
-    _kill_9_at(path, "schema-before-apply")
+    kill_9_at(path, "schema-before-apply")
     assert statuses() == ["pending", "pending"]
     assert _sink_columns(config, t) == ["id", "v"]
     assert sorted(r["id"] for r in sink_rows(config, t)) == [1, 2]  # flushed; nothing after the DDL
 
-    _kill_9_at(path, "schema-after-apply")
+    kill_9_at(path, "schema-after-apply")
     assert statuses() == ["applied", "pending"]  # killed right after the first of the two
     assert sorted(r["id"] for r in sink_rows(config, t)) == [1, 2]
 
-    rerun = _start_stream_process(path, None)
+    rerun = start_stream_process(path, None)
     _, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err.decode()
     assert statuses() == ["applied", "applied"]

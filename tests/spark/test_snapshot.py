@@ -31,25 +31,9 @@ from binlake.testing import demo
 from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
-from tests.helpers import pipeline_dict, run_binlake
+from tests.helpers import ROOT, config_for, pipeline_dict, run_binlake
 
-ROOT = Path(__file__).parents[2]
 Row = tuple[tuple[str, Any], ...]
-
-
-def config_for(
-    server: PrivateMariaDB, database: str, tmp_path: Path, tables: list[str] | None = None, **source: Any
-) -> PipelineConfig:
-    raw = pipeline_dict(
-        server,
-        tables or [rf"{database}\..*"],
-        tmp_path / "work",
-        chunk_key_columns={f"{database}.page_views": "customer_id"},
-        **source,
-    )
-    raw["pipeline"]["parallelism"] = 2
-    raw["source"]["startup_mode"] = "snapshot"
-    return PipelineConfig.model_validate(raw)
 
 
 @pytest.mark.slow

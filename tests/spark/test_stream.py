@@ -5,9 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
 from binlake.source.binlog_reader import binary_logs
@@ -28,34 +24,21 @@ from binlake.state.store import StateStore
 from binlake.stream.positions import HEAD
 from binlake.stream.startup import STREAM
 from binlake.testing import demo
-from binlake.testing.compare import compare, sink_rows
-from binlake.testing.faults import VARIABLE
+from binlake.testing.compare import sink_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from tests.conftest import ServerFactory
-from tests.helpers import run_binlake
-from tests.spark.test_snapshot import ROOT, config_for
+from tests.helpers import (
+    assert_sink_equals_source,
+    kill_9_at,
+    run_binlake,
+    start_stream_process,
+    stream_config,
+    write_config_file,
+)
 
 #: A server whose binlog rotates every 64 KiB: micro-batches and segments span many files.
 SMALL_BINLOG = {"max-binlog-size": "65536"}
-
-
-def stream_config(
-    server: PrivateMariaDB, database: str, tmp_path: Path, stream: dict[str, Any] | None = None, **source: Any
-) -> PipelineConfig:
-    mode = source.pop("startup_mode", "initial")
-    config = config_for(server, database, tmp_path, **source)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = server.password
-    raw["source"]["startup_mode"] = mode
-    raw["stream"] = {"trigger_interval_s": 1, "segment_bytes": 4096, **(stream or {})}
-    return PipelineConfig.model_validate(raw)
-
-
-def assert_sink_equals_source(config: PipelineConfig) -> None:
-    results = compare(config)
-    assert results
-    assert [r for r in results if not r.equal] == []
 
 
 def head(server: PrivateMariaDB) -> Any:
@@ -125,23 +108,6 @@ def test_workload_during_snapshot_and_stream_then_caught_up_is_exact(
     assert_sink_equals_source(config)
 
 
-def _start_stream_process(path: Path, crash_at: str | None) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
-    if crash_at:
-        env[VARIABLE] = crash_at
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "jobs" / "stream.py"), "--config", str(path), "--until-caught-up"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
-    )  # fmt: skip
-
-
-def _kill_9_at(path: Path, crash_at: str) -> None:
-    job = _start_stream_process(path, crash_at)
-    job.wait(300)
-    assert job.returncode == -signal.SIGKILL, job.stderr.read().decode() if job.stderr else ""
-
-
-@pytest.mark.slow
 def test_kill_9_mid_batch_before_then_after_the_commit_then_restart_is_exact(
     mariadb: PrivateMariaDB,
     database: str,
@@ -159,7 +125,7 @@ def test_kill_9_mid_batch_before_then_after_the_commit_then_restart_is_exact(
         database=database,
     )
     config = stream_config(mariadb, database, tmp_path, chunk_size=300)
-    path = _write(tmp_path, config, mariadb)
+    path = write_config_file(tmp_path, config, mariadb)
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute(
@@ -176,15 +142,15 @@ def test_kill_9_mid_batch_before_then_after_the_commit_then_restart_is_exact(
     def updated_rows() -> int:
         return sum(r["v"] == 1 for r in sink_rows(config, t))
 
-    _kill_9_at(path, "before-commit")
+    kill_9_at(path, "before-commit")
     assert store.load_offset("test", STREAM) == switch  # the killed batch was never recorded
     assert updated_rows() == 0  # nothing of the batch reached Iceberg
 
-    _kill_9_at(path, "after-commit")
+    kill_9_at(path, "after-commit")
     assert store.load_offset("test", STREAM) == switch
     assert updated_rows() > 0  # a table's commit landed before the kill
 
-    rerun = _start_stream_process(path, None)
+    rerun = start_stream_process(path, None)
     out, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err.decode()
     assert json.loads(out.decode().strip().splitlines()[-1])["batches"] >= 1
@@ -255,7 +221,7 @@ def test_small_batches_by_byte_budget_and_an_idle_source(
     assert reports
     assert reports[0].batches >= 4
     assert_sink_equals_source(config)
-    status = run_binlake("--config", str(_write(tmp_path, config, server)), "status", "--json")
+    status = run_binlake("--config", str(write_config_file(tmp_path, config, server)), "status", "--json")
     assert status.returncode == 0, status.output
     stream_status = json.loads(status.stdout)["stream"]
     assert stream_status["caught_up"] is True
@@ -273,16 +239,6 @@ def _wait_until(condition: Callable[[], bool], seconds: float) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.3)
-
-
-def _write(tmp_path: Path, config: PipelineConfig, server: PrivateMariaDB) -> Path:
-    import yaml
-
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = server.password
-    path = tmp_path / "status.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
 
 
 def _two_phases(server: PrivateMariaDB, database: str) -> tuple[dict[str, Any], int]:
@@ -341,9 +297,8 @@ def test_a_purged_start_offset_names_it_the_oldest_and_the_fix(
     server.execute(f"PURGE BINARY LOGS TO '{newest.file}'")
     config = stream_config(server, database, tmp_path, startup_mode="specific-offset",
                            startup_offset={"file": first.file, "pos": first.pos})  # fmt: skip
-    result = run_binlake(
-        "--config", str(_write(tmp_path, config, server)), "stream", "--until-caught-up", timeout=300
-    )
+    path = write_config_file(tmp_path, config, server)
+    result = run_binlake("--config", str(path), "stream", "--until-caught-up", timeout=300)
     assert result.returncode != 0
     message = result.stderr
     assert f"{first.file}:{first.pos}" in message

@@ -37,6 +37,7 @@ from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import LowWatermark, current_offset
 from binlake.state.store import StateStore, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.failover import ANCHOR
 from binlake.stream.records import ROW, key_columns, position, row_struct
 from binlake.stream.segments import distance
 
@@ -161,6 +162,8 @@ def _changes_since(
         }
     )
     mine = [p for p in plans if p.table == schema.table]
+    if store.load_offset(config.pipeline.name, ANCHOR) is not None:
+        mine = []  # the chunks' watermarks are positions of an older binlog, all behind the stream
     kept = SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)
     late = pc.greater(kept.column("at"), position(low))
     before = kept.filter(pc.invert(late)).column("delta")

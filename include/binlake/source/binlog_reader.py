@@ -44,6 +44,7 @@ from binlake.events import DataChange, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog_transport import BinlogConnection
 from binlake.source.connection import connect
+from binlake.source.foreign_keys import adds_cascading_key, cascade_fix, ddl_target
 from binlake.source.statement_dml import is_dml, written_tables
 from binlake.source.xa import FL_PREPARED_XA, PreparedXa, XaLocator, Xid, shared_locator, xa_statement
 
@@ -479,6 +480,8 @@ class BinlogReader:
             return
         if self._in_transaction and is_dml(text):
             yield from self._statement_gaps(text, database, offset, timestamp)
+        elif not self._in_transaction and keyword.startswith(("CREATE", "ALTER")):
+            yield from self._cascade_gap(text, database, offset, timestamp)
 
     def _xa(self, text: str, offset: BinlogOffset, timestamp: int) -> Iterator[EventRows | Gap]:
         xa = xa_statement(text)
@@ -513,6 +516,20 @@ class BinlogReader:
             what += "; binlake could not tell which tables it writes, so it stops for each one it captures"
         for table in tables:
             yield Gap(table, what, _STATEMENT_FIX, offset, timestamp)
+
+    def _cascade_gap(self, text: str, database: str, offset: BinlogOffset, timestamp: int) -> Iterator[Gap]:
+        """A captured table that gains a cascading foreign key: the rows the server will change
+        through it never reach the binlog (``source.foreign_keys``)."""
+        target = ddl_target(text, database)
+        if target is not None and target in self.tables and adds_cascading_key(text):
+            yield Gap(
+                target,
+                "a foreign key with ON DELETE/UPDATE CASCADE or SET NULL/DEFAULT was declared on it: the "
+                "child rows the server changes through it are not in the binlog",
+                cascade_fix(),
+                offset,
+                timestamp,
+            )
 
     def _loaded(self, event: Any, offset: BinlogOffset) -> Iterator[Gap]:
         """``LOAD DATA`` logged as a statement: its rows are in a file the binlog does not hold."""

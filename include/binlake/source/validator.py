@@ -18,6 +18,7 @@ from binlake.errors import SourceConnectionError
 from binlake.events import TableId
 from binlake.source.connection import ServerVersion, connect, global_variables, server_version
 from binlake.source.discovery import TableSelector, column_names, list_tables, primary_keys
+from binlake.source.foreign_keys import cascade_fix, cascading_keys
 from binlake.source.privileges import Grants, current_grants
 
 Status = Literal["ok", "warning", "error"]
@@ -84,6 +85,8 @@ def validate(config: PipelineConfig) -> list[Check]:
             "expire_logs_days",
         )
         checks.extend(_check_binlog(variables))
+        if (variables["log_bin"] or "").upper() in ("ON", "1"):
+            checks.extend(_check_hard_cases(version, global_variables(conn, *_HARD_CASE_VARIABLES)))
         grants, account = current_grants(conn), _account(conn)
         checks.append(_check_privileges(grants, account))
         checks.extend(_check_tables(conn, config, grants, account))
@@ -152,6 +155,94 @@ def _check_binlog(v: dict[str, str | None]) -> list[Check]:
             )
         )
     checks.append(_check_retention(v))
+    return checks
+
+
+_HARD_CASE_VARIABLES = (
+    "log_bin_compress",
+    "binlog_transaction_compression",
+    "binlog_row_value_options",
+    "rpl_semi_sync_master_enabled",
+    "rpl_semi_sync_source_enabled",
+    "rpl_semi_sync_master_wait_point",
+    "rpl_semi_sync_source_wait_point",
+    "rpl_semi_sync_master_timeout",
+    "rpl_semi_sync_source_timeout",
+    "gtid_mode",
+    "transaction_isolation",
+    "tx_isolation",
+)
+
+
+def _on(value: str | None) -> bool:
+    return (value or "").upper() in ("ON", "1")
+
+
+def _check_hard_cases(version: ServerVersion, v: dict[str, str | None]) -> list[Check]:
+    """Server settings binlake handles, some at a cost, or that limit what it can do later: each
+    reported so nobody learns of it from a stopped stream."""
+    checks: list[Check] = []
+    if _on(v["log_bin_compress"]) or _on(v["binlog_transaction_compression"]):
+        checks.append(Check("binlog_compression", "ok", "compressed binlog events are read (decompressed)"))
+    if "PARTIAL_JSON" in (v["binlog_row_value_options"] or "").upper():
+        checks.append(
+            Check(
+                "partial_json",
+                "warning",
+                "`binlog_row_value_options = PARTIAL_JSON`: JSON updates are logged as diffs, which binlake "
+                "applies to the document the before image holds; a session logging MINIMAL images sends no "
+                "document, and the stream stops at such an update",
+                "`SET GLOBAL binlog_row_value_options = ''` (full documents in the binlog), or keep every "
+                "session on `binlog_row_image = FULL`",
+            )
+        )
+    semi_sync = _on(v["rpl_semi_sync_master_enabled"]) or _on(v["rpl_semi_sync_source_enabled"])
+    point = (v["rpl_semi_sync_master_wait_point"] or v["rpl_semi_sync_source_wait_point"] or "").upper()
+    gtids = version.flavor == "mariadb" or _on(v["gtid_mode"])
+    if semi_sync and point == "AFTER_SYNC":
+        if version.flavor == "mariadb" or gtids:
+            checks.append(
+                Check(
+                    "semi_sync",
+                    "ok",
+                    "semi-synchronous replication waits after the binlog sync: chunk reads start from the "
+                    "last commit the engine made visible",
+                )
+            )
+        else:
+            timeout = int(v["rpl_semi_sync_master_timeout"] or v["rpl_semi_sync_source_timeout"] or 10000)
+            checks.append(
+                Check(
+                    "semi_sync",
+                    "warning",
+                    "semi-synchronous replication waits after the binlog sync and the server has no GTIDs: "
+                    "each chunk reader's low watermark is an offset read "
+                    f"{timeout / 1000 + 1:g} s earlier (its first chunk waits that long), and a commit "
+                    "held longer than that would be missed",
+                    "turn GTIDs on (`gtid_mode = ON`, `enforce_gtid_consistency = ON`): binlake then knows "
+                    "exactly which commits the engine has made visible",
+                )
+            )
+    if not gtids:
+        checks.append(
+            Check(
+                "gtid",
+                "warning",
+                "the server writes no GTIDs: after a failover to a replica or a `RESET MASTER` the stream "
+                "cannot find its place in the new binlog and stops (a new snapshot is then needed)",
+                _my_cnf("gtid_mode = ON") + " (with `enforce_gtid_consistency = ON`)",
+            )
+        )
+    isolation = (v["transaction_isolation"] or v["tx_isolation"] or "").upper()
+    if isolation and isolation != "REPEATABLE-READ":
+        checks.append(
+            Check(
+                "isolation",
+                "ok",
+                f"the server's default isolation is {isolation}: binlake's consistent-snapshot reads set "
+                "REPEATABLE READ for themselves",
+            )
+        )
     return checks
 
 
@@ -247,7 +338,23 @@ def _check_tables(
         )
     checks.append(_check_select(tables, grants, account))
     checks.append(_check_keys(conn, config, tables))
+    checks.append(_check_foreign_keys(conn, tables))
     return checks
+
+
+def _check_foreign_keys(conn: pymysql.Connection[Any], tables: list[TableId]) -> Check:
+    cascading = cascading_keys(conn, tables)
+    if not cascading:
+        return Check("foreign_keys", "ok", "no captured table has a cascading foreign key")
+    return Check(
+        "foreign_keys",
+        "error",
+        "; ".join(k.describe() for k in cascading)
+        + ": the child rows the server deletes or updates through these keys are not in the binlog "
+        "(MySQL up to 8.4 and MariaDB write only the parent's row), so those sink tables would keep "
+        "rows their source no longer has",
+        cascade_fix(cascading[0]),
+    )
 
 
 def _check_select(tables: list[TableId], grants: Grants, account: str) -> Check:

@@ -15,6 +15,7 @@ began, so a new snapshot starts a new checkpoint instead of resuming an old one.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -31,13 +32,15 @@ import pyarrow as pa
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
-from binlake.events import CreateTable, table_to_dict
+from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.route import routed
 from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog_reader import gap_message
+from binlake.source.connection import connect
+from binlake.source.foreign_keys import cascade_fix, cascading_keys
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.snapshot_job import task_error
 from binlake.spark.stream_task import read_segment
@@ -47,6 +50,7 @@ from binlake.state.store import StateStore, StreamBatch, TableBusyError
 from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.failover import ANCHOR, BinlogAnchor
 from binlake.stream.positions import config_options
 from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes
 from binlake.stream.repairs import StreamRepairs
@@ -135,6 +139,7 @@ def run_stream(
     held: list[str] = []
     try:
         discovered = discover_tables(config)
+        _refuse_cascading_keys(config, [s.table for s in discovered])
         start = resolve_start(config, store, ids.end)
         origin = store.load_offset(name, ORIGIN)
         if origin is None:
@@ -170,7 +175,7 @@ def run_stream(
         plans = store.load_plans(name)
         snapshot_filter = (
             SnapshotFilter(config.source, plans, {s.table.name: s for s in schemas})
-            if plans and config.source.startup_mode == "initial"
+            if plans and config.source.startup_mode == "initial" and store.load_offset(name, ANCHOR) is None
             else None
         )
         held = sorted(sink.writer.identifier for sink in sinks.values())
@@ -197,7 +202,10 @@ def run_stream(
             make_sink=make_sink,
             backfills=StagedBackfills(name, BackfillLedger(store), read_changes),
             on_backfill=print_backfill if progress is not None else None,
-            repairs=StreamRepairs(name, RepairLedger(store, name), BackfillLedger(store), snapshot_filter),
+            repairs=StreamRepairs(
+                name, RepairLedger(store, name), BackfillLedger(store), snapshot_filter, _cascades(config)
+            ),
+            anchor=BinlogAnchor(config, store, ids.end),
         )
         _hold(store, name, held)
         _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
@@ -207,6 +215,26 @@ def run_stream(
         for identifier in held:
             store.release_lease(name, identifier, HOLDER)
         store.close()
+
+
+def _cascades(config: PipelineConfig) -> Callable[[TableId], bool]:
+    def cascades(table: TableId) -> bool:
+        with contextlib.closing(connect(config.source)) as conn:
+            return bool(cascading_keys(conn, [table]))
+
+    return cascades
+
+
+def _refuse_cascading_keys(config: PipelineConfig, tables: list[TableId]) -> None:
+    """Captured tables whose foreign keys change rows the binlog never shows stop the stream."""
+    with contextlib.closing(connect(config.source)) as conn:
+        found = cascading_keys(conn, tables)
+    if found:
+        raise StreamError(
+            "Cannot stream: " + "; ".join(k.describe() for k in found) + ". The server changes those child "
+            "rows itself and writes only the parent's row to the binlog, so the sink would keep rows the "
+            f"source no longer has. Fix: {cascade_fix(found[0])}."
+        )
 
 
 def _schemas(

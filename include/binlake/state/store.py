@@ -493,6 +493,29 @@ class StateStore:
         assert offset is not None
         return offset, _aware(row[1])
 
+    def save_note(self, pipeline: str, name: str, note: dict[str, Any]) -> None:
+        """Store a small named document beside the offsets (``stream.binlog``: the identity of the
+        binlog the stream's offset is in)."""
+        with self.engine.begin() as conn:
+            key = f"note:{name}"
+            conn.execute(
+                delete(offsets_table).where(offsets_table.c.pipeline == pipeline, offsets_table.c.name == key)
+            )
+            conn.execute(
+                insert(offsets_table).values(
+                    pipeline=pipeline, name=key, offset=json.dumps(note), updated_at=_now()
+                )
+            )
+
+    def load_note(self, pipeline: str, name: str) -> dict[str, Any] | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                select(offsets_table.c.offset).where(
+                    offsets_table.c.pipeline == pipeline, offsets_table.c.name == f"note:{name}"
+                )
+            ).first()
+        return None if row is None else dict(json.loads(row[0]))
+
     def delete_offset(self, pipeline: str, name: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(

@@ -123,6 +123,7 @@ class BatchApplier:
         backfills: StagedBackfills | None = None,
         on_backfill: Callable[[dict[str, int], BinlogOffset], None] | None = None,
         repairs: StreamRepairs | None = None,
+        anchor: Callable[[BinlogOffset], BinlogOffset] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.run_id = run_id
@@ -148,6 +149,9 @@ class BatchApplier:
         """Tables held back from changes binlake cannot replicate, until a backfill (None: such a
         change stops the stream)."""
         self._held: dict[str, BinlogOffset] = {}
+        self.anchor = anchor
+        """Adds to the offset each batch records what survives a change of binlog (its GTID set;
+        ``stream.failover``)."""
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -250,7 +254,7 @@ class BatchApplier:
         batch = StreamBatch(
             self.run_id,
             batch_id,
-            end,
+            self.anchor(end) if self.anchor is not None else end,
             applied,
             sum(t.num_rows for t in changes.values()),
             time.monotonic() - started,

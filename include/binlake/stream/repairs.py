@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from binlake.errors import BinlakeError
 from binlake.events import TableId
@@ -43,12 +43,19 @@ class StreamRepairs:
     """Gaps met by the stream, and the repairs that hold tables back (see the module docstring)."""
 
     def __init__(
-        self, pipeline: str, repairs: RepairLedger, backfills: BackfillLedger, snapshot: SnapshotFilter | None
+        self,
+        pipeline: str,
+        repairs: RepairLedger,
+        backfills: BackfillLedger,
+        snapshot: SnapshotFilter | None,
+        cascades: Callable[[TableId], bool] = lambda _: False,
     ) -> None:
         self.pipeline = pipeline
         self.repairs = repairs
         self.backfills = backfills
         self.snapshot = snapshot
+        self.cascades = cascades
+        """Whether a table has a cascading foreign key now (no backfill repairs it while it has)."""
 
     def held(self) -> dict[str, BinlogOffset]:
         """Tables held back by an open repair → from where."""
@@ -69,7 +76,7 @@ class StreamRepairs:
             if self.snapshot is not None and self.snapshot.holds(name, position(gap.offset)):
                 log.info("%s at %s: the snapshot read the table after it", name, gap.offset)
                 continue
-            backfill = self._covering(gap.table, gap.offset)
+            backfill = None if self.cascades(gap.table) else self._covering(gap.table, gap.offset)
             if backfill is None:
                 raise UnreplicableChangeError(
                     gap_message(

@@ -58,7 +58,14 @@ def resolve_start(config: PipelineConfig, store: StateStore, server_id: int) -> 
     """
     name = config.pipeline.name
     resumed = store.load_offset(name, STREAM)
-    start = Start(resumed, "resumed") if resumed is not None else _by_mode(config, store, server_id)
+    if resumed is not None:
+        from binlake.stream.failover import check_binlog  # the stream's own module, not the CLI's
+
+        anchored = check_binlog(config, store, resumed, server_id)
+        reason = "resumed" if anchored == resumed else f"resumed by GTID {resumed.gtid} on a new binlog"
+        start = Start(anchored, reason)
+    else:
+        start = _by_mode(config, store, server_id)
     check_available(config, start.offset)
     return start
 

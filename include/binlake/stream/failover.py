@@ -1,0 +1,216 @@
+"""The stream when its source's binlog is not the one it read: a failover, or ``RESET MASTER``.
+
+Binlog positions belong to the binlog that holds them. After a failover to a replica (its own
+files and positions) or a ``RESET MASTER`` (files start again at ``.000001``), the stream's stored
+position points at unrelated events — resuming there would skip or repeat changes without a word.
+So, with every batch, the stream stores the GTID set up to its offset and, per binlog file, the
+identity of the binlog (``BinlogAnchor``: the server and the file's creation time), and checks it
+before it resumes (``check_binlog``):
+
+- the same binlog: resume by position, as always;
+- another binlog, and the stored offset has a GTID set the new binlog holds: resume at the first
+  transaction after that set (``source.gtid_positions.position_after``). Everything the stream
+  stored in the old binlog's positions is re-anchored to the new one — each sink table's offset,
+  the schema history (each table's current schema, from the new position on), a new Spark
+  checkpoint lineage — and backfills staged in old positions go stale (a rerun reads them anew);
+- otherwise the stream stops and says why, with the fix.
+
+Re-anchoring needs the sink to be at one point of the old binlog: a table whose commit got ahead
+of the stream's record (a crash between the two) would have some changes applied again — harmless
+by key, not for a table without a primary key, which is then refused; so is a stream still inside
+its snapshot's window (chunk watermarks are old positions too) or holding a table under a repair.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
+from binlake.offsets import BinlogOffset
+from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.writer import STREAM_OFFSET_KEY, IcebergWriter
+from binlake.source.connection import connect, server_version
+from binlake.source.gtid_positions import (
+    BinlogIdentity,
+    GtidPositionError,
+    GtidTracker,
+    binlog_identity,
+    position_after,
+)
+from binlake.state.backfills import BackfillLedger
+from binlake.state.repairs import RepairLedger
+from binlake.state.store import StateStore
+
+log = logging.getLogger(__name__)
+
+#: The state store note with the identity of the binlog the stream's offset belongs to.
+NOTE = "stream.binlog"
+#: Where the stream was re-anchored last: the snapshot's chunk watermarks are positions of an older
+#: binlog (the stream was past all of them), so no snapshot filter applies any more.
+ANCHOR = "stream.anchor"
+
+
+class BinlogChangedError(BinlakeError):
+    """The source's binlog is not the one the stream read, and the stream cannot resume on it."""
+
+
+class BinlogAnchor:
+    """What the stream stores with each offset so that it survives a change of binlog."""
+
+    def __init__(self, config: PipelineConfig, store: StateStore, server_id: int) -> None:
+        self.config = config
+        self.store = store
+        self.server_id = server_id
+        with contextlib.closing(connect(config.source)) as conn:
+            flavor = server_version(conn).flavor
+        self.tracker = GtidTracker(config.source, server_id, flavor)
+        note = store.load_note(config.pipeline.name, NOTE)
+        self._file = None if note is None else str(note.get("file"))
+
+    def __call__(self, end: BinlogOffset) -> BinlogOffset:
+        """``end`` with the GTID set up to it; the binlog's identity noted for a new file."""
+        if end.file != self._file:
+            identity = binlog_identity(self.config.source, self.server_id, end.file)
+            if identity is not None:
+                self.store.save_note(self.config.pipeline.name, NOTE, identity.to_dict())
+                self._file = end.file
+        return BinlogOffset(end.file, end.pos, self.tracker.gtid_at(end))
+
+
+def check_binlog(
+    config: PipelineConfig, store: StateStore, offset: BinlogOffset, server_id: int
+) -> BinlogOffset:
+    """The offset to resume from: ``offset`` on the same binlog, or its GTID set's end on a new one.
+
+    Raises:
+        BinlogChangedError: the binlog changed and the stream cannot follow (see the module docstring).
+    """
+    name = config.pipeline.name
+    note = store.load_note(name, NOTE)
+    if note is None or str(note.get("file")) != offset.file:
+        return offset  # nothing recorded for this offset's file (a state store of an older binlake)
+    recorded = BinlogIdentity.from_dict(note)
+    now = binlog_identity(config.source, server_id, offset.file)
+    with contextlib.closing(connect(config.source)) as conn:
+        version = server_version(conn)
+        current_server = _server(conn, version)
+    if now == recorded:
+        return offset
+    if now is None and current_server == recorded.server and _purged(config, offset):
+        return offset  # the same binlog, only purged past the offset: ``check_available`` says so
+    what = (
+        f"the source is now another server ({current_server}, was {recorded.server})"
+        if current_server != recorded.server
+        else f"the source's binlog was reset (`{offset.file}` is not the file the stream read)"
+    )
+    if offset.gtid is None:
+        raise BinlogChangedError(
+            f"Cannot resume the stream at {offset}: {what}, and positions of the old binlog mean nothing "
+            "in the new one; without a GTID for that offset binlake cannot tell where to go on. Fix: turn "
+            "GTIDs on (MySQL `gtid_mode = ON` and `enforce_gtid_consistency = ON`; MariaDB writes them "
+            "always) and start anew: `binlake plan --replan`, then `binlake snapshot`."
+        )
+    try:
+        new = position_after(config.source, server_id, offset.gtid, version.flavor)
+    except GtidPositionError as e:
+        raise BinlogChangedError(
+            f"Cannot resume the stream at {offset} (GTID `{offset.gtid}`): {what}, and {e}. Fix: point the "
+            "pipeline at a server that holds those transactions, or start anew: `binlake plan --replan`, "
+            "then `binlake snapshot`."
+        ) from None
+    reanchor(config, store, offset, new, what)
+    return new
+
+
+def _purged(config: PipelineConfig, offset: BinlogOffset) -> bool:
+    """Whether the server's binlog has moved on past ``offset``'s file (as purging leaves it)."""
+    from binlake.source.binlog_reader import binary_logs
+
+    with contextlib.closing(connect(config.source)) as conn:
+        files = [f for f, _ in binary_logs(conn)]
+    return any(BinlogOffset(f, 0).sequence > offset.sequence for f in files)
+
+
+def _server(conn: Any, version: Any) -> str:
+    from binlake.source.gtid_positions import server_name
+
+    return server_name(conn, version)
+
+
+def reanchor(
+    config: PipelineConfig, store: StateStore, old: BinlogOffset, new: BinlogOffset, why: str
+) -> None:
+    """Move everything the stream stored in the old binlog's positions to ``new``."""
+    name = config.pipeline.name
+    _refuse_unsafe(config, store, old, why)
+    for writer in _sink_tables(config, open_catalog(config)):
+        with writer.table.transaction() as tx:
+            tx.set_properties({STREAM_OFFSET_KEY: _offset_json(new)})
+    # Old positions and new ones do not compare: the history starts again at the new position
+    # with every table's current schema (rows after it were written with those).
+    current = _current_schemas(store, name)
+    store.delete_schema_history(name)
+    for version in current:
+        store.record_schema(name, version.table, new, version.schema, f"re-anchored after: {why}")
+    ledger = BackfillLedger(store)
+    waiting = ledger.units(name, statuses=["pending", "staged"])
+    if waiting:
+        ledger.finish(name, waiting, "stale", f"read in the old binlog's positions ({why}); run it again")
+    store.save_offset(name, ANCHOR, new)
+    from binlake.stream.startup import ORIGIN, STREAM
+
+    store.save_offset(name, ORIGIN, new)  # a new Spark checkpoint: the old one holds old positions
+    store.save_offset(name, STREAM, new)
+    log.warning("%s: the stream resumes at %s, after GTID %s (it was at %s)", why, new, old.gtid, old)
+
+
+def _refuse_unsafe(config: PipelineConfig, store: StateStore, old: BinlogOffset, why: str) -> None:
+    name = config.pipeline.name
+    problems: list[str] = []
+    for writer in _sink_tables(config, open_catalog(config)):
+        done = writer.stream_offset()
+        if done is not None and done > old and not identifier_columns(writer.table.schema()):
+            problems.append(
+                f"`{writer.identifier}` (no primary key) holds changes past {old}, which would be applied "
+                "twice"
+            )
+    if config.source.startup_mode == "initial" and store.load_offset(name, ANCHOR) is None:
+        highs = [c.high_watermark for p in store.load_plans(name) for c in p.chunks if c.high_watermark]
+        if highs and max(highs) > old:
+            problems.append(f"the stream is still inside its snapshot's window (up to {max(highs)})")
+    if RepairLedger(store, name).repairs(status="open"):
+        problems.append("tables are held back under repairs in the old binlog's positions")
+    if problems:
+        raise BinlogChangedError(
+            f"Cannot resume the stream at {old} on the new binlog ({why}): " + "; ".join(problems) + ". Fix: "
+            "start anew: `binlake plan --replan`, then `binlake snapshot`."
+        )
+
+
+def _sink_tables(config: PipelineConfig, catalog: Any) -> list[IcebergWriter]:
+    from binlake.planner import discover_tables
+
+    seen: dict[str, IcebergWriter] = {}
+    for schema in discover_tables(config):
+        identifier = ".".join(sink_identifier(config, schema.table))
+        if identifier not in seen and catalog.table_exists(identifier):
+            seen[identifier] = IcebergWriter(catalog, identifier)
+    return list(seen.values())
+
+
+def _current_schemas(store: StateStore, pipeline: str) -> list[Any]:
+    latest: dict[Any, Any] = {}
+    for version in store.schema_versions(pipeline):
+        if version.table not in latest or version.offset >= latest[version.table].offset:
+            latest[version.table] = version
+    return [v for v in latest.values() if v.schema is not None]
+
+
+def _offset_json(offset: BinlogOffset) -> str:
+    import json
+
+    return json.dumps(offset.to_dict())
