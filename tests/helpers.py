@@ -97,12 +97,9 @@ def config_for(
     server: PrivateMariaDB, database: str, tmp_path: Path, tables: list[str] | None = None, **source: Any
 ) -> PipelineConfig:
     """A snapshot-only pipeline of ``database``'s tables (``page_views`` chunked by customer)."""
+    chunk_keys = {f"{database}.page_views": "customer_id", **source.pop("chunk_key_columns", {})}
     raw = pipeline_dict(
-        server,
-        tables or [rf"{database}\..*"],
-        tmp_path / "work",
-        chunk_key_columns={f"{database}.page_views": "customer_id"},
-        **source,
+        server, tables or [rf"{database}\..*"], tmp_path / "work", chunk_key_columns=chunk_keys, **source
     )
     raw["pipeline"]["parallelism"] = 2
     raw["source"]["startup_mode"] = "snapshot"

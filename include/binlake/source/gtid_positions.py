@@ -161,6 +161,17 @@ def parse_previous_gtids(body: bytes) -> GtidSet | None:
     return found
 
 
+def with_unknown_sources(wanted: GtidSet, server: GtidSet) -> GtidSet:
+    """``wanted`` plus the server's own state for the domains or sources ``wanted`` lacks."""
+    merged = wanted.copy()
+    for domain, last in server.mariadb.items():
+        merged.mariadb.setdefault(domain, last)
+    for uuid, intervals in server.mysql.items():
+        if uuid not in merged.mysql:
+            merged.mysql[uuid] = [list(i) for i in intervals]
+    return merged
+
+
 def position_after(source: SourceConfig, server_id: int, gtid: str, flavor: str) -> BinlogOffset:
     """Where, in the source's binlog, the transactions not in ``gtid`` begin: a transaction
     boundary to stream from.
@@ -168,6 +179,13 @@ def position_after(source: SourceConfig, server_id: int, gtid: str, flavor: str)
     Raises:
         GtidPositionError: the binlog does not hold the set (purged, or another history).
     """
+    # Transactions of domains (MariaDB) or sources (MySQL) the set does not know were never the
+    # stream's: written on the new server alone (its own user accounts, say). Asked as they are,
+    # the server would send them from its binlog's start; taken as applied, they are skipped.
+    with contextlib.closing(connect(source)) as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@gtid_binlog_pos" if flavor == "mariadb" else "SELECT @@GLOBAL.gtid_executed")
+        row = cur.fetchone()
+    gtid = str(with_unknown_sources(GtidSet.parse(gtid), GtidSet.parse(str(row[0] or "") if row else "")))
     stream = BinLogStreamReader(
         connection_settings={
             "host": source.hostname,

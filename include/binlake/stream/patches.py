@@ -28,32 +28,37 @@ class IncompleteRowError(BinlakeError):
 
 def complete(changes: pa.Table, keys: Sequence[str], previous: PreviousRows, table: str) -> pa.Table:
     """``changes`` (one keyed table's change table, in binlog order) with every absent column
-    filled (see the module docstring)."""
+    filled (see the module docstring). An update that changed the key arrives as a delete of the
+    old key followed by the upsert of the new one (same position, consecutive ``idx``): its absent
+    columns come from the old key's row."""
     absent = changes.column(ABSENT_COLUMNS)
     if absent.null_count == len(absent):
         return changes
     names = [f.name for f in changes.schema.field(ROW).type]
     key_of = [tuple(r.values()) for r in images(changes, keys).to_pylist()]
     masks = absent.to_pylist()
-    patched = {key_of[i] for i, m in enumerate(masks) if m is not None}
-    involved = [i for i, k in enumerate(key_of) if k in patched]
+    ops, at, idx = (changes.column(c).to_pylist() for c in ("op", "at", "idx"))
+    patched = [i for i, m in enumerate(masks) if m is not None]
+    base = {i: _moved_from(i, ops, at, idx, key_of) for i in patched}
+    wanted = {key_of[i] for i in patched} | set(base.values())
+    involved = [i for i, k in enumerate(key_of) if k in wanted]
     rows = changes.take(pa.array(involved, pa.int64())).column(ROW).to_pylist()
-    state = _stored(previous, keys, patched)
-    ops = changes.column("op").to_pylist()
+    state = _stored(previous, keys, wanted)
+    removed: dict[Any, Any] = {}
     filled: dict[int, dict[str, Any]] = {}
     for i, row in zip(involved, rows, strict=True):
         key = key_of[i]
         if ops[i] == "delete":
-            state.pop(key, None)
+            removed[key] = state.pop(key, None)
             continue
         if masks[i] is not None:
-            old = state.get(key)
+            source = base[i]
+            old = removed.get(source) if source != key else state.get(key)
             lacking = absent_columns(masks[i], names)
             if old is None or any(c not in old for c in lacking):
-                at = changes.column("at")[i].as_py()
                 raise IncompleteRowError(
                     f"An update of {table} (key {dict(zip(keys, key, strict=True))}, binlog position "
-                    f"{at >> 32}:{at & 0xFFFFFFFF}) lacks columns {lacking} (`binlog_row_image` NOBLOB "
+                    f"{at[i] >> 32}:{at[i] & 0xFFFFFFFF}) lacks columns {lacking} (`binlog_row_image` NOBLOB "
                     "or MINIMAL in the writing session), and the row's previous values are neither in "
                     "this batch nor in the sink. Nothing of the batch was written. Fix: set "
                     f"`binlog_row_image = 'FULL'` in that application's sessions and backfill {table} "
@@ -63,6 +68,13 @@ def complete(changes: pa.Table, keys: Sequence[str], previous: PreviousRows, tab
             filled[i] = row
         state[key] = row
     return _replaced(changes, filled, names)
+
+
+def _moved_from(i: int, ops: list[str], at: list[int], idx: list[int], key_of: list[Any]) -> Any:
+    """The key whose row the upsert ``i`` continues: the old key of a key update, else its own."""
+    if i > 0 and ops[i - 1] == "delete" and at[i - 1] == at[i] and idx[i - 1] == idx[i] - 1:
+        return key_of[i - 1]
+    return key_of[i]
 
 
 def _stored(previous: PreviousRows, keys: Sequence[str], wanted: set[tuple[Any, ...]]) -> dict[Any, Any]:

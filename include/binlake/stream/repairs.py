@@ -81,8 +81,8 @@ class StreamRepairs:
                 raise UnreplicableChangeError(
                     gap_message(
                         gap,
-                        " Nothing of this batch was written: the sink table stays exact up to "
-                        f"{gap.offset}, and the stream stops here.",
+                        " The stream stops here; nothing of the batch that holds it was written (every "
+                        "sink table stays as the last batch left it, which was exact).",
                     ),
                     gap,
                 )
