@@ -128,8 +128,44 @@ class RenameColumn:
 
 @dataclass(frozen=True)
 class AlterColumnType:
+    """A column's new definition (``MODIFY``/``CHANGE``), and where it moves to, if it moves."""
+
     table: TableId
     column: Column
+    position: Literal["keep", "first", "after"] = "keep"
+    after: str | None = None
+
+
+@dataclass(frozen=True)
+class AlterColumnDefault:
+    """A column's default (or AUTO_INCREMENT) changes, nothing else: the sink has nothing to do;
+    the schema history needs it (the server fills defaults without row events)."""
+
+    table: TableId
+    column: Column
+
+
+@dataclass(frozen=True)
+class PartitionRowsChanged:
+    """Partition maintenance that removes or swaps rows without row events (``DROP``/``TRUNCATE``
+    /``EXCHANGE PARTITION``): no column changes, but the table's rows do, and the binlog does not
+    say which."""
+
+    table: TableId
+    action: str
+    """What the statement did, e.g. ``DROP PARTITION``."""
+
+
+@dataclass(frozen=True)
+class AlterTableCollation:
+    """A table's default collation changes: what later text columns get when their DDL names none.
+
+    No column changes (``CONVERT TO CHARACTER SET`` comes as one ``AlterColumnType`` per column),
+    so the sink has nothing to do; the schema history needs it to read later DDL right.
+    """
+
+    table: TableId
+    collation: str
 
 
 @dataclass(frozen=True)
@@ -154,6 +190,9 @@ SchemaChange = (
     | DropColumn
     | RenameColumn
     | AlterColumnType
+    | AlterColumnDefault
+    | AlterTableCollation
+    | PartitionRowsChanged
     | TruncateTable
     | DropTable
     | RenameTable
@@ -224,6 +263,9 @@ _CHANGE_KINDS: dict[str, type] = {
     "drop_column": DropColumn,
     "rename_column": RenameColumn,
     "alter_column_type": AlterColumnType,
+    "alter_column_default": AlterColumnDefault,
+    "alter_table_collation": AlterTableCollation,
+    "partition_rows_changed": PartitionRowsChanged,
     "truncate_table": TruncateTable,
     "drop_table": DropTable,
     "rename_table": RenameTable,
@@ -276,7 +318,18 @@ def describe_change(change: SchemaChange) -> str:
     if isinstance(change, RenameColumn):
         return f"rename column `{change.old_name}` of {change.table} to `{change.new_name}`"
     if isinstance(change, AlterColumnType):
-        return f"change column `{change.column.name}` of {change.table} to {change.column.column_type}"
+        moves = {"first": " and move it first", "after": f" and move it after `{change.after}`"}
+        return (
+            f"change column `{change.column.name}` of {change.table} to {change.column.column_type}"
+            + moves.get(change.position, "")
+        )
+    if isinstance(change, AlterColumnDefault):
+        column = change.column
+        return f"change the default of column `{column.name}` of {change.table} to {column.default}"
+    if isinstance(change, PartitionRowsChanged):
+        return f"{change.action} of {change.table} (rows change without row events)"
+    if isinstance(change, AlterTableCollation):
+        return f"change the default collation of {change.table} to {change.collation}"
     if isinstance(change, TruncateTable):
         return f"truncate {change.table}"
     if isinstance(change, DropTable):

@@ -65,3 +65,45 @@ def test_a_change_to_an_unknown_table_is_refused() -> None:
         evolve(T, None, DropColumn(T, "v"))
     with pytest.raises(SchemaEvolutionError, match="unknown"):
         evolve(U, None, RenameTable(T, U))
+
+
+def test_a_column_moves_where_the_server_put_it() -> None:
+    from binlake.events import (
+        AlterColumnDefault,
+        AlterColumnType,
+        AlterTableCollation,
+        Column,
+        CreateTable,
+        TableId,
+    )
+    from binlake.schema.history import evolve
+
+    t = TableId("d", "t")
+    a, b, c = (Column(n, "int", "int(11)") for n in "abc")
+    schema = CreateTable(t, (a, b, c), ("a",), collation="utf8mb4_general_ci")
+    wide = Column("c", "bigint", "bigint(20)")
+    first = evolve(t, schema, AlterColumnType(t, wide, "first"))
+    assert first is not None
+    assert first.column_names == ("c", "a", "b")
+    after = evolve(t, first, AlterColumnType(t, Column("c", "int", "int(11)"), "after", "b"))
+    assert after is not None
+    assert after.columns == (a, b, c)
+    defaulted = evolve(t, after, AlterColumnDefault(t, Column("b", "int", "int(11)", default="5")))
+    assert defaulted is not None
+    assert defaulted.column("b").default == "5"
+    latin = evolve(t, defaulted, AlterTableCollation(t, "latin1_swedish_ci"))
+    assert latin is not None
+    assert latin.collation == "latin1_swedish_ci"
+
+
+def test_rows_partition_maintenance_changes_are_kept_under_lenient_and_stop_evolve() -> None:
+    import pytest
+
+    from binlake.events import PartitionRowsChanged, TableId
+    from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
+
+    change = PartitionRowsChanged(TableId("d", "t"), "DROP PARTITION")
+    assert sink_changes(change, "lenient", True, None) == []
+    for behavior in ("evolve", "try_evolve", "exception"):
+        with pytest.raises(SchemaChangeRefusedError, match=r"backfill|exception"):
+            sink_changes(change, behavior, True, None)

@@ -195,3 +195,35 @@ def test_rename_and_drop_table(applier: IcebergMetadataApplier, table: Table) ->
     assert applier.apply(DropTable(renamed)).outcome == "applied"
     assert applier.apply(DropTable(renamed)).outcome == "no-op"
     assert not applier.catalog.table_exists("archive.orders_2024")
+
+
+def test_a_moved_column_moves_in_the_sink_once(applier: IcebergMetadataApplier, table: Table) -> None:
+    """``MODIFY price DECIMAL(12,2) FIRST``: widened and moved; the replay is a no-op."""
+    wider = Column("price", "decimal", "decimal(12,2)", precision=12, scale=2)
+    change = AlterColumnType(T, wider, "first")
+    assert applier.apply(change).outcome == "applied"
+    assert applier.apply(change).outcome == "no-op"
+    moved = AlterColumnType(T, Column("qty", "int", "int(11)"), "after", "note")
+    assert applier.apply(moved).outcome == "applied"
+    table.refresh()
+    assert [f.name for f in table.schema().fields] == ["price", "id", "weight", "note", "qty"]
+    assert rows(table)[1]["qty"] == 10
+
+
+def test_a_table_created_again_in_the_binlog_replaces_the_sink_table(
+    applier: IcebergMetadataApplier, table: Table
+) -> None:
+    """CREATE OR REPLACE, or DROP + CREATE under lenient: the source's rows are gone, the sink's
+    too; the same creation replayed (a restart) keeps what was written since."""
+    replaced = CreateTable(
+        T, (Column("id", "bigint", "bigint(20)", nullable=False), Column("v", "int", "int(11)")), ("id",)
+    )
+    assert applier.apply(replaced).outcome == "no-op"  # a creation without a position: a snapshot's
+    assert applier.apply(replaced, "mysql-bin.000003:400#1").outcome == "applied"
+    again = applier.catalog.load_table("shop.orders")
+    assert [f.name for f in again.schema().fields] == ["id", "v"]
+    assert again.scan().to_arrow().num_rows == 0
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.int32())])
+    again.append(pa.table({"id": [7], "v": [1]}, schema=schema))
+    assert applier.apply(replaced, "mysql-bin.000003:400#1").outcome == "no-op"
+    assert applier.catalog.load_table("shop.orders").scan().to_arrow().num_rows == 1

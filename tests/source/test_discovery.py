@@ -60,3 +60,16 @@ def test_missing_tables_are_left_out(mariadb: PrivateMariaDB, database: str) -> 
     with contextlib.closing(connect(source_config(mariadb, database))) as conn:
         found = discover(conn, [TableId(database, "t"), TableId(database, "gone")])
     assert [s.table.table for s in found] == ["t"]
+
+
+def test_the_shadow_tables_of_schema_change_tools_are_captured_with_their_table() -> None:
+    from binlake.events import TableId
+    from binlake.source.discovery import TableSelector
+
+    selector = TableSelector([r"shop\.orders"])
+    for shadow in ("_orders_gho", "_orders_del", "_orders_new", "_orders_old", "__orders_new"):
+        assert selector.matches(TableId("shop", shadow))
+        assert selector.shadow_of(TableId("shop", shadow)) == TableId("shop", "orders")
+    for other in ("_orders_ghx", "_items_gho", "orders_gho"):
+        assert not selector.matches(TableId("shop", other))
+    assert selector.shadow_of(TableId("shop", "orders")) is None

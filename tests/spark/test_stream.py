@@ -93,9 +93,18 @@ def test_workload_during_snapshot_and_stream_then_caught_up_is_exact(
     try:
         assert run_snapshot(config, spark).complete
         reports: list[Any] = []
-        stream = threading.Thread(target=lambda: reports.append(run_stream(config, spark, stop=stop)))
+        batches = threading.Semaphore(0)
+        stream = threading.Thread(
+            target=lambda: reports.append(
+                run_stream(config, spark, stop=stop, progress=lambda _b, _r: batches.release())
+            )
+        )
         stream.start()
-        time.sleep(12)  # the continuous stream runs while the workload writes
+        # the continuous stream runs while the workload writes: at least two batches of it (waited
+        # for, not timed: a slow machine starts Spark's query later)
+        time.sleep(12)
+        assert batches.acquire(timeout=300)
+        assert batches.acquire(timeout=300)
     finally:
         stats = workload.stop()
         stop.set()

@@ -24,11 +24,14 @@ from dataclasses import replace
 from binlake.errors import BinlakeError
 from binlake.events import (
     AddColumn,
+    AlterColumnDefault,
     AlterColumnType,
+    AlterTableCollation,
     Column,
     CreateTable,
     DropColumn,
     DropTable,
+    PartitionRowsChanged,
     RenameColumn,
     RenameTable,
     SchemaChange,
@@ -62,8 +65,14 @@ def sink_changes(
     Raises:
         SchemaChangeRefusedError: behaviour ``exception`` and a change other than a new table.
     """
-    if behavior == "ignore":
-        return []
+    if behavior == "ignore" or isinstance(change, AlterColumnDefault | AlterTableCollation):
+        return []  # defaults and a table's default collation are not part of the sink's schema
+    if isinstance(change, PartitionRowsChanged) and behavior in ("evolve", "try_evolve"):
+        raise SchemaChangeRefusedError(
+            f"{change.action} changed rows of {change.table} without row events, so binlake cannot "
+            f"tell which. Fix: backfill the table (`binlake --config … backfill --table {change.table}`) "
+            "once the stream has passed this point, or choose `lenient`, which keeps such rows"
+        )
     if behavior == "exception":
         if isinstance(change, CreateTable):
             return [change]
@@ -84,7 +93,7 @@ def sink_changes(
 def _lenient(
     change: SchemaChange, safe_widening: bool, source_after: CreateTable | None
 ) -> list[SchemaChange]:
-    if isinstance(change, DropColumn | TruncateTable | DropTable):
+    if isinstance(change, DropColumn | TruncateTable | DropTable | PartitionRowsChanged):
         return []
     if isinstance(change, RenameColumn):
         column = _column(source_after, change.new_name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import struct
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from binlake.events import Column
@@ -27,6 +27,7 @@ _INTEGER = re.compile(r"^[+-]?\d+$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
 _FLOAT32 = struct.Struct("<f")
+_WIDE = Context(prec=100)
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,8 @@ def _number(column: Column, text: str) -> Default | None:
     if not _NUMBER.match(text):
         return None
     if t == "decimal":
-        try:
-            value_d = Decimal(text).quantize(Decimal(1).scaleb(-(column.scale or 0)))
+        try:  # DECIMAL(65, 30): wider than Python's default context
+            value_d = Decimal(text).quantize(Decimal(1).scaleb(-(column.scale or 0)), context=_WIDE)
         except InvalidOperation:
             return None
         if (column.precision or 10) > MAX_DECIMAL_PRECISION:
@@ -95,3 +96,28 @@ def _unquote(body: str) -> str:
             out.append(c)
             i += 1
     return "".join(out)
+
+
+_NOW = re.compile(r"^(current_timestamp|now|localtimestamp|localtime)(\(\s*(\d*)\s*\))?$")
+
+
+def normalised_default(column: Column) -> tuple[str, Any]:
+    """A column's default in a form two readings of it compare by: ``("none", None)`` for no
+    default, ``("value", v)`` for a constant binlake reads, ``("now", fsp)`` for the current time,
+    else ``("expression", text)`` (lower case, without spaces)."""
+    text = column.default
+    if text is None:  # a nullable column without a DEFAULT has the default NULL
+        return ("value", None) if column.nullable else ("none", None)
+    found = literal_default(column)
+    if found is not None:
+        return ("value", found.value)
+    squeezed = "".join(text.lower().split())
+    now = _NOW.match(squeezed)
+    if now:
+        return ("now", int(now.group(3) or 0))
+    # an expression: only "it is one" matters to binlake (the server alone knows its value), so
+    # quoting and parentheses, which servers print each their own way, are left out
+    bare = squeezed.translate(str.maketrans("", "", "'\"\\"))
+    while bare.startswith("(") and bare.endswith(")"):
+        bare = bare[1:-1]
+    return ("expression", bare)

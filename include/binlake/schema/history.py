@@ -12,10 +12,13 @@ from dataclasses import replace
 
 from binlake.events import (
     AddColumn,
+    AlterColumnDefault,
     AlterColumnType,
+    AlterTableCollation,
     CreateTable,
     DropColumn,
     DropTable,
+    PartitionRowsChanged,
     RenameColumn,
     RenameTable,
     SchemaChange,
@@ -43,10 +46,12 @@ def evolve(table: TableId, schema: CreateTable | None, change: SchemaChange) -> 
         return None if change.table == table else schema
     if isinstance(change, DropTable):
         return None if change.table == table else schema
-    if change.table != table or isinstance(change, TruncateTable):
+    if change.table != table or isinstance(change, TruncateTable | PartitionRowsChanged):
         return schema
     if schema is None:
         raise SchemaEvolutionError(f"{change} changes {table}, whose schema is unknown")
+    if isinstance(change, AlterTableCollation):
+        return replace(schema, collation=change.collation)
     names = [c.name.lower() for c in schema.columns]
     columns = list(schema.columns)
     keys = list(schema.primary_key)
@@ -66,8 +71,16 @@ def evolve(table: TableId, schema: CreateTable | None, change: SchemaChange) -> 
         i = _index(table, names, change.old_name)
         columns[i] = replace(columns[i], name=change.new_name)
         keys = [change.new_name if k.lower() == change.old_name.lower() else k for k in keys]
-    elif isinstance(change, AlterColumnType):
+    elif isinstance(change, AlterColumnDefault):
         columns[_index(table, names, change.column.name)] = change.column
+    elif isinstance(change, AlterColumnType):
+        at = _index(table, names, change.column.name)
+        if change.position == "keep":
+            columns[at] = change.column
+        else:
+            del columns[at], names[at]
+            to = 0 if change.position == "first" else _index(table, names, change.after or "") + 1
+            columns.insert(to, change.column)
     return replace(schema, columns=tuple(columns), primary_key=tuple(keys))
 
 

@@ -24,7 +24,9 @@ from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, Int
 from binlake.errors import BinlakeError
 from binlake.events import (
     AddColumn,
+    AlterColumnDefault,
     AlterColumnType,
+    AlterTableCollation,
     CreateTable,
     DropColumn,
     DropTable,
@@ -42,6 +44,8 @@ Outcome = Literal["applied", "no-op"]
 
 #: Table property holding the id of the last truncate applied, so a replayed truncate is a no-op.
 TRUNCATE_ID = "binlake.truncate-id"
+#: The binlog position (``offset#seq``) of the CREATE TABLE that made the sink table, if any.
+CREATED_ID = "binlake.created-id"
 #: Defaults binlake sets on every table it creates (commits are never retried blindly: binlake
 #: refreshes, re-checks what was committed and only then retries).
 DEFAULT_PROPERTIES = {
@@ -111,6 +115,8 @@ class IcebergMetadataApplier:
                 DropColumn,
                 RenameColumn,
                 AlterColumnType,
+                AlterColumnDefault,
+                AlterTableCollation,
                 TruncateTable,
                 DropTable,
                 RenameTable,
@@ -168,8 +174,15 @@ class IcebergMetadataApplier:
     @_apply.register
     def _create(self, change: CreateTable, change_id: str | None) -> ApplyResult:
         identifier = self.identifier(change.table)
+        replaced = ""
         if self.catalog.table_exists(identifier):
-            return ApplyResult(change, "no-op", f"{identifier} exists")
+            # A table created in the binlog where the sink has one was replaced on the source
+            # (CREATE OR REPLACE, or DROP + CREATE): its rows are gone there, so here too. A
+            # creation without a binlog position (a snapshot's) or one already made is a no-op.
+            if change_id is None or self._load(change.table).properties.get(CREATED_ID) == change_id:
+                return ApplyResult(change, "no-op", f"{identifier} exists")
+            self.catalog.drop_table(identifier)
+            replaced = " (replacing the table of that name and its rows)"
         namespace = self.naming(change.table)[0]
         self.catalog.create_namespace_if_not_exists(namespace)
         schema = iceberg_schema(change)
@@ -190,9 +203,13 @@ class IcebergMetadataApplier:
             schema=schema,
             partition_spec=spec,
             sort_order=order,
-            properties={**DEFAULT_PROPERTIES, **self.layout.properties},
+            properties={
+                **DEFAULT_PROPERTIES,
+                **self.layout.properties,
+                **({CREATED_ID: change_id} if change_id is not None else {}),
+            },
         )
-        return ApplyResult(change, "applied", f"created {identifier}")
+        return ApplyResult(change, "applied", f"created {identifier}{replaced}")
 
     @_apply.register
     def _add_column(self, change: AddColumn, change_id: str | None) -> ApplyResult:
@@ -239,17 +256,31 @@ class IcebergMetadataApplier:
         current = table.schema().find_field(name)
         wanted = iceberg_type(change.column)
         loosen = change.column.nullable and current.required and name not in _identifier_names(table)
-        if current.field_type == wanted and not loosen:
+        move = change.position != "keep" and not _in_place(table, change)
+        if current.field_type == wanted and not loosen and not move:
             return ApplyResult(change, "no-op", f"{name} is already {wanted}")
         if current.field_type != wanted:
             _check_promotion(change, current.field_type, wanted)
         with table.update_schema() as update:
-            update.update_column(
-                name,
-                field_type=wanted if current.field_type != wanted else None,
-                required=False if loosen else None,
-            )
+            if current.field_type != wanted or loosen:
+                update.update_column(
+                    name,
+                    field_type=wanted if current.field_type != wanted else None,
+                    required=False if loosen else None,
+                )
+            if move and change.position == "first":
+                update.move_first(name)
+            elif move and change.after:
+                update.move_after(name, change.after)
         return ApplyResult(change, "applied", f"{current.field_type} → {wanted}")
+
+    @_apply.register
+    def _table_collation(self, change: AlterTableCollation, change_id: str | None) -> ApplyResult:
+        return ApplyResult(change, "no-op", "a default collation is not part of an Iceberg schema")
+
+    @_apply.register
+    def _column_default(self, change: AlterColumnDefault, change_id: str | None) -> ApplyResult:
+        return ApplyResult(change, "no-op", "binlake keeps source defaults in its schema history")
 
     @_apply.register
     def _truncate(self, change: TruncateTable, change_id: str | None) -> ApplyResult:
@@ -280,6 +311,15 @@ class IcebergMetadataApplier:
         self.catalog.create_namespace_if_not_exists(self.naming(change.new_table)[0])
         self.catalog.rename_table(old, new)
         return ApplyResult(change, "applied")
+
+
+def _in_place(table: Table, change: AlterColumnType) -> bool:
+    """Whether the column already sits where ``change`` moves it (a replayed move is a no-op)."""
+    names = [f.name for f in table.schema().fields]
+    at = names.index(change.column.name)
+    if change.position == "first":
+        return at == 0
+    return at > 0 and names[at - 1] == change.after
 
 
 def _has(table: Table, name: str) -> bool:

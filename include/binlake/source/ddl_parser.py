@@ -1,499 +1,846 @@
 """DDL from the binlog's query events → binlake ``SchemaChange`` events (seed 001's parser role).
 
-Statements are parsed with sqlglot's MySQL dialect, never with regular expressions. Only table
-statements reach the parser: the first keywords (read by sqlglot's tokenizer, so comments and
-backquotes are handled) decide, and everything else — GRANT, CREATE USER (whose text may hold a
-password), views, indexes, ANALYZE — is ignored without being parsed or logged.
+A recursive-descent reader of the table statements MySQL and MariaDB write to the binlog —
+``CREATE [OR REPLACE] TABLE``, ``ALTER TABLE``, ``DROP TABLE[S]``, ``RENAME TABLE[S]``,
+``TRUNCATE`` — over sqlglot's tokenizer (``ddl_tokens``; column definitions in ``ddl_columns``).
+Everything else — GRANT, CREATE USER (whose text may hold a password), views, indexes, ANALYZE —
+is recognised by its first words and ignored without being read further or logged.
 
-Column types come from the statement (an ``ADD COLUMN`` is known before any row of it arrives) and
-are normalised like discovery normalises ``information_schema`` (``schema.type_mapping`` needs
-``data_type``, ``column_type``, precision/scale/fsp/length, the charset and ENUM/SET members).
-Where the statement leaves something to the table's defaults (a text column's charset), the
-table's current schema fills it in.
+``ALTER TABLE`` is not read action by action in text order: the server resolves all of a
+statement's actions against the table as it was (``CHANGE``/``MODIFY``/``DROP`` name old columns,
+``FIRST``/``AFTER`` place columns in the new list, positioned columns go in after the others),
+so the parser runs the same algorithm on the table's current schema and then states the
+difference as ``SchemaChange`` events the sink can make one by one: drops, renames, then each
+column in its new order (added, moved or retyped), then the table's default collation.
 
-A table statement sqlglot cannot read raises ``UnparsedDdlError``: the caller's behaviour mode
-decides what happens, it is never dropped silently.
+A table statement binlake cannot follow raises ``UnparsedDdlError`` — only when it concerns a
+table the caller tracks: a statement about other tables changes nothing binlake keeps.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
-import sqlglot
-from pymysql.charset import charset_by_name
-from sqlglot import Token, TokenType, exp
-from sqlglot.dialects.mysql import MySQL
-from sqlglot.errors import ParseError, TokenError
-
-from binlake.errors import BinlakeError
 from binlake.events import (
     AddColumn,
+    AlterColumnDefault,
     AlterColumnType,
+    AlterTableCollation,
     Column,
     CreateTable,
     DropColumn,
     DropTable,
+    PartitionRowsChanged,
     RenameColumn,
     RenameTable,
     SchemaChange,
     TableId,
     TruncateTable,
 )
+from binlake.source.charsets import Charsets, canonical_charset, canonical_collation, charset_of
+from binlake.source.ddl_columns import (
+    ColumnDef,
+    column_definition,
+    default_text,
+    default_value,
+)
+from binlake.source.ddl_tokens import Cursor, UnparsedDdlError, tokens
 
-# sqlglot warns with the statement's text when it falls back to a generic command; binlake reports
-# unparsed table DDL itself, with its position, and no other statement text may reach a log.
+__all__ = ["Charsets", "Lookup", "UnparsedDdlError", "parse_ddl"]
+
+# sqlglot warns with the statement's text in some cases; no statement text may reach a log.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 Lookup = Callable[[TableId], CreateTable | None]
 
-_DIALECT = MySQL()
-_GEOMETRY = {
-    "POINT", "LINESTRING", "POLYGON", "MULTIPOINT", "MULTILINESTRING", "MULTIPOLYGON",
-    "GEOMETRYCOLLECTION", "GEOMCOLLECTION",
+#: Words that begin a table-level item of a column list rather than a column.
+_ITEM_WORDS = {"CONSTRAINT", "PRIMARY", "UNIQUE", "FOREIGN", "INDEX", "KEY", "FULLTEXT", "SPATIAL", "CHECK"}
+#: ALTER TABLE options that change no column: ``WORD [=] value``.
+_TABLE_OPTIONS = {
+    "ENGINE", "TYPE", "AUTO_INCREMENT", "AVG_ROW_LENGTH", "CHECKSUM", "TABLE_CHECKSUM", "COMMENT",
+    "COMPRESSION", "CONNECTION", "DATA", "INDEX", "DELAY_KEY_WRITE", "ENCRYPTION", "INSERT_METHOD",
+    "KEY_BLOCK_SIZE", "MAX_ROWS", "MIN_ROWS", "PACK_KEYS", "PASSWORD", "ROW_FORMAT",
+    "STATS_AUTO_RECALC", "STATS_PERSISTENT", "STATS_SAMPLE_PAGES", "TABLESPACE", "UNION",
+    "PAGE_CHECKSUM", "PAGE_COMPRESSED", "PAGE_COMPRESSION_LEVEL", "TRANSACTIONAL", "ENCRYPTED",
+    "ENCRYPTION_KEY_ID", "IETF_QUOTES", "SEQUENCE", "STORAGE", "SECONDARY_ENGINE", "AUTOEXTEND_SIZE",
+    "ENGINE_ATTRIBUTE", "SECONDARY_ENGINE_ATTRIBUTE", "START",
 }  # fmt: skip
-# (data_type, information_schema precision, MariaDB display width signed/unsigned)
-_INTEGERS: dict[Any, tuple[str, int, int, bool]] = {
-    exp.DataType.Type.TINYINT: ("tinyint", 3, 4, False),
-    exp.DataType.Type.UTINYINT: ("tinyint", 3, 3, True),
-    exp.DataType.Type.SMALLINT: ("smallint", 5, 6, False),
-    exp.DataType.Type.USMALLINT: ("smallint", 5, 5, True),
-    exp.DataType.Type.MEDIUMINT: ("mediumint", 7, 9, False),
-    exp.DataType.Type.UMEDIUMINT: ("mediumint", 7, 8, True),
-    exp.DataType.Type.INT: ("int", 10, 11, False),
-    exp.DataType.Type.UINT: ("int", 10, 10, True),
-    exp.DataType.Type.BIGINT: ("bigint", 19, 20, False),
-    exp.DataType.Type.UBIGINT: ("bigint", 20, 20, True),
+#: Words that begin an ALTER TABLE action.
+_ACTIONS = {
+    "ADD",
+    "ALTER",
+    "CHANGE",
+    "MODIFY",
+    "DROP",
+    "RENAME",
+    "CONVERT",
+    "DEFAULT",
+    "CHARACTER",
+    "COLLATE",
 }
-_TEXT_LENGTHS = {"tinytext": 255, "text": 65535, "mediumtext": 16777215, "longtext": 4294967295}
-_BLOB_LENGTHS = {"tinyblob": 255, "blob": 65535, "mediumblob": 16777215, "longblob": 4294967295}
-_SIMPLE = {
-    "float", "double", "date", "datetime", "timestamptz", "time", "year", "char", "varchar",
-    "binary", "varbinary", "enum", "set", "json", "geometry", "bit", "decimal", "udecimal",
-    *_TEXT_LENGTHS, *_BLOB_LENGTHS,
+#: ALTER TABLE actions that change neither columns nor rows (their arguments are skipped).
+_NO_CHANGE = {
+    "ALGORITHM", "LOCK", "FORCE", "ENABLE", "DISABLE", "DISCARD", "IMPORT", "ORDER", "WITH", "WITHOUT",
+    "VALIDATION", "ANALYZE", "CHECK", "OPTIMIZE", "REBUILD", "REPAIR", "COALESCE", "REORGANIZE",
+    "REMOVE", "PARTITION", "PARTITIONS", "SUBPARTITION", "UPGRADE", "NOWAIT", "WAIT",
 }  # fmt: skip
 
 
-class UnparsedDdlError(BinlakeError):
-    """A table statement binlake could not turn into schema changes."""
-
-
-def parse_ddl(statement: str, database: str, lookup: Lookup) -> list[SchemaChange]:
+def parse_ddl(
+    statement: str,
+    database: str,
+    lookup: Lookup,
+    charsets: Charsets | None = None,
+    tracked: Callable[[TableId], bool] | None = None,
+) -> list[SchemaChange]:
     """The schema changes ``statement`` makes ([] for statements that change no table).
 
     Args:
         statement: the query event's text.
         database: the event's default database (unqualified names belong to it).
         lookup: a table's schema before this statement, or None if binlake does not know it.
+        charsets: the server's charset defaults (the table's database default, each charset's
+            default collation); MariaDB's built-in defaults when None.
+        tracked: whether binlake keeps a table's schema (a table it does not track never makes
+            a statement fail); every table when None.
     """
-    try:
-        tokens = _DIALECT.tokenize(statement)
-    except TokenError as e:
-        raise UnparsedDdlError(f"could not read the statement's tokens ({e})") from None
-    kind = _statement_kind(tokens)
-    if kind is None:
+    reader = _Reader(database, lookup, charsets or Charsets(), tracked or (lambda _t: True))
+    return reader.statement(Cursor(tokens(statement)))
+
+
+@dataclass
+class _Slot:
+    """A column of the table an ALTER builds, and which old column it comes from."""
+
+    column: Column
+    origin: str | None
+    """The old column's name (lower case), None for a new column."""
+
+
+@dataclass
+class _Alter:
+    """What one ALTER TABLE statement asks for, before the server's algorithm resolves it."""
+
+    drops: dict[str, bool] = field(default_factory=dict)
+    """old column (lower case) → IF EXISTS"""
+    definitions: list[tuple[str | None, ColumnDef, tuple[str, str | None] | None, bool]] = field(
+        default_factory=list
+    )
+    """(old name or None for ADD, definition, position, IF [NOT] EXISTS), in text order"""
+    defaults: dict[str, tuple[str, object] | None] = field(default_factory=dict)
+    """ALTER COLUMN c SET DEFAULT v / DROP DEFAULT: old column → the value (None: dropped)"""
+    renames: list[tuple[str, str, bool]] = field(default_factory=list)
+    """RENAME COLUMN old TO new: (old lower case, new, IF EXISTS)"""
+    collation: str | None = None
+    convert: tuple[str, str] | None = None
+    new_name: TableId | None = None
+    key_change: str | None = None
+    rows_changed: list[tuple[TableId, str]] = field(default_factory=list)
+    """Partition maintenance that changes rows without row events: (table, action)"""
+
+
+class _Reader:
+    def __init__(
+        self, database: str, lookup: Lookup, charsets: Charsets, tracked: Callable[[TableId], bool]
+    ) -> None:
+        self.database = database
+        self.lookup = lookup
+        self.charsets = charsets
+        self.tracked = tracked
+
+    def statement(self, cur: Cursor) -> list[SchemaChange]:
+        verb = cur.peek_upper()
+        if verb == "CREATE":
+            return self._create(cur)
+        if verb == "ALTER":
+            return self._alter(cur)
+        if verb == "DROP":
+            return self._drop(cur)
+        if verb == "RENAME":
+            return self._rename(cur)
+        if verb == "TRUNCATE":
+            cur.next()
+            cur.accept("TABLE")
+            return [TruncateTable(self._table(cur))]
         return []
-    if kind == "rename":
-        return _rename_tables(tokens, database)
-    if kind == "alter":
-        statement = _split_parenthesised_adds(statement, tokens)
-    statement, geometries = _geometry_as_generic(statement, tokens)
-    try:
-        tree = sqlglot.parse_one(statement, read="mysql")
-    except ParseError as e:
-        raise UnparsedDdlError(f"sqlglot could not parse it: {str(e).splitlines()[0]}") from None
-    if isinstance(tree, exp.Command):
-        raise UnparsedDdlError("sqlglot does not support this form of the statement")
-    return _Converter(database, lookup, geometries).convert(tree)
 
+    def _table(self, cur: Cursor) -> TableId:
+        parts = cur.dotted()
+        if len(parts) == 1:
+            return TableId(self.database, parts[0])
+        if len(parts) == 2:
+            return TableId(parts[0], parts[1])
+        raise UnparsedDdlError(f"not a table name: {'.'.join(parts)}")
 
-def _statement_kind(tokens: list[Token]) -> str | None:
-    words = [t.text.upper() for t in tokens[:8]]
-    if words[:1] == ["CREATE"]:  # CREATE OR REPLACE TABLE (MariaDB)
-        words = [w for w in words if w not in ("OR", "REPLACE")]
-    if words[:2] == ["ALTER", "ONLINE"] or words[:2] == ["ALTER", "IGNORE"]:
-        words = words[:1] + words[2:]
-    if len(words) < 2:
-        return None
-    first, second = words[0], words[1]
-    if first == "ALTER" and second == "TABLE":
-        return "alter"
-    if first == "CREATE" and second == "TABLE":
-        return "create"
-    if first == "DROP" and second == "TABLE":
-        return "drop"
-    if first == "TRUNCATE":
-        return "truncate"
-    if first == "RENAME" and (second == "TABLE" or second.startswith("TABLE ")):
-        return "rename"
-    return None  # CREATE TEMPORARY TABLE, DROP TEMPORARY TABLE, views, indexes, users, grants …
+    def _refuse(self, table: TableId, reason: str) -> list[SchemaChange]:
+        if self.tracked(table):
+            raise UnparsedDdlError(reason)
+        return []
 
+    # -- DROP, RENAME --------------------------------------------------------------------------
 
-def _split_parenthesised_adds(statement: str, tokens: list[Token]) -> str:
-    """``ADD [COLUMN] (a INT, b INT)`` → ``ADD COLUMN a INT, ADD COLUMN b INT`` (sqlglot reads the latter)."""
-    edits: list[tuple[int, int, str]] = []
-    i = 0
-    while i < len(tokens):
-        if tokens[i].text.upper() == "ADD":
-            j = i + 1
-            if j < len(tokens) and tokens[j].token_type == TokenType.COLUMN:
-                j += 1
-            if j < len(tokens) and tokens[j].token_type == TokenType.L_PAREN:
-                end, parts = _top_level_parts(tokens, j)
-                text = ", ".join(
-                    "ADD COLUMN " + statement[tokens[a].start : tokens[b].end + 1] for a, b in parts
+    def _drop(self, cur: Cursor) -> list[SchemaChange]:
+        cur.next()
+        if cur.accept("TEMPORARY"):
+            return []  # a temporary table shadows, never drops, the table of that name
+        if not (cur.accept("TABLE") or cur.accept("TABLES")):
+            return []
+        cur.accept("IF", "EXISTS")
+        changes: list[SchemaChange] = [DropTable(self._table(cur))]
+        while cur.accept_punct(","):
+            changes.append(DropTable(self._table(cur)))
+        return changes
+
+    def _rename(self, cur: Cursor) -> list[SchemaChange]:
+        cur.next()
+        if not (cur.accept("TABLE") or cur.accept("TABLES")):
+            return []  # RENAME USER
+        if_exists = cur.accept("IF", "EXISTS")
+        changes: list[SchemaChange] = []
+        renamed: dict[TableId, bool] = {}  # tables that exist after the renames so far
+        while True:
+            old = self._table(cur)
+            _skip_wait(cur)
+            if not cur.accept("TO"):
+                raise UnparsedDdlError("RENAME TABLE without TO")
+            new = self._table(cur)
+            exists = renamed.get(old, self.lookup(old) is not None or not self.tracked(old))
+            if exists or not if_exists:  # IF EXISTS skips a table that is not there
+                changes.append(RenameTable(old, new))
+                renamed[old], renamed[new] = False, True
+            if not cur.accept_punct(","):
+                return changes
+
+    # -- CREATE TABLE --------------------------------------------------------------------------
+
+    def _create(self, cur: Cursor) -> list[SchemaChange]:
+        cur.next()
+        replacing = cur.accept("OR", "REPLACE")
+        if cur.accept("TEMPORARY") or not cur.accept("TABLE"):
+            return []
+        if_not_exists = cur.accept("IF", "NOT", "EXISTS")
+        table = self._table(cur)
+        existing = self.lookup(table)
+        if if_not_exists and existing is not None:
+            return []
+        try:
+            created = self._create_body(cur, table)
+        except UnparsedDdlError as e:
+            return self._refuse(table, str(e))
+        if created is None:
+            return self._refuse(
+                table,
+                f"CREATE TABLE {table} … SELECT: the new table's column types are not in the statement",
+            )
+        if isinstance(created, list):
+            return created
+        return [DropTable(table), created] if replacing and existing is not None else [created]
+
+    def _create_body(self, cur: Cursor, table: TableId) -> CreateTable | list[SchemaChange] | None:
+        if cur.accept("LIKE") or (cur.is_punct("(") and cur.peek_upper(1) == "LIKE"):
+            return self._like(cur, table)
+        if not cur.is_punct("("):
+            return None if _selects(cur) else self._refuse(table, "CREATE TABLE without a column list")
+        start = cur.at
+        cur.skip_parenthesised()  # the options after the list decide the columns' charset
+        charset = self._table_options(cur, self.charsets.database_default(table.database))
+        if _selects(cur):
+            return None
+        columns, keys = self._column_list(Cursor(cur.toks[start : cur.at]), charset)
+        return _created(table, columns, keys, charset[1])
+
+    def _like(self, cur: Cursor, table: TableId) -> list[SchemaChange]:
+        parenthesised = cur.accept_punct("(")
+        cur.accept("LIKE")
+        source = self._table(cur)
+        if parenthesised:
+            cur.expect_punct(")")
+        known = self.lookup(source)
+        if known is None:
+            return self._refuse(table, f"CREATE TABLE {table} LIKE {source}: binlake does not know {source}")
+        return [replace(known, table=table)]
+
+    def _column_list(self, cur: Cursor, charset: tuple[str, str]) -> tuple[list[ColumnDef], list[str]]:
+        cur.expect_punct("(")
+        columns: list[ColumnDef] = []
+        keys: list[str] = []
+        while True:
+            item_key = self._item(cur, charset, columns)
+            if item_key is not None:
+                keys = item_key
+            if cur.accept_punct(")"):
+                return columns, keys
+            cur.expect_punct(",")
+
+    def _item(self, cur: Cursor, charset: tuple[str, str], columns: list[ColumnDef]) -> list[str] | None:
+        """One item of a column list; the primary key's columns if it declares one."""
+        tok = cur.peek()
+        word = cur.peek_upper()
+        if (
+            tok is not None
+            and tok.kind == "word"
+            and (word in _ITEM_WORDS or (word == "PERIOD" and cur.peek_upper(1) == "FOR"))
+        ):
+            return _key_item(cur)
+        name = cur.dotted()[-1]  # t.col, db.t.col
+        definition = column_definition(cur, name, charset, self.charsets)
+        columns.append(definition)
+        return [name] if definition.primary_key else None
+
+    def _table_options(self, cur: Cursor, database: tuple[str, str]) -> tuple[str, str]:
+        charset: str | None = None
+        collation: str | None = None
+        while not cur.done() and not _selects(cur):
+            if cur.accept_punct(","):
+                continue
+            cur.accept("DEFAULT")
+            if cur.accept("CHARACTER", "SET") or cur.accept("CHARSET") or cur.accept("CHAR", "SET"):
+                cur.accept_punct("=")
+                charset = canonical_charset(cur.name())
+            elif cur.accept("COLLATE"):
+                cur.accept_punct("=")
+                collation = canonical_collation(cur.name())
+            elif cur.peek_upper() == "PARTITION":
+                _skip_partitioning(cur)
+            elif cur.peek_upper() in ("ENGINE", "TYPE") and _merge_engine(cur):
+                raise UnparsedDdlError(
+                    "a MERGE table holds no rows of its own: capture its underlying tables"
                 )
-                edits.append((tokens[i].start, tokens[end].end + 1, text))
-                i = end
-        i += 1
-    for start, end, text in reversed(edits):
-        statement = statement[:start] + text + statement[end:]
-    return statement
+            else:
+                _skip_option(cur)
+        if charset == "default":
+            charset = None
+        if charset is None and collation is None:
+            return database
+        if collation is None:
+            assert charset is not None
+            collation = self.charsets.collation_of(charset)
+        return charset_of(collation), collation
+
+    # -- ALTER TABLE ---------------------------------------------------------------------------
+
+    def _alter(self, cur: Cursor) -> list[SchemaChange]:
+        cur.next()
+        while cur.peek_upper() in ("ONLINE", "OFFLINE", "IGNORE"):
+            cur.next()
+        if not cur.accept("TABLE"):
+            return []  # ALTER DATABASE, USER, VIEW, EVENT …
+        if_exists = cur.accept("IF", "EXISTS")
+        table = self._table(cur)
+        if if_exists and self.lookup(table) is None and self.tracked(table):
+            return []  # binlake knows every table it tracks: this one is not there
+        try:
+            return self._alter_table(cur, table)
+        except UnparsedDdlError as e:
+            return self._refuse(table, str(e))
+
+    def _alter_table(self, cur: Cursor, table: TableId) -> list[SchemaChange]:
+        current = self.lookup(table)
+        _skip_wait(cur)
+        charset = _table_charset(current, self.charsets, table)
+        start = cur.at
+        plan = self._actions(cur, table, charset, current)
+        if plan.collation is not None and plan.collation != charset[1]:
+            # a new default charset applies to the columns the same statement adds or redefines
+            cur.at = start
+            plan = self._actions(cur, table, (charset_of(plan.collation), plan.collation), current)
+        if current is None:
+            return self._unknown_alter(table, plan)
+        if plan.key_change is not None:
+            raise UnparsedDdlError(
+                f"{plan.key_change} of {table}: changing a primary key is not a schema change binlake "
+                "can follow (the sink's rows are keyed by it)"
+            )
+        after, origins, placed = _resolve(current, plan)
+        changes = _differences(current, after, origins, placed)
+        changes += [PartitionRowsChanged(t, action) for t, action in plan.rows_changed]
+        if plan.new_name is not None and plan.new_name != table:
+            changes.append(RenameTable(table, plan.new_name))
+        return changes
+
+    def _actions(
+        self, cur: Cursor, table: TableId, charset: tuple[str, str], current: CreateTable | None
+    ) -> _Alter:
+        plan = _Alter()
+        while not cur.done():
+            if cur.peek_upper() == "PARTITION" and cur.peek_upper(1) == "BY":
+                _skip_partitioning(cur)
+                continue
+            self._action(cur, table, plan, charset, current)
+            cur.accept_punct(",")  # table options may follow one another without commas
+        return plan
+
+    def _unknown_alter(self, table: TableId, plan: _Alter) -> list[SchemaChange]:
+        """An ALTER of a table binlake does not know: only a rename can concern it (into the
+        captured set), the rest changes nothing binlake keeps — unless binlake tracks the table."""
+        touches = plan.drops or plan.definitions or plan.renames or plan.defaults or plan.convert
+        if touches and self.tracked(table):
+            raise UnparsedDdlError(f"ALTER TABLE {table}: binlake does not know the table's schema")
+        return [RenameTable(table, plan.new_name)] if plan.new_name not in (None, table) else []
+
+    def _action(
+        self, cur: Cursor, table: TableId, plan: _Alter, charset: tuple[str, str], current: CreateTable | None
+    ) -> None:
+        word = cur.peek_upper()
+        if word == "ADD":
+            cur.next()
+            self._add(cur, plan, charset)
+        elif word in ("CHANGE", "MODIFY"):
+            cur.next()
+            cur.accept("COLUMN")
+            if_exists = cur.accept("IF", "EXISTS")
+            old = cur.name()
+            new = cur.name() if word == "CHANGE" else old
+            definition = column_definition(cur, new, charset, self.charsets)
+            plan.definitions.append((old.lower(), definition, _position(cur), if_exists))
+            if definition.primary_key:
+                plan.key_change = f"{word} … PRIMARY KEY"
+        elif word == "DROP":
+            cur.next()
+            self._drop_action(cur, table, plan)
+        elif word == "ALTER":
+            cur.next()
+            self._alter_column(cur, plan)
+        elif word == "RENAME":
+            cur.next()
+            self._rename_action(cur, plan)
+        elif word in ("DEFAULT", "CHARACTER", "CHARSET", "COLLATE", "CHAR"):
+            plan.collation = self._collation_option(cur, table)
+        elif word == "CONVERT":
+            cur.next()
+            if cur.accept("TO"):
+                cur.accept("CHARACTER", "SET") or cur.accept("CHARSET")
+                name = cur.name().lower()
+                collation = None
+                if cur.accept("COLLATE"):
+                    cur.accept_punct("=")
+                    collation = canonical_collation(cur.name())
+                if name == "default":
+                    plan.convert = _table_charset(None, self.charsets, TableId(self.database, ""))
+                else:
+                    cs = canonical_charset(name)
+                    plan.convert = (cs, collation or self.charsets.collation_of(cs))
+                plan.collation = plan.convert[1]
+            else:
+                cur.skip_item()  # CONVERT PARTITION/TABLE (MariaDB): moves rows between tables
+                raise UnparsedDdlError("CONVERT PARTITION moves rows between tables without row events")
+        elif word == "UNION" or (word in ("ENGINE", "TYPE") and _merge_engine(cur)):
+            raise UnparsedDdlError("a MERGE table holds no rows of its own: capture its underlying tables")
+        elif word in _TABLE_OPTIONS:
+            _skip_option(cur)
+        elif word == "TRUNCATE":
+            _skip_partition_list(cur)
+            plan.rows_changed.append((table, "TRUNCATE PARTITION"))
+        elif word == "EXCHANGE":  # EXCHANGE PARTITION p WITH TABLE t2: rows swap between the two
+            cur.accept("EXCHANGE", "PARTITION")
+            cur.name()
+            cur.accept("WITH", "TABLE")
+            plan.rows_changed += [(table, "EXCHANGE PARTITION"), (self._table(cur), "EXCHANGE PARTITION")]
+            cur.skip_item()
+        elif word == "ORDER":
+            _skip_order_by(cur)
+        elif word in _NO_CHANGE:
+            _skip_partition_list(cur)
+        else:
+            tok = cur.peek()
+            raise UnparsedDdlError(f"`{tok.text if tok else ''}` is not an ALTER TABLE action binlake reads")
+
+    def _add(self, cur: Cursor, plan: _Alter, charset: tuple[str, str]) -> None:
+        word = cur.peek_upper()
+        if word in ("PRIMARY",) or (word == "CONSTRAINT" and _declares_primary(cur)):
+            plan.key_change = "ADD PRIMARY KEY"
+            cur.skip_item()
+            return
+        if word in _ITEM_WORDS or word in ("PERIOD", "SYSTEM"):
+            cur.skip_item()
+            return
+        if word in ("PARTITION", "PARTITIONS"):
+            cur.skip_item()
+            return
+        cur.accept("COLUMN")
+        if_not_exists = cur.accept("IF", "NOT", "EXISTS")
+        if cur.accept_punct("("):
+            while True:
+                if cur.peek_upper() in _ITEM_WORDS:
+                    if cur.peek_upper() == "PRIMARY" or (
+                        cur.peek_upper() == "CONSTRAINT" and _declares_primary(cur)
+                    ):
+                        plan.key_change = "ADD PRIMARY KEY"
+                    cur.skip_item()
+                else:
+                    self._add_column(cur, plan, charset, if_not_exists, positioned=False)
+                if cur.accept_punct(")"):
+                    return
+                cur.expect_punct(",")
+        self._add_column(cur, plan, charset, if_not_exists, positioned=True)
+
+    def _add_column(
+        self, cur: Cursor, plan: _Alter, charset: tuple[str, str], if_not_exists: bool, positioned: bool
+    ) -> None:
+        name = cur.dotted()[-1]
+        definition = column_definition(cur, name, charset, self.charsets)
+        position = _position(cur) if positioned else None
+        plan.definitions.append((None, definition, position, if_not_exists))
+        if definition.primary_key:
+            plan.key_change = "ADD … PRIMARY KEY"
+
+    def _drop_action(self, cur: Cursor, table: TableId, plan: _Alter) -> None:
+        word = cur.peek_upper()
+        if word == "PRIMARY":
+            plan.key_change = "DROP PRIMARY KEY"
+            cur.skip_item()
+        elif word == "PARTITION":
+            _skip_partition_list(cur)
+            plan.rows_changed.append((table, "DROP PARTITION"))
+        elif word in ("INDEX", "KEY", "FOREIGN", "CONSTRAINT", "CHECK", "PERIOD", "SYSTEM", "UNIQUE"):
+            cur.skip_item()
+        else:
+            cur.accept("COLUMN")
+            if_exists = cur.accept("IF", "EXISTS")
+            name = cur.dotted()[-1]  # DROP t.col
+            cur.accept("RESTRICT") or cur.accept("CASCADE")
+            plan.drops[name.lower()] = if_exists
+
+    def _alter_column(self, cur: Cursor, plan: _Alter) -> None:
+        if cur.peek_upper() in ("INDEX", "KEY", "CHECK", "CONSTRAINT"):
+            cur.skip_item()
+            return
+        cur.accept("COLUMN")
+        cur.accept("IF", "EXISTS")
+        name = cur.name().lower()
+        if cur.accept("SET", "DEFAULT"):
+            plan.defaults[name] = default_value(cur)
+        elif cur.accept("DROP", "DEFAULT"):
+            plan.defaults[name] = None
+        else:
+            cur.skip_item()  # SET VISIBLE / INVISIBLE
+
+    def _rename_action(self, cur: Cursor, plan: _Alter) -> None:
+        if cur.accept("COLUMN"):
+            if_exists = cur.accept("IF", "EXISTS")
+            old = cur.name()
+            cur.accept("TO")
+            plan.renames.append((old.lower(), cur.name(), if_exists))
+        elif cur.peek_upper() in ("INDEX", "KEY"):
+            cur.skip_item()
+        else:
+            cur.accept("TO") or cur.accept("AS")
+            plan.new_name = self._table(cur)
+
+    def _collation_option(self, cur: Cursor, table: TableId) -> str:
+        cur.accept("DEFAULT")
+        charset: str | None = None
+        collation: str | None = None
+        while cur.peek_upper() in ("CHARACTER", "CHARSET", "CHAR", "COLLATE", "DEFAULT"):
+            if cur.accept("DEFAULT"):
+                continue
+            if cur.accept("COLLATE"):
+                cur.accept_punct("=")
+                collation = canonical_collation(cur.name())
+            else:
+                cur.next()
+                cur.accept("SET")
+                cur.accept_punct("=")
+                charset = canonical_charset(cur.name())
+        database = self.charsets.database_default(table.database)
+        if collation == "default" or (collation is None and charset in (None, "default")):
+            return database[1]  # [DEFAULT] CHARACTER SET / COLLATE = DEFAULT: the database's
+        if collation is None:
+            assert charset is not None
+            collation = database[1] if charset == database[0] else self.charsets.collation_of(charset)
+        return collation
 
 
-def _top_level_parts(tokens: list[Token], open_at: int) -> tuple[int, list[tuple[int, int]]]:
-    """Index of the matching ``)`` and the (first, last) token of each comma-separated part."""
-    depth, parts, first = 0, [], open_at + 1
-    for k in range(open_at, len(tokens)):
-        kind = tokens[k].token_type
-        if kind == TokenType.L_PAREN:
-            depth += 1
-        elif kind == TokenType.R_PAREN:
-            depth -= 1
-            if depth == 0:
-                parts.append((first, k - 1))
-                return k, parts
-        elif kind == TokenType.COMMA and depth == 1:
-            parts.append((first, k - 1))
-            first = k + 1
-    raise UnparsedDdlError("unbalanced parentheses")
+# -- the server's ALTER algorithm ----------------------------------------------------------------
 
 
-def _geometry_as_generic(statement: str, tokens: list[Token]) -> tuple[str, list[str]]:
-    """sqlglot knows GEOMETRY but not its subtypes: read them as GEOMETRY, keep their names in order."""
-    names: list[str] = []
-    for token in reversed(tokens):
-        if token.token_type != TokenType.STRING and token.text.upper() in _GEOMETRY:
-            statement = statement[: token.start] + "GEOMETRY" + statement[token.end + 1 :]
-            names.insert(0, token.text.lower())
-        elif token.text.upper() == "GEOMETRY":
-            names.insert(0, "geometry")
-    return statement, names
+def _resolve(current: CreateTable, plan: _Alter) -> tuple[CreateTable, list[str | None], set[str]]:
+    """The table after ``plan`` as the server builds it (MySQL's ``mysql_prepare_alter_table``),
+    where each of its columns comes from (an old column's lower-case name, None: added), and the
+    old columns the statement placed (FIRST/AFTER)."""
+    old_names = {c.name.lower() for c in current.columns}
+    for name, if_exists in plan.drops.items():
+        if name not in old_names and not if_exists:
+            raise UnparsedDdlError(f"DROP COLUMN `{name}`: {current.table} has no such column")
+    in_place: dict[str, Column] = {}
+    moved: set[str] = set()
+    for old, definition, position, if_flag in plan.definitions:
+        if old is not None and old not in old_names and not if_flag:
+            raise UnparsedDdlError(f"CHANGE/MODIFY `{old}`: {current.table} has no such column")
+        if old is not None and old in old_names:
+            if position is None:
+                in_place[old] = definition.column
+            else:
+                moved.add(old)
+    for old, _new, if_exists in plan.renames:
+        if old not in old_names and not if_exists:
+            raise UnparsedDdlError(f"RENAME COLUMN `{old}`: {current.table} has no such column")
+    renames = {old: new for old, new, _ in plan.renames}
+    slots: list[_Slot] = []
+    for column in current.columns:
+        key = column.name.lower()
+        if key in plan.drops or key in moved:
+            continue
+        if key in in_place:
+            slots.append(_Slot(in_place[key], key))
+            continue
+        column = _with_default(column, plan.defaults, key)
+        if key in renames:
+            column = replace(column, name=renames[key])
+        if plan.convert is not None:
+            column = _converted(column, plan.convert)
+        slots.append(_Slot(column, key))
+    for old, definition, position, if_flag in plan.definitions:  # the rest, in text order
+        if old is None:
+            name = definition.column.name.lower()
+            if if_flag and any(s.column.name.lower() == name for s in slots):
+                continue  # ADD COLUMN IF NOT EXISTS of a column that exists
+            _place(slots, _Slot(definition.column, None), position, current.table)
+        elif old in old_names and position is not None and old not in plan.drops:
+            _place(slots, _Slot(definition.column, old), position, current.table)
+    keys = _keys(current, slots)
+    columns = tuple(replace(s.column, nullable=False) if s.column.name in keys else s.column for s in slots)
+    after = CreateTable(
+        current.table, columns, tuple(keys), current.comment, plan.collation or current.collation
+    )
+    return after, [s.origin for s in slots], moved
 
 
-def _rename_tables(tokens: list[Token], database: str) -> list[SchemaChange]:
-    """``RENAME TABLE a TO b, c TO d`` (sqlglot reads it only as a generic command)."""
+def _place(slots: list[_Slot], slot: _Slot, position: tuple[str, str | None] | None, table: TableId) -> None:
+    if position is None:
+        slots.append(slot)
+    elif position[0] == "first":
+        slots.insert(0, slot)
+    else:
+        names = [s.column.name.lower() for s in slots]
+        target = (position[1] or "").lower()
+        if target not in names:
+            raise UnparsedDdlError(f"AFTER `{position[1]}`: {table} has no such column")
+        slots.insert(names.index(target) + 1, slot)
+
+
+def _keys(current: CreateTable, slots: list[_Slot]) -> list[str]:
+    """The primary key after the ALTER: a dropped column leaves the key, a renamed one is renamed."""
+    by_origin = {s.origin: s.column.name for s in slots if s.origin is not None}
+    return [by_origin[k.lower()] for k in current.primary_key if k.lower() in by_origin]
+
+
+def _with_default(column: Column, defaults: dict[str, tuple[str, object] | None], key: str) -> Column:
+    if key not in defaults:
+        return column
+    return replace(column, default=default_text(column, defaults[key]))
+
+
+def _converted(column: Column, to: tuple[str, str]) -> Column:
+    """A column after ``CONVERT TO CHARACTER SET`` (binary columns stay as they are)."""
+    if column.collation is None or column.data_type == "json":
+        return column
+    return replace(column, charset=to[0], collation=to[1])
+
+
+def _differences(
+    before: CreateTable, after: CreateTable, origins: list[str | None], placed: set[str]
+) -> list[SchemaChange]:
+    """``after`` as changes the sink makes one by one from ``before`` (drops, renames, then each
+    column in its new order: added, moved or redefined; then the default collation)."""
+    table = before.table
     changes: list[SchemaChange] = []
-    names: list[list[str]] = [[]]
-    # MySQL's tokenizer keeps everything after RENAME as one string: read that again.
-    rest = tokens[2:] if tokens[1].text.upper() == "TABLE" else _DIALECT.tokenize(tokens[1].text)[1:]
-    for token in rest:
-        if token.token_type == TokenType.COMMA:
-            names.append([])
-        elif token.token_type != TokenType.DOT:
-            names[-1].append(token.text)
-    for words in names:
-        if "TO" not in [w.upper() for w in words]:
-            raise UnparsedDdlError("RENAME TABLE without TO")
-        at = [w.upper() for w in words].index("TO")
-        changes.append(RenameTable(_qualified(words[:at], database), _qualified(words[at + 1 :], database)))
+    new_by_origin = {o: c for o, c in zip(origins, after.columns, strict=True) if o is not None}
+    for column in before.columns:
+        if column.name.lower() not in new_by_origin:
+            changes.append(DropColumn(table, column.name))
+    working = [c.name for c in before.columns if c.name.lower() in new_by_origin]
+    for old, new in new_by_origin.items():
+        old_name = next(c.name for c in before.columns if c.name.lower() == old)
+        if new.name != old_name:
+            changes.append(RenameColumn(table, old_name, new.name))
+            working[working.index(old_name)] = new.name
+    origin_of = {c.name: o for o, c in new_by_origin.items()}
+    old_index = {c.name.lower(): i for i, c in enumerate(before.columns)}
+    steady = _steady(
+        [
+            old_index[origin_of[c.name]] if c.name in origin_of and origin_of[c.name] not in placed else None
+            for c in after.columns
+        ]
+    )
+    previous: str | None = None
+    for i, column in enumerate(after.columns):
+        origin = origin_of.get(column.name)
+        if origin is None:
+            changes.append(_add(table, column, previous, working))
+        else:
+            old_column = before.columns[old_index[origin]]
+            moved = i not in steady
+            if moved:
+                working.remove(column.name)
+                working.insert(0 if previous is None else working.index(previous) + 1, column.name)
+            if moved:
+                where = ("first", None) if previous is None else ("after", previous)
+                changes.append(AlterColumnType(table, column, *where))
+            elif _redefined(old_column, column):
+                changes.append(AlterColumnType(table, column))
+            elif old_column != replace(column, name=old_column.name):
+                changes.append(AlterColumnDefault(table, column))
+        previous = column.name
+    if after.collation != before.collation and after.collation is not None:
+        changes.append(AlterTableCollation(table, after.collation))
     return changes
 
 
-def _qualified(parts: list[str], database: str) -> TableId:
-    if len(parts) == 1:
-        return TableId(database, parts[0])
-    if len(parts) == 2:
-        return TableId(parts[0], parts[1])
-    raise UnparsedDdlError(f"not a table name: {'.'.join(parts)}")
+def _add(table: TableId, column: Column, previous: str | None, working: list[str]) -> AddColumn:
+    if previous is None:
+        working.insert(0, column.name)
+        return AddColumn(table, column, "first")
+    at = working.index(previous) + 1
+    working.insert(at, column.name)
+    if at == len(working) - 1:
+        return AddColumn(table, column)
+    return AddColumn(table, column, "after", previous)
 
 
-class _Converter:
-    def __init__(self, database: str, lookup: Lookup, geometries: list[str]) -> None:
-        self.database = database
-        self.lookup = lookup
-        self.geometries = geometries
-
-    def column(self, definition: exp.ColumnDef, charset: str, collation: str) -> Column:
-        column = _column(definition, charset, collation)
-        if column.data_type == "geometry" and self.geometries:
-            name = self.geometries.pop(0)
-            column = replace(column, data_type=name, column_type=name)
-        return column
-
-    def convert(self, tree: exp.Expr) -> list[SchemaChange]:
-        if isinstance(tree, exp.Alter):
-            return self._alter(tree)
-        if isinstance(tree, exp.Create):
-            return self._create(tree)
-        if isinstance(tree, exp.Drop):
-            if tree.args.get("temporary"):
-                return []
-            return [DropTable(self._table(t)) for t in tree.expressions or tree.args.get("tables") or []]
-        if isinstance(tree, exp.TruncateTable):
-            return [TruncateTable(self._table(t)) for t in tree.expressions]
-        return []
-
-    def _table(self, node: exp.Expression) -> TableId:
-        assert isinstance(node, exp.Table)
-        return TableId(node.db or self.database, node.name)
-
-    # -- CREATE TABLE ------------------------------------------------------------------------------
-
-    def _create(self, tree: exp.Create) -> list[SchemaChange]:
-        if str(tree.args.get("kind", "")).upper() != "TABLE":
-            return []
-        properties = tree.args.get("properties")
-        if tree.args.get("expression") is not None:
-            raise UnparsedDdlError(
-                "CREATE TABLE … AS SELECT: the new table's column types are not in the statement"
-            )
-        like = properties.find(exp.LikeProperty) if properties is not None else None
-        if like is not None:
-            target = tree.this if isinstance(tree.this, exp.Table) else tree.this.this
-            source = self._table(like.this)
-            known = self.lookup(source)
-            if known is None:
-                raise UnparsedDdlError(
-                    f"CREATE TABLE … LIKE {source}: binlake does not know {source}'s schema"
-                )
-            return [replace(known, table=self._table(target))]
-        schema = tree.this
-        if not isinstance(schema, exp.Schema):
-            raise UnparsedDdlError("CREATE TABLE without a column list")
-        table = self._table(schema.this)
-        charset, collation = _table_charset(properties)
-        columns: list[Column] = []
-        keys: list[str] = []
-        for item in schema.expressions:
-            if isinstance(item, exp.ColumnDef):
-                column = self.column(item, charset, collation)
-                columns.append(column)
-                if _has(item, exp.PrimaryKeyColumnConstraint):
-                    keys = [column.name]
-            elif isinstance(item, exp.PrimaryKey):
-                keys = [_name(e) for e in item.expressions]
-        key_set = set(keys)
-        columns = [replace(c, nullable=False) if c.name in key_set else c for c in columns]
-        return [CreateTable(table, tuple(columns), tuple(keys), collation=collation)]
-
-    # -- ALTER TABLE -------------------------------------------------------------------------------
-
-    def _alter(self, tree: exp.Alter) -> list[SchemaChange]:
-        table = self._table(tree.this)
-        current = self.lookup(table)
-        charset, collation = _default_charset(current)
-        changes: list[SchemaChange] = []
-        for action in tree.args.get("actions") or []:
-            changes.extend(self._action(table, action, charset, collation, current))
-            if changes and isinstance(changes[-1], RenameTable):
-                table = changes[-1].new_table
-        return changes
-
-    def _action(
-        self,
-        table: TableId,
-        action: exp.Expression,
-        charset: str,
-        collation: str,
-        current: CreateTable | None,
-    ) -> Iterable[SchemaChange]:
-        if isinstance(action, exp.ColumnDef):
-            position = action.args.get("position")
-            column = self.column(action, charset, collation)
-            if position is None:
-                return [AddColumn(table, column)]
-            if str(position.args.get("position", "")).upper() == "FIRST":
-                return [AddColumn(table, column, "first")]
-            return [AddColumn(table, column, "after", _name(position.this))]
-        if isinstance(action, exp.Drop) and str(action.args.get("kind", "")).upper() == "COLUMN":
-            return [DropColumn(table, _name(c)) for c in action.args.get("tables") or []]
-        if isinstance(action, exp.RenameColumn):
-            return [RenameColumn(table, _name(action.this), _name(action.args["to"]))]
-        if isinstance(action, exp.ModifyColumn):
-            return self._modify(table, action, charset, collation, current)
-        if isinstance(action, exp.AlterRename):
-            target = action.this
-            return [RenameTable(table, TableId(target.db or self.database or table.database, target.name))]
-        if isinstance(action, exp.DropPrimaryKey) or (
-            isinstance(action, exp.AddConstraint) and action.find(exp.PrimaryKey) is not None
-        ):
-            raise UnparsedDdlError("changing a primary key is not a supported schema change")
-        return []  # indexes, constraints, defaults, table options: the sink's schema stays
-
-    def _modify(
-        self,
-        table: TableId,
-        action: exp.ModifyColumn,
-        charset: str,
-        collation: str,
-        current: CreateTable | None,
-    ) -> list[SchemaChange]:
-        definition = action.this
-        old = action.args.get("rename_from")
-        column = self.column(definition, charset, collation)
-        before = _find(current, _name(old) if old is not None else column.name)
-        changes: list[SchemaChange] = []
-        if old is not None and _name(old) != column.name:
-            changes.append(RenameColumn(table, _name(old), column.name))
-        if before is None or _type_differs(before, column):
-            changes.append(AlterColumnType(table, column))
-        return changes
+def _steady(old_positions: list[int | None]) -> set[int]:
+    """Indexes (in the new order) of the carried columns that need not move: a longest run of
+    carried columns whose old positions increase (the rest are moved into place)."""
+    runs: list[tuple[int, list[int]]] = []  # (old position of the run's last column, indexes)
+    for i, position in enumerate(old_positions):
+        if position is None:
+            continue
+        longest: list[int] = []
+        for last, run in runs:
+            if last < position and len(run) > len(longest):
+                longest = run
+        runs.append((position, [*longest, i]))
+    best: list[int] = []
+    for _, run in runs:
+        best = run if len(run) > len(best) else best
+    return set(best)
 
 
-def _has(definition: exp.ColumnDef, kind: type) -> bool:
-    return any(isinstance(c.args.get("kind"), kind) for c in definition.args.get("constraints") or [])
+def _redefined(a: Column, b: Column) -> bool:
+    """Whether more than the default (or AUTO_INCREMENT) differs."""
+    return replace(a, name=b.name, default=None, auto_increment=False) != replace(
+        b, default=None, auto_increment=False
+    )
 
 
-def _constraint(definition: exp.ColumnDef, kind: type) -> Any:
-    for c in definition.args.get("constraints") or []:
-        if isinstance(c.args.get("kind"), kind):
-            return c.args["kind"]
+def _created(table: TableId, columns: list[ColumnDef], keys: list[str], collation: str) -> CreateTable:
+    names = {d.column.name.lower(): d.column.name for d in columns}
+    keys = [names.get(k.lower(), k) for k in keys]  # PRIMARY KEY (ID) for a column `id`
+    key_set = {k.lower() for k in keys}
+    defined = tuple(
+        replace(d.column, nullable=False) if d.column.name.lower() in key_set else d.column for d in columns
+    )
+    return CreateTable(table, defined, tuple(keys), collation=collation)
+
+
+def _table_charset(current: CreateTable | None, charsets: Charsets, table: TableId) -> tuple[str, str]:
+    if current is not None and current.collation:
+        return charset_of(current.collation), current.collation
+    return charsets.database_default(table.database)
+
+
+def _position(cur: Cursor) -> tuple[str, str | None] | None:
+    if cur.accept("FIRST"):
+        return ("first", None)
+    if cur.accept("AFTER"):
+        return ("after", cur.name())
     return None
 
 
-def _name(node: exp.Expression) -> str:
-    return node.name if not isinstance(node, exp.Identifier) else str(node.this)
-
-
-def _find(table: CreateTable | None, name: str) -> Column | None:
-    if table is None:
+def _key_item(cur: Cursor) -> list[str] | None:
+    """A table-level key or constraint; the columns of a PRIMARY KEY."""
+    primary = _declares_primary(cur)
+    if not primary:
+        cur.skip_item()
         return None
-    return next((c for c in table.columns if c.name.lower() == name.lower()), None)
+    while not cur.is_punct("("):
+        cur.next()
+    cur.next()
+    names: list[str] = []
+    while True:
+        names.append(cur.name())
+        while not cur.is_punct(",") and not cur.is_punct(")"):
+            if cur.is_punct("("):
+                cur.skip_parenthesised()
+            else:
+                cur.next()
+        if cur.accept_punct(")"):
+            break
+        cur.expect_punct(",")
+    cur.skip_item()
+    return names
 
 
-def _type_differs(a: Column, b: Column) -> bool:
-    fields = ("data_type", "unsigned", "precision", "scale", "fsp", "length", "values", "nullable", "charset")
-    return any(getattr(a, f) != getattr(b, f) for f in fields) or (a.column_type != b.column_type)
+def _declares_primary(cur: Cursor) -> bool:
+    """Whether the item at ``cur`` is ``[CONSTRAINT [name]] PRIMARY KEY``."""
+    ahead = 0
+    if cur.peek_upper() == "CONSTRAINT":
+        ahead = 1 if cur.peek_upper(1) in ("PRIMARY", "UNIQUE", "FOREIGN", "CHECK") else 2
+    return cur.peek_upper(ahead) == "PRIMARY"
 
 
-def _default_charset(table: CreateTable | None) -> tuple[str, str]:
-    """The charset and collation a new text column of ``table`` gets when its DDL names none."""
-    if table is not None and table.collation:
-        return _charset_of(table.collation), table.collation
-    return "utf8mb4", _default_collation("utf8mb4")
+def _selects(cur: Cursor) -> bool:
+    """Whether a SELECT follows (``CREATE TABLE … [IGNORE|REPLACE] [AS] SELECT``)."""
+    ahead = 0
+    while cur.peek_upper(ahead) in ("IGNORE", "REPLACE", "AS") or cur.is_punct("(", ahead):
+        ahead += 1
+    return cur.peek_upper(ahead) in ("SELECT", "WITH", "VALUES", "TABLE")
 
 
-def _charset_of(collation: str) -> str:
-    return collation.split("_")[0]
+def _merge_engine(cur: Cursor) -> bool:
+    ahead = 2 if cur.is_punct("=", 1) else 1
+    return cur.peek_upper(ahead) in ("MERGE", "MRG_MYISAM")
 
 
-def _default_collation(charset: str) -> str:
-    known = charset_by_name(charset)
-    default = getattr(known, "collation", None)  # pymysql's default collation of the charset
-    return str(default) if default else f"{charset}_general_ci"
+def _skip_option(cur: Cursor) -> None:
+    cur.next()
+    if cur.peek_upper() == "DIRECTORY":
+        cur.next()
+    cur.accept_punct("=")
+    if cur.is_punct("("):
+        cur.skip_parenthesised()
+    elif not cur.done() and not cur.is_punct(","):
+        cur.next()
 
 
-def _table_charset(properties: exp.Expression | None) -> tuple[str, str]:
-    charset: str | None = None
-    collation: str | None = None
-    if properties is not None:
-        found = properties.find(exp.CharacterSetProperty)
-        if found is not None:
-            charset = found.this.name.lower()
-        collate = properties.find(exp.CollateProperty)
-        if collate is not None:
-            collation = collate.this.name.lower()
-    charset = charset or (_charset_of(collation) if collation else "utf8mb4")
-    return charset, collation or _default_collation(charset)
+def _skip_partitioning(cur: Cursor) -> None:
+    """``PARTITION BY …`` to the statement's end (it changes no column)."""
+    while not cur.done() and not _selects(cur):
+        if cur.is_punct("("):
+            cur.skip_parenthesised()
+        else:
+            cur.next()
 
 
-def _column(definition: exp.ColumnDef, charset: str, collation: str) -> Column:
-    """A column definition → a ``Column`` as discovery would read it from information_schema."""
-    name = _name(definition.this)
-    kind = definition.args.get("kind")
-    if kind is None:
-        raise UnparsedDdlError(f"column `{name}` has no type")
-    params = [int(p.name) if p.name.isdigit() else p.name for p in kind.expressions]
-    nullable = not (_has(definition, exp.NotNullColumnConstraint) and not _not_null_allows(definition))
-    nullable = nullable and not _has(definition, exp.PrimaryKeyColumnConstraint)
-    base = Column(
-        name=name,
-        data_type="",
-        column_type="",
-        nullable=nullable,
-        auto_increment=_has(definition, exp.AutoIncrementColumnConstraint),
-    )
-    typed = _typed(kind.this, params, kind)
-    if typed.data_type in ("char", "varchar", "enum", "set", *_TEXT_LENGTHS):
-        column_charset = _constraint(definition, exp.CharacterSetColumnConstraint)
-        column_collation = _constraint(definition, exp.CollateColumnConstraint)
-        cs = column_charset.this.name.lower() if column_charset is not None else None
-        co = column_collation.this.name.lower() if column_collation is not None else None
-        if cs is None:
-            cs = _charset_of(co) if co else charset
-        if co is None:
-            co = collation if cs == charset else _default_collation(cs)
-        if _has(definition, exp.BinaryColumnConstraint):
-            co = f"{cs}_bin"
-        typed = replace(typed, charset=cs, collation=co)
-    elif typed.data_type == "json":
-        typed = replace(typed, charset="utf8mb4")
-    return replace(typed, name=base.name, nullable=base.nullable, auto_increment=base.auto_increment)
+def _skip_partition_list(cur: Cursor) -> None:
+    """An action and the partition names it lists (``DROP PARTITION p0, p1``): a comma followed by
+    a word that begins no action continues the list."""
+    cur.skip_item()
+    while cur.is_punct(",") and (tok := cur.peek(1)) is not None and tok.is_name:
+        if tok.kind == "word" and tok.upper in _ACTIONS | _TABLE_OPTIONS | _NO_CHANGE | {
+            "TRUNCATE",
+            "EXCHANGE",
+        }:
+            return
+        cur.next()
+        cur.skip_item()
 
 
-def _not_null_allows(definition: exp.ColumnDef) -> bool:
-    found = _constraint(definition, exp.NotNullColumnConstraint)
-    return bool(found is not None and found.args.get("allow_null"))  # an explicit NULL
+def _skip_order_by(cur: Cursor) -> None:
+    """``ORDER BY a, t.b DESC``: its commas separate columns, not actions."""
+    cur.accept("ORDER", "BY")
+    while True:
+        cur.dotted()
+        cur.accept("ASC") or cur.accept("DESC")
+        if not (cur.is_punct(",") and cur.peek(1) is not None and cur.peek_upper(1) not in _ACTIONS):
+            return
+        cur.next()
 
 
-def _typed(t: Any, params: list[Any], kind: exp.DataType) -> Column:
-    types = exp.DataType.Type
-    if t in _INTEGERS:
-        name, precision, width, unsigned = _INTEGERS[t]
-        shown = params[0] if params else width
-        column_type = f"{name}({shown})" + (" unsigned" if unsigned else "")
-        return Column("", name, column_type, unsigned=unsigned, precision=precision, scale=0)
-    if t == types.BOOLEAN:
-        return Column("", "tinyint", "tinyint(1)", precision=3, scale=0)
-    if t == types.SERIAL:  # BIGINT UNSIGNED NOT NULL AUTO_INCREMENT UNIQUE
-        return Column(
-            "", "bigint", "bigint(20) unsigned", nullable=False, unsigned=True, precision=20, scale=0
-        )
-    key = t.name.lower() if hasattr(t, "name") else str(t).lower()
-    if key not in _SIMPLE:
-        raise UnparsedDdlError(f"type {kind.sql('mysql')} is not one binlake maps")
-    if key in ("decimal", "udecimal"):
-        precision = params[0] if params else 10
-        scale = params[1] if len(params) > 1 else 0
-        unsigned = key == "udecimal"
-        return Column("", "decimal", f"decimal({precision},{scale})" + (" unsigned" if unsigned else ""),
-                      unsigned=unsigned, precision=precision, scale=scale)  # fmt: skip
-    if key == "float":
-        shape = f"float({params[0]},{params[1]})" if len(params) == 2 else "float"
-        return Column("", "float", shape, precision=12)
-    if key == "double":
-        shape = f"double({params[0]},{params[1]})" if len(params) == 2 else "double"
-        return Column("", "double", shape, precision=22)
-    if key == "bit":
-        bits = params[0] if params else 1
-        return Column("", "bit", f"bit({bits})", precision=bits)
-    if key in ("datetime", "timestamptz", "time"):
-        name = {"timestamptz": "timestamp"}.get(key, key)
-        fsp = params[0] if params else 0
-        return Column("", name, f"{name}({fsp})" if fsp else name, fsp=fsp)
-    if key == "date":
-        return Column("", "date", "date")
-    if key == "year":
-        return Column("", "year", "year(4)")
-    if key in ("char", "binary"):
-        length = params[0] if params else 1
-        return Column("", key, f"{key}({length})", length=length)
-    if key in ("varchar", "varbinary"):
-        return Column("", key, f"{key}({params[0]})", length=params[0])
-    if key in _TEXT_LENGTHS:
-        return Column("", key, key, length=_TEXT_LENGTHS[key])
-    if key in _BLOB_LENGTHS:
-        return Column("", key, key, length=_BLOB_LENGTHS[key])
-    if key in ("enum", "set"):
-        values = tuple(str(e.this) for e in kind.expressions)
-        quoted = ",".join("'" + v.replace("'", "''") + "'" for v in values)
-        # information_schema's length: the longest member (ENUM), all members joined by commas (SET)
-        longest = max((len(v) for v in values), default=0)
-        length = longest if key == "enum" else sum(len(v) for v in values) + max(0, len(values) - 1)
-        return Column("", key, f"{key}({quoted})", length=length, values=values)
-    if key == "json":
-        return Column("", "json", "longtext", length=4294967295)
-    return Column("", "geometry", "geometry")
+def _skip_wait(cur: Cursor) -> None:
+    if cur.accept("WAIT"):
+        cur.next()
+    else:
+        cur.accept("NOWAIT")

@@ -14,19 +14,43 @@ from typing import Any
 import pymysql
 
 from binlake.events import Column, CreateTable, TableId
+from binlake.source.charsets import Charsets, canonical_charset, canonical_collation
 
 #: Schemas that belong to the server, never captured.
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 
 
+#: The tables online schema-change tools build beside a table ``t`` and swap in for it: gh-ost's
+#: ``_t_gho`` (its changelog ``_t_ghc``; the old table leaves as ``_t_del``), pt-online-schema-change's
+#: ``_t_new`` (``_t_old``).
+_SHADOW = re.compile(r"^_+(.+)_(gho|ghc|del|new|old)$")
+
+
 @dataclass(frozen=True)
 class TableSelector:
-    """Include regexes minus exclude regexes, matched in full against ``database.table``."""
+    """Include regexes minus exclude regexes, matched in full against ``database.table`` — and the
+    shadow tables of online schema-change tools for every table they select.
+
+    A cut-over (``RENAME TABLE t TO _t_del, _t_gho TO t``) swaps the shadow's rows in for the
+    table's; capturing the shadow from its creation on gives the sink those rows and the new
+    schema exactly, with no backfill.
+    """
 
     include: Sequence[str]
     exclude: Sequence[str] = ()
 
     def matches(self, table: TableId) -> bool:
+        return self._selected(table) or self.shadow_of(table) is not None
+
+    def shadow_of(self, table: TableId) -> TableId | None:
+        """The selected table ``table`` is an online schema-change tool's shadow of, if any."""
+        found = _SHADOW.match(table.table)
+        if found is None:
+            return None
+        base = TableId(table.database, found.group(1))
+        return base if self._selected(base) else None
+
+    def _selected(self, table: TableId) -> bool:
         name = table.name
         return any(re.fullmatch(p, name) for p in self.include) and not any(
             re.fullmatch(p, name) for p in self.exclude
@@ -151,20 +175,23 @@ def _column(row: tuple[Any, ...], is_json: bool) -> Column:
         extra,
     ) = row
     data_type = "json" if is_json else str(data_type).lower()
-    column_type = str(column_type).lower()
+    members = data_type in ("enum", "set")
+    # ENUM/SET members keep their case (the decoder maps a row's index to them), and a member
+    # spelled "unsigned" says nothing about signedness
+    column_type = str(column_type) if members else str(column_type).lower()
     return Column(
         name=str(name),
         data_type=data_type,
         column_type=column_type,
         nullable=str(nullable).upper() == "YES",
-        unsigned="unsigned" in column_type,
+        unsigned=not members and "unsigned" in column_type,
         precision=None if precision is None else int(precision),
         scale=None if scale is None else int(scale),
         fsp=None if fsp is None else int(fsp),
         length=None if length is None else int(length),
         charset=None if charset is None else str(charset),
         collation=None if collation is None or is_json else str(collation),
-        values=parse_enum_values(column_type) if data_type in ("enum", "set") else (),
+        values=parse_enum_values(column_type) if members else (),
         default=None if default is None else str(default),
         auto_increment="auto_increment" in str(extra).lower(),
     )
@@ -217,3 +244,20 @@ def _mariadb_json_columns(
             column = str(clause)[len("json_valid(") : -1].strip("`")
             found.add((TableId(str(db), str(table)), column.replace("``", "`")))
         return found
+
+
+def server_charsets(conn: pymysql.Connection[Any]) -> Charsets:
+    """The charset defaults DDL leaves implicit, as the server holds them now: each charset's
+    default collation, each database's default collation and the server's."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLLATIONS "
+            "WHERE IS_DEFAULT = 'Yes'"
+        )
+        defaults = {canonical_charset(str(c)): canonical_collation(str(n)) for c, n in cur.fetchall()}
+        cur.execute("SELECT SCHEMA_NAME, DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA")
+        databases = {str(d): canonical_collation(str(c)) for d, c in cur.fetchall() if c is not None}
+        cur.execute("SELECT @@collation_server")
+        row = cur.fetchone()
+    server = canonical_collation(str(row[0])) if row and row[0] else "utf8mb4_general_ci"
+    return Charsets(defaults, databases.get, server)

@@ -161,12 +161,12 @@ def run_stream(
                 return None
             # One writer per sink table (routed sources share it); fresh after a schema change.
             writer = writers.get(identifier)
+            if writer is not None and not _refreshed(writer):
+                writer = None  # another table carries the name now (a swap, a replaced table)
             if writer is None:
                 writer = writers[identifier] = IcebergWriter(
                     catalog, identifier, config.stream.merge_manifests_at
                 )
-            else:
-                writer.table.refresh()
             return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
 
         sinks = {s.table.name: sink for s in schemas if (sink := make_sink(s)) is not None}
@@ -411,3 +411,13 @@ def print_batch(batch: StreamBatch, report: StreamReport) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+def _refreshed(writer: IcebergWriter) -> bool:
+    """Refresh the writer's table; False when the name now holds a different table (its UUID
+    changed: renamed away and another renamed in, or dropped and created again)."""
+    try:
+        writer.table.refresh()
+    except ValueError:  # pyiceberg: "Table UUID does not match"
+        return False
+    return True

@@ -32,6 +32,7 @@ from binlake.errors import BinlakeError
 from binlake.events import (
     AlterColumnType,
     CreateTable,
+    DropTable,
     RenameTable,
     SchemaChange,
     TableId,
@@ -42,8 +43,9 @@ from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.sink.route import routed
 from binlake.source.binlog_reader import Boundary
+from binlake.source.charsets import Charsets
 from binlake.source.connection import connect
-from binlake.source.discovery import TableSelector, discover
+from binlake.source.discovery import TableSelector, discover, server_charsets
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
 from binlake.testing.faults import crash_point
 
@@ -76,6 +78,7 @@ class SchemaTracker:
         self.store = store
         self.pipeline = config.pipeline.name
         self.selector = TableSelector(config.source.tables, config.source.tables_exclude)
+        self._server_charsets: Charsets | None = None
 
     def bootstrap(self, schemas: list[CreateTable], offset: BinlogOffset) -> None:
         """Record the discovered schema of each captured table the history does not know yet."""
@@ -106,18 +109,32 @@ class SchemaTracker:
 
         current = self.schemas_at(before)
         try:
-            changes = parse_ddl(boundary.statement, boundary.database, current.get)
+            changes = parse_ddl(
+                boundary.statement, boundary.database, current.get, self._charsets(), self.selector.matches
+            )
         except UnparsedDdlError as e:
             return self._unparsed(boundary, str(e))
-        relevant = [c for c in changes if any(self.selector.matches(t) for t in tables_changed(c))]
-        relevant = [self._renamed_in(c, current, boundary.offset) for c in relevant]
+        relevant: list[SchemaChange] = []
+        known = set(current)  # the statement's renames run one after another (a → tmp, b → a, tmp → b)
+        for change in changes:
+            if isinstance(change, RenameTable) and change.table in known:
+                known.discard(change.table)
+                known.add(change.new_table)
+            if any(self.selector.matches(t) for t in tables_changed(change)):
+                relevant.append(self._renamed_in(change, known, boundary.offset))
         return Ddl(before, boundary.offset, tuple(relevant)) if relevant else None
 
-    def _renamed_in(
-        self, change: SchemaChange, current: dict[TableId, CreateTable], at: BinlogOffset
-    ) -> SchemaChange:
+    def _charsets(self) -> Charsets:
+        """The server's charset defaults, read once per tracker (they change with DDL on databases,
+        which is rare; a statement naming its charsets does not need them)."""
+        if self._server_charsets is None:
+            with contextlib.closing(connect(self.config.source)) as conn:
+                self._server_charsets = server_charsets(conn)
+        return self._server_charsets
+
+    def _renamed_in(self, change: SchemaChange, known: set[TableId], at: BinlogOffset) -> SchemaChange:
         """A table renamed into the include set from outside it is a new table to the stream."""
-        if not isinstance(change, RenameTable) or change.table in current:
+        if not isinstance(change, RenameTable) or change.new_table in known:
             return change
         with contextlib.closing(connect(self.config.source)) as conn:
             found = discover(conn, [change.new_table])
@@ -227,6 +244,17 @@ class SchemaChangeProtocol:
             self.sleep(1.0)
 
 
+def _renamed_back(store: StateStore, pipeline: str, request: SchemaChangeRequest, name: TableId) -> bool:
+    """Whether the same statement renames ``name`` on into the captured tables (a swap through a
+    temporary name: ``RENAME TABLE a TO tmp, b TO a, tmp TO b``)."""
+    seq = request.seq + 1
+    while (later := store.schema_change(pipeline, request.offset, seq)) is not None:
+        if isinstance(later.change, RenameTable) and later.change.table == name:
+            return True
+        seq += 1
+    return False
+
+
 def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChangeRequest) -> str:
     """The DDL-apply step: make ``request``'s change in the sink under its behaviour, record the outcome.
 
@@ -251,16 +279,24 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     )
     change = request.change
     target = change.new_table if isinstance(change, RenameTable) else change.table
-    if isinstance(change, RenameTable) and not SchemaTracker(config, store).selector.matches(target):
+    selector = SchemaTracker(config, store).selector
+    if (
+        isinstance(change, RenameTable)
+        and not selector.matches(target)
+        and not _renamed_back(store, pipeline, request, target)
+    ):
         reason = f"renamed out of `source.tables`: {change.table} is no longer captured; its sink table stays"
         store.finish_schema_change(pipeline, request.offset, request.seq, "ignored", reason)
         log.warning("schema change %s at %s: %s", describe_change(change), request.offset, reason)
         return "ignored"
+    behavior = request.behavior
+    if isinstance(change, DropTable) and selector.shadow_of(change.table) is not None:
+        behavior = "evolve"  # a schema-change tool's leftover: its sink table goes too
     version = store.schema_at(pipeline, target, request.offset)
     safe = isinstance(change, AlterColumnType) and applier.can_alter(change)
     try:
         planned = sink_changes(
-            change, request.behavior, safe, version.schema if version else None, routed(config, change.table)
+            change, behavior, safe, version.schema if version else None, routed(config, change.table)
         )
     except SchemaChangeRefusedError as e:
         store.finish_schema_change(pipeline, request.offset, request.seq, "failed", str(e))
@@ -271,8 +307,11 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         log.info("schema change %s at %s: %s", describe_change(change), request.offset, reason)
         return "ignored"
     try:
+        shared = routed(config, change.table)
         for step in planned:
-            applier.apply(step, f"{request.offset}#{request.seq}")
+            # a routed source's creation never replaces the table the other sources share
+            step_id = None if shared and isinstance(step, CreateTable) else f"{request.offset}#{request.seq}"
+            applier.apply(step, step_id)
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
         store.finish_schema_change(pipeline, request.offset, request.seq, status, str(e))

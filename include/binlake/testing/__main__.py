@@ -6,6 +6,7 @@ python -m binlake.testing load --host H --user U [--rows N]   load `shop` into a
                                                        (password from $BINLAKE_LOAD_PASSWORD)
 python -m binlake.testing workload --rate R --seconds S   write to `shop` while a pipeline runs
 python -m binlake.testing compare --config FILE        source versus sink, table by table
+python -m binlake.testing ddl-oracle --corpus FILE [--json]   binlake's DDL parser against MariaDB
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.add_argument("--seed", type=int, default=7)
     check = commands.add_parser("compare", help="compare every captured table's source and sink rows")
     check.add_argument("--config", required=True, help="pipeline YAML file")
+    oracle = commands.add_parser(
+        "ddl-oracle", help="replay a DDL corpus on a private MariaDB against binlake's parser"
+    )
+    oracle.add_argument("--corpus", required=True, type=Path, help="corpus file (shared/ddl-corpus format)")
+    oracle.add_argument(
+        "--json", action="store_true", help="every wrong, crashed and refused statement as JSON"
+    )
+    oracle.add_argument("--limit", type=int, default=None, help="only the first N contexts")
     args = parser.parse_args(argv)
 
     try:
@@ -53,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             demo_server.load_into(args.host, args.port, args.user, args.rows, args.wait)
         elif args.command == "down":
             print("demo MariaDB stopped" if demo_server.down(args.dir) else "demo MariaDB was not running")
+        elif args.command == "ddl-oracle":
+            from binlake.testing import ddl_oracle
+
+            return ddl_oracle.main(args.corpus, args.json, args.limit)
         elif args.command == "compare":
             results = compare(load_config(args.config))
             print_comparison(results)
