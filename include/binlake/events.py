@@ -73,6 +73,8 @@ class Column:
     values: tuple[str, ...] = ()
     default: str | None = None
     auto_increment: bool = False
+    generated: bool = False
+    """A generated column (``AS (expr) VIRTUAL|STORED``): the server computes its values."""
 
     @property
     def is_integral(self) -> bool:
@@ -111,6 +113,10 @@ class AddColumn:
     column: Column
     position: Literal["first", "after", "last"] = "last"
     after: str | None = None
+    statement_time: int | None = None
+    """When the source's ``ADD COLUMN`` ran (epoch seconds), which fills the rows the table held
+    (``schema.defaults.existing_rows_value``); None for a column binlake adds itself (lenient's),
+    which existing rows hold NULL in."""
 
 
 @dataclass(frozen=True)

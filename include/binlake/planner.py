@@ -37,11 +37,15 @@ class ValidationFailedError(BinlakeError):
         super().__init__(f"the source failed {len(failed)} check(s); nothing was planned:\n{lines}")
 
 
-def discover_tables(config: PipelineConfig) -> list[CreateTable]:
-    """The schemas of the tables the pipeline captures, as they are now."""
+def discover_tables(config: PipelineConfig, only: list[TableId] | None = None) -> list[CreateTable]:
+    """The schemas of the tables the pipeline captures (or of ``only`` those), as they are now."""
     source = config.source
     with contextlib.closing(connect(source)) as conn:
-        tables = TableSelector(source.tables, source.tables_exclude).select(list_tables(conn))
+        tables = (
+            only
+            if only is not None
+            else TableSelector(source.tables, source.tables_exclude).select(list_tables(conn))
+        )
         return discover(conn, tables)
 
 

@@ -125,6 +125,27 @@ def test_add_column_positions_and_replay(applier: IcebergMetadataApplier, table:
     assert rows(table)[1]["qty"] == 10
 
 
+def test_an_added_column_holds_the_value_the_source_gave_existing_rows_in_one_commit(
+    applier: IcebergMetadataApplier, table: Table
+) -> None:
+    """The source's ADD COLUMN with a default fills every row it held: the sink adds the column and
+    rewrites the rows with that value, in one snapshot; a replay changes nothing."""
+    snapshots = len(table.snapshots())
+    tier = Column("tier", "varchar", "varchar(8)", default="'basic'", collation="utf8mb4_general_ci")
+    change = AddColumn(T, tier, "after", "id", statement_time=1_700_000_000)
+    assert applier.apply(change).detail == "3 existing rows filled"
+    assert applier.apply(change).outcome == "no-op"
+    count = AddColumn(T, Column("n", "int", "int(11)", nullable=False), statement_time=1_700_000_000)
+    applier.apply(count)
+    lenient = AddColumn(T, Column("m", "int", "int(11)", default="5"))  # binlake's own: no fill
+    applier.apply(lenient)
+    table.refresh()
+    assert len(table.snapshots()) == snapshots + 2
+    assert [f.name for f in table.schema().fields][:2] == ["id", "tier"]
+    assert {(r["tier"], r["n"], r["m"]) for r in rows(table).values()} == {("basic", 0, None)}
+    assert rows(table)[1]["qty"] == 10
+
+
 def test_drop_and_rename_keep_old_rows_readable(applier: IcebergMetadataApplier, table: Table) -> None:
     before = data_files(table)
     assert applier.apply(RenameColumn(T, "note", "comment")).outcome == "applied"

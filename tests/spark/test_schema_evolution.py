@@ -14,8 +14,10 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.events import AddColumn, TableId
-from binlake.planner import discover_tables
+from binlake.planner import discover_tables, plan
 from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.spark.backfill_job import run_backfill
+from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import StreamError, run_stream
 from binlake.state.store import StateStore
 from binlake.stream.schema_changes import apply_request
@@ -527,3 +529,140 @@ def test_swaps_and_replaced_tables_are_exact(
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)
     assert _sink_tables(config, database) == ["a", "b", "c", "d"]
+
+
+#: Columns added to a table with rows: the server fills every row it held, without a row event.
+DEFAULTS = [
+    "ALTER TABLE t ADD COLUMN tier VARCHAR(8) DEFAULT 'basic'",  # a literal
+    "UPDATE t SET tier = 'gold' WHERE id % 10 = 0",
+    "INSERT INTO t (id, v, tier) VALUES (1001, 1, NULL), (1002, 2, 'x')",  # an explicit NULL stays
+    "ALTER TABLE t ADD COLUMN n INT NOT NULL, ADD COLUMN s VARCHAR(5) NOT NULL",  # implicit 0 and ''
+    "ALTER TABLE t ADD COLUMN e ENUM('low', 'high') NOT NULL AFTER id",  # implicit: the first member
+    "UPDATE t SET n = 7, e = 'high' WHERE id <= 20",
+    "DELETE FROM t WHERE id BETWEEN 30 AND 40",
+    "ALTER TABLE t ADD COLUMN since TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP",  # the statement's time
+    "ALTER TABLE t ADD COLUMN price DECIMAL(6,2) DEFAULT 1.50 FIRST, ADD COLUMN f DOUBLE DEFAULT -2.5e3",
+    "INSERT INTO t (id, v, n, s, e) VALUES (1003, 3, 1, 'a', 'low')",
+    "UPDATE t SET price = NULL WHERE id = 50",
+]
+
+
+@pytest.mark.parametrize("behavior", ["evolve", "lenient"])
+def test_added_columns_hold_the_values_the_server_gave_existing_rows(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, behavior: str
+) -> None:
+    """Each kind of default an ADD COLUMN fills existing rows with, between writes, in one catch-up:
+    the sink holds the server's values (a NULL written on purpose stays NULL)."""
+    config = _config(mariadb, database, tmp_path, behavior)
+    _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    mariadb.execute("INSERT INTO t SELECT seq, seq FROM seq_1_to_300", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    mariadb.execute(*DEFAULTS, database=database)
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    rows = {r["id"]: r for r in sink_rows(config, TableId(database, "t"))}
+    assert rows[1]["tier"] == "basic"
+    assert rows[10]["tier"] == "gold"
+    assert rows[1001]["tier"] is None
+    assert (rows[100]["n"], rows[100]["s"], rows[100]["e"], rows[100]["price"]) == (0, "", "low", 1.5)
+    assert len({r["since"] for r in rows.values()}) <= 2  # one statement's time (a second may pass)
+
+
+def test_a_column_only_the_server_could_fill_stops_the_stream_until_a_backfill(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """A generated column added to a table with rows: its values for those rows are in no event.
+    The stream stops at the statement, naming it and the fix, and passes once a backfill read
+    after it is staged. On an empty table the same statement needs nothing."""
+    mariadb.execute(
+        "CREATE TABLE empty (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq FROM seq_1_to_100",
+        database=database,
+    )
+    raw = stream_config(mariadb, database, tmp_path, chunk_size=40).model_dump(mode="json")
+    raw["source"]["password"] = mariadb.password
+    raw["pipeline"]["schema_change_behavior"] = "lenient"  # the default, which stops here too
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    run_stream(config, spark, until_caught_up=True)
+    mariadb.execute(
+        "ALTER TABLE empty ADD COLUMN n INT AUTO_INCREMENT UNIQUE",
+        "UPDATE t SET v = 0 WHERE id = 1",
+        "ALTER TABLE t ADD COLUMN twice INT AS (v * 2) STORED",
+        "UPDATE t SET v = 5 WHERE id = 2",
+        database=database,
+    )
+    t = TableId(database, "t")
+    with pytest.raises(StreamError) as stopped:
+        run_stream(config, spark, until_caught_up=True)
+    message = str(stopped.value)
+    assert f"holds a change of `{t}`" in message
+    assert "ADD COLUMN twice" in message
+    assert f"binlake backfill --table {t}" in message
+    assert {r["id"]: r["v"] for r in sink_rows(config, t)}[1] == 0  # what came before is in
+    assert "twice" not in _sink_columns(config, t)  # nothing of the statement
+    run_backfill(config, spark, "after-twice", tables=[t.name])
+    mariadb.execute("UPDATE t SET v = 9 WHERE id = 3", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+
+
+# -- DDL during the snapshot -----------------------------------------------------------------------
+
+
+def _snapshotted_table(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> PipelineConfig:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq FROM seq_1_to_400",
+        database=database,
+    )
+    raw = stream_config(mariadb, database, tmp_path, chunk_size=25).model_dump(mode="json")
+    raw["source"]["password"] = mariadb.password
+    raw["pipeline"]["snapshot_chunks_per_task"] = 2  # 16 chunks in 8 tasks: two waves of 4
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    return config
+
+
+DURING_SNAPSHOT = [
+    "ALTER TABLE t ADD COLUMN tag VARCHAR(5) DEFAULT 'x', MODIFY v BIGINT",
+    "UPDATE t SET tag = 'late', v = v + 5000000000 WHERE id > 300",  # rows of chunks not read yet
+    "DELETE FROM t WHERE id = 7",
+]
+
+
+def test_a_schema_change_between_two_snapshot_runs_reads_the_table_again(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """A run reads some chunks and stops (a crash, or chunks picked by hand); the table's schema
+    changes; the next run reads the table again with its new schema, and the stream is exact."""
+    config = _snapshotted_table(mariadb, database, tmp_path)
+    assert not run_snapshot(config, spark, chunk_ids=[f"{database}.t#{i}" for i in range(4)]).complete
+    mariadb.execute(*DURING_SNAPSHOT, database=database)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute("UPDATE t SET tag = 'after' WHERE id = 1", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+
+
+def test_a_schema_change_while_the_snapshot_reads_reads_the_table_again(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """The DDL lands after the first wave of chunk reads: the next wave's chunks find the table
+    changed, nothing of that wave is committed, and the run reads the table again."""
+    config = _snapshotted_table(mariadb, database, tmp_path)
+    waves: list[int] = []
+
+    def between_waves(report: Any, seconds: float) -> None:
+        waves.append(report.chunks_read)
+        if len(waves) == 1:
+            mariadb.execute(*DURING_SNAPSHOT, database=database)
+
+    report = run_snapshot(config, spark, progress=between_waves)
+    assert report.complete
+    assert report.chunks_read > 16  # the chunks read before the change, then the table again
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    assert "tag" in _sink_columns(config, TableId(database, "t"))

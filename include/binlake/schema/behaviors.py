@@ -103,10 +103,8 @@ def _lenient(
             return [change]
         column = replace(change.column, name=shadow_name(change.column), nullable=True)
         return [AddColumn(change.table, column)]
-    if isinstance(change, AddColumn):
-        return [replace(change, column=replace(change.column, nullable=True))]
-    assert isinstance(change, CreateTable | RenameTable)
-    return [change]
+    assert isinstance(change, AddColumn | CreateTable | RenameTable)
+    return [change]  # an added column: the sink adds every column as optional anyway
 
 
 def shadow_name(column: Column) -> str:

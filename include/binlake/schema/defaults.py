@@ -14,6 +14,7 @@ so a MySQL string default is never guessed.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import struct
 from dataclasses import dataclass
@@ -121,3 +122,46 @@ def normalised_default(column: Column) -> tuple[str, Any]:
     while bare.startswith("(") and bare.endswith(")"):
         bare = bare[1:-1]
     return ("expression", bare)
+
+
+#: Types whose implicit default (a NOT NULL column added without DEFAULT) is 0, and ''.
+_ZERO_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "decimal", "float", "double"}
+_EMPTY_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "set"}
+_EMPTY_BYTES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+def existing_rows_value(column: Column, statement_time: int) -> Default | None:
+    """The value ``ALTER TABLE … ADD COLUMN column`` gives the rows the table already holds, as the
+    decoders give values; None where only the server knew it.
+
+    The server fills those rows without a row event: with the column's default, a NOT NULL
+    column without one with its type's implicit default (0, '', an ENUM's first member), and
+    ``CURRENT_TIMESTAMP`` of a TIMESTAMP with the statement's time (``statement_time``, epoch
+    seconds: the query event's). A DATETIME's current time is in the session's time zone, a
+    fraction of a second is not in the event, and AUTO_INCREMENT numbers, generated columns and
+    other expressions were computed row by row: those are the server's alone.
+    """
+    if column.generated or column.auto_increment:
+        return None
+    if column.default is None:
+        return Default(None) if column.nullable else _implicit(column)
+    found = literal_default(column)
+    if found is not None:
+        return found
+    kind, fsp = normalised_default(column)
+    if kind == "now" and column.data_type == "timestamp" and not fsp and not column.fsp:
+        return Default(dt.datetime.fromtimestamp(statement_time, dt.UTC).replace(tzinfo=None))
+    return None
+
+
+def _implicit(column: Column) -> Default | None:
+    t = column.data_type
+    if t in _ZERO_TYPES or t == "year":
+        return _number(column, "0")
+    if t in _EMPTY_TYPES:
+        return Default("")
+    if t in _EMPTY_BYTES:
+        return Default(b"")
+    if t == "enum" and column.values:
+        return Default(column.values[0])
+    return None  # temporal zero values, BIT, JSON, spatial types: left to the server

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import singledispatchmethod
 from typing import Any, Literal, Protocol
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
@@ -36,7 +37,9 @@ from binlake.events import (
     TableId,
     TruncateTable,
 )
-from binlake.schema.type_mapping import iceberg_schema, iceberg_type, identifier_columns
+from binlake.schema.defaults import existing_rows_value
+from binlake.schema.type_mapping import RowConverter, iceberg_schema, iceberg_type, identifier_columns
+from binlake.sink.column_fill import fill_column
 
 log = logging.getLogger(__name__)
 
@@ -214,16 +217,21 @@ class IcebergMetadataApplier:
     @_apply.register
     def _add_column(self, change: AddColumn, change_id: str | None) -> ApplyResult:
         table = self._load(change.table)
-        if _has(table, change.column.name):
-            return ApplyResult(change, "no-op", f"column {change.column.name} exists")
-        with table.update_schema() as update:
-            # Iceberg cannot add a required column to existing rows: new columns are optional.
-            update.add_column(change.column.name, iceberg_type(change.column))
-            if change.position == "first":
-                update.move_first(change.column.name)
-            elif change.position == "after" and change.after:
-                update.move_after(change.column.name, change.after)
-        return ApplyResult(change, "applied")
+        name = change.column.name
+        if _has(table, name):
+            return ApplyResult(change, "no-op", f"column {name} exists")
+        value = existing_rows_scalar(change)
+        with table.transaction() as tx:
+            with tx.update_schema() as update:
+                # Iceberg cannot add a required column to existing rows: new columns are optional.
+                update.add_column(name, iceberg_type(change.column))
+                if change.position == "first":
+                    update.move_first(name)
+                elif change.position == "after" and change.after:
+                    update.move_after(name, change.after)
+            # The rows the source held got a value with the column (one commit: see column_fill).
+            filled = fill_column(tx, table, name, value, change.table.name) if value is not None else 0
+        return ApplyResult(change, "applied", f"{filled} existing rows filled" if filled else "")
 
     @_apply.register
     def _drop_column(self, change: DropColumn, change_id: str | None) -> ApplyResult:
@@ -311,6 +319,20 @@ class IcebergMetadataApplier:
         self.catalog.create_namespace_if_not_exists(self.naming(change.new_table)[0])
         self.catalog.rename_table(old, new)
         return ApplyResult(change, "applied")
+
+
+def existing_rows_scalar(change: AddColumn) -> pa.Scalar | None:
+    """The value the rows a table held got from the source's ``ADD COLUMN`` (None: NULL, or a
+    column binlake adds itself, or one only the server knew — which the stream handles before)."""
+    if change.statement_time is None:
+        return None
+    found = existing_rows_value(change.column, change.statement_time)
+    if found is None or found.value is None:
+        return None
+    converter = RowConverter(CreateTable(change.table, (change.column,)))
+    batch = converter.batch([[converter.binlog_row({change.column.name: found.value})[0]]])
+    scalar: pa.Scalar = batch.column(0)[0]
+    return scalar
 
 
 def _in_place(table: Table, change: AlterColumnType) -> bool:

@@ -66,6 +66,8 @@ CHUNKS_KEY = "binlake.chunks"
 BATCH_KEY = "binlake.batch-id"
 #: Table property: the binlog offset up to which the stream has applied this table's changes.
 STREAM_OFFSET_KEY = "binlake.stream-offset"
+#: Table property: the source schema (JSON) the snapshot's chunks in the table were read with.
+SOURCE_SCHEMA_KEY = "binlake.snapshot-schema"
 MAX_ATTEMPTS = 5
 
 Outcome = Literal["committed", "skipped"]
@@ -151,8 +153,11 @@ class IcebergWriter:
                 )
         return found
 
-    def append_files(self, files: Sequence[str], chunks: Sequence[ChunkCommit]) -> CommitResult:
-        """Add Parquet ``files`` holding exactly the rows of ``chunks``, in one commit.
+    def append_files(
+        self, files: Sequence[str], chunks: Sequence[ChunkCommit], source_schema: str | None = None
+    ) -> CommitResult:
+        """Add Parquet ``files`` holding exactly the rows of ``chunks``, in one commit (which also
+        records ``source_schema``, the schema they were read with, as ``SOURCE_SCHEMA_KEY``).
 
         Raises:
             PartialCommitError: some of the chunks are committed already and others not (the
@@ -188,6 +193,8 @@ class IcebergWriter:
             try:
                 with self.table.transaction() as tx:
                     tx.add_files(list(files), snapshot_properties=summary)
+                    if source_schema is not None:
+                        tx.set_properties({SOURCE_SCHEMA_KEY: source_schema})
             except CommitFailedException as e:
                 log.warning("commit of chunks %s to %s conflicted (%s): checking again", _ids(wanted),
                             self.identifier, e)  # fmt: skip

@@ -52,7 +52,7 @@ from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, m
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.source.collation import collated
 from binlake.source.connection import ServerVersion, connect, server_version
-from binlake.source.discovery import column_names
+from binlake.source.discovery import column_names, discover, same_schema, schema_difference
 from binlake.source.row_decoder import ABSENT
 from binlake.source.watermarks import LowWatermark, current_offset
 
@@ -74,6 +74,10 @@ class ChunkReadError(BinlakeError):
     def __init__(self, message: str, chunk: Chunk) -> None:
         self.chunk = chunk
         super().__init__(message)
+
+
+class TableChangedError(ChunkReadError):
+    """The table's schema changed while the snapshot read it."""
 
 
 @dataclass
@@ -180,6 +184,24 @@ class ChunkReader:
             log.warning("chunk %s of %s: %d rows with zero dates in %s read as NULL", chunk.name,
                         self.table.table, zero, dates)  # fmt: skip
         return result
+
+    def check_schema(self, chunk: Chunk, high: BinlogOffset) -> None:
+        """Raise ``TableChangedError`` if the table no longer has the schema the chunk was read
+        with: a DDL between two chunk reads, or inside one, would leave chunks of two schemas in
+        one sink table (and writes to a new column in chunks read after it lost)."""
+        conn, _ = self._connection()
+        found = discover(conn, [self.table.table])
+        now = found[0] if found else None
+        if now is not None and same_schema(now, self.table):
+            return
+        raise TableChangedError(
+            f"The schema of `{self.table.table}` changed while the snapshot read it (found after chunk "
+            f"{chunk.name}, high watermark {high}): "
+            + (schema_difference(self.table, now) if now is not None else "the table is gone")
+            + ". Nothing of this task's wave was committed. Fix: none by hand — `binlake snapshot` "
+            "reads the table again with its new schema.",
+            chunk,
+        )
 
     def _zero_dates_seen(self) -> int:
         """Zero dates the bulk SELECT and the binlog decoding have met so far (running counts)."""

@@ -73,6 +73,7 @@ class _Spec:
     nullable: bool | None = None
     default: tuple[str, object] | None = None
     auto_increment: bool = False
+    generated: bool = False
     primary_key: bool = False
     unique: bool = False
     serial_default: bool = False
@@ -222,6 +223,7 @@ def _attributes(cur: Cursor, spec: _Spec) -> None:
         elif word in ("INVISIBLE", "VISIBLE", "VIRTUAL", "STORED", "PERSISTENT"):
             pass
         elif word in ("GENERATED", "AS"):
+            spec.generated = True
             cur.accept("ALWAYS")
             cur.accept("AS")
             cur.skip_parenthesised()
@@ -335,7 +337,11 @@ def _column(name: str, spec: _Spec, table: tuple[str, str], charsets: Charsets) 
     if column.data_type == "bigint" and spec.words == ["SERIAL"]:
         nullable = False
     column = replace(
-        column, name=name, nullable=nullable, auto_increment=spec.auto_increment or spec.words == ["SERIAL"]
+        column,
+        name=name,
+        nullable=nullable,
+        auto_increment=spec.auto_increment or spec.words == ["SERIAL"],
+        generated=spec.generated,
     )
     return replace(column, default=default_text(column, spec.default))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pymysql
@@ -147,6 +147,33 @@ def discover(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> list[C
     ]
 
 
+def same_schema(a: CreateTable, b: CreateTable) -> bool:
+    """Whether rows of ``a`` and ``b`` read and decode alike: the same columns (all but their
+    defaults, which only decide values the server fills) and the same primary key."""
+    return _shape(a) == _shape(b) and a.primary_key == b.primary_key
+
+
+def schema_difference(before: CreateTable, after: CreateTable) -> str:
+    """What changed between two schemas of a table, for people (column names, never values)."""
+    old, new = (
+        dict(zip(before.column_names, _shape(before), strict=True)),
+        dict(zip(after.column_names, _shape(after), strict=True)),
+    )
+    parts = [f"added {', '.join(n for n in new if n not in old)}"] if set(new) - set(old) else []
+    parts += [f"dropped {', '.join(n for n in old if n not in new)}"] if set(old) - set(new) else []
+    changed = [n for n in new if n in old and new[n] != old[n]]
+    parts += [f"changed {', '.join(changed)}"] if changed else []
+    if not parts and before.column_names != after.column_names:
+        parts.append("columns reordered")
+    if before.primary_key != after.primary_key:
+        parts.append(f"primary key ({', '.join(before.primary_key)}) → ({', '.join(after.primary_key)})")
+    return "; ".join(parts) or "nothing binlake reads"
+
+
+def _shape(table: CreateTable) -> tuple[Column, ...]:
+    return tuple(replace(c, default=None) for c in table.columns)
+
+
 def _table_collations(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> dict[TableId, str]:
     with conn.cursor() as cur:
         cur.execute(
@@ -194,6 +221,7 @@ def _column(row: tuple[Any, ...], is_json: bool) -> Column:
         values=parse_enum_values(column_type) if members else (),
         default=None if default is None else str(default),
         auto_increment="auto_increment" in str(extra).lower(),
+        generated="generated" in str(extra).lower(),  # MySQL and MariaDB: VIRTUAL|STORED GENERATED
     )
 
 

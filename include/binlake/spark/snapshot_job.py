@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -20,20 +21,24 @@ import math
 import re
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
-from binlake.events import CreateTable, TableId, table_to_dict
+from binlake.events import CreateTable, TableId, table_from_dict, table_to_dict
 from binlake.offsets import BinlogOffset
-from binlake.planner import discover_tables
+from binlake.planner import create_sink_tables, discover_tables
+from binlake.schema.type_mapping import iceberg_schema
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.route import routed
-from binlake.sink.writer import ChunkCommit, IcebergWriter
+from binlake.sink.writer import SOURCE_SCHEMA_KEY, ChunkCommit, IcebergWriter
+from binlake.source.chunk_splitter import ChunkSplitter
+from binlake.source.connection import connect
+from binlake.source.discovery import same_schema
 from binlake.spark.snapshot_source import SnapshotDataSource
 from binlake.state.codec import encode_key
 from binlake.state.store import ChunkState, StateStore, StoredPlan, TableBusyError
@@ -44,6 +49,8 @@ log = logging.getLogger(__name__)
 #: Tasks per wave, per unit of parallelism: enough to balance, few enough to commit often.
 TASKS_PER_SLOT = 2
 WRITER = "binlake snapshot"
+#: Times a table is read again from the start because its schema changed, before giving up.
+RESTARTS = 3
 #: How long a snapshot's hold on a table lasts unless renewed (it is renewed every wave).
 LEASE = dt.timedelta(hours=1)
 
@@ -112,52 +119,154 @@ def run_snapshot(
     name = config.pipeline.name
     store = StateStore(config.pipeline.resolved_state_uri)
     try:
-        plans = _plans(store, name, tables)
-        schemas = {s.table: s for s in discover_tables(config)}
-        catalog = open_catalog(config)
-        writers = {p.table: IcebergWriter(catalog, ".".join(sink_identifier(config, p.table))) for p in plans}
         report = SnapshotReport(name)
-        report.chunks_recovered = _reconcile(store, name, plans, writers)
-        plans = _plans(store, name, tables)
-        wanted = set(chunk_ids) if chunk_ids else None
-        pending = [c for p in plans for c in p.chunks if c.status != "finished" and _selected(c, wanted)]
-        missing = [t for t in {c.chunk.table for c in pending} if t not in schemas]
-        if missing:
-            raise SnapshotError(
-                f"Cannot snapshot {', '.join(map(str, missing))}: the table no longer exists in the source. "
-                "Fix: run `binlake plan --replan`."
-            )
-        _track(report, plans)
-        spark.dataSource.register(SnapshotDataSource)
-        base = task_options(config, schemas, writers)
-        groups = _groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
-        wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
-        held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
-        try:
-            for wave in range(0, len(groups), wave_size):
-                _hold(store, name, held)  # taken, or renewed, before every wave
-                try:
-                    _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
-                except Exception as e:  # Spark wraps a failed task's error in its own exception
-                    message = task_error(e)
-                    if message is None:
-                        raise
+        restarts: Counter[TableId] = Counter()
+        while True:
+            schemas = {s.table: s for s in discover_tables(config)}
+            for table in _changed_tables(config, store, _plans(store, name, tables), schemas):
+                _restart(config, store, schemas[table], restarts)
+            if _read_pending(config, spark, store, schemas, tables, chunk_ids, progress, report, started):
+                break
+            planned = {p.table for p in _plans(store, name, tables)}
+            for table in [t for t, s in schemas.items() if t in planned and not _still(config, s)]:
+                found = discover_tables(config, [table])
+                if not found:
                     raise SnapshotError(
-                        f"A snapshot task failed; nothing of its wave was committed, and a rerun resumes "
-                        f"after the last committed wave. The task said: {message}"
-                    ) from None
-                report.seconds = time.monotonic() - started
-                if progress:
-                    progress(report, report.seconds)
-        finally:
-            for identifier in held:
-                store.release_lease(name, identifier, WRITER)
+                        f"`{table}` was dropped or renamed during its snapshot. Fix: `binlake plan --replan`."
+                    )
+                _restart(config, store, found[0], restarts)
         report.switch_offset = _switch(store, name, schemas)
         report.high_watermarks = _high_watermarks(store, name)
         report.seconds = time.monotonic() - started
         return report
     finally:
         store.close()
+
+
+def _read_pending(
+    config: PipelineConfig,
+    spark: Any,
+    store: StateStore,
+    schemas: dict[TableId, CreateTable],
+    tables: Sequence[str] | None,
+    chunk_ids: Sequence[str] | None,
+    progress: Progress | None,
+    report: SnapshotReport,
+    started: float,
+) -> bool:
+    """Read every pending chunk in waves; False when a table's schema changed under a wave (the
+    wave is not committed: the caller reads the table again)."""
+    name = config.pipeline.name
+    plans = _plans(store, name, tables)
+    catalog = open_catalog(config)
+    writers = {p.table: IcebergWriter(catalog, ".".join(sink_identifier(config, p.table))) for p in plans}
+    report.chunks_recovered += _reconcile(store, name, plans, writers)
+    plans = _plans(store, name, tables)
+    wanted = set(chunk_ids) if chunk_ids else None
+    pending = [c for p in plans for c in p.chunks if c.status != "finished" and _selected(c, wanted)]
+    missing = [t for t in {c.chunk.table for c in pending} if t not in schemas]
+    if missing:
+        raise SnapshotError(
+            f"Cannot snapshot {', '.join(map(str, missing))}: the table no longer exists in the source. "
+            "Fix: run `binlake plan --replan`."
+        )
+    _track(report, plans)
+    spark.dataSource.register(SnapshotDataSource)
+    base = task_options(config, schemas, writers)
+    groups = _groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
+    wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
+    held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
+    try:
+        for wave in range(0, len(groups), wave_size):
+            _hold(store, name, held)  # taken, or renewed, before every wave
+            try:
+                _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
+            except Exception as e:  # Spark wraps a failed task's error in its own exception
+                message = task_error(e)
+                if message is None:
+                    raise
+                if not all(_still(config, s) for s in schemas.values()):
+                    log.warning("a table changed its schema during the snapshot: %s", message)
+                    return False
+                raise SnapshotError(
+                    f"A snapshot task failed; nothing of its wave was committed, and a rerun resumes "
+                    f"after the last committed wave. The task said: {message}"
+                ) from None
+            report.seconds = time.monotonic() - started
+            if progress:
+                progress(report, report.seconds)
+    finally:
+        for identifier in held:
+            store.release_lease(name, identifier, WRITER)
+    return True
+
+
+def _still(config: PipelineConfig, schema: CreateTable) -> bool:
+    """Whether the source table still has ``schema`` (as far as reading its rows goes)."""
+    found = discover_tables(config, [schema.table])
+    return bool(found) and same_schema(found[0], schema)
+
+
+def _changed_tables(
+    config: PipelineConfig, store: StateStore, plans: list[StoredPlan], schemas: dict[TableId, CreateTable]
+) -> list[TableId]:
+    """Tables of an unfinished snapshot whose sink table holds (or was made for) another schema
+    than the table has now: a DDL between two runs, or since the plan."""
+    if all(c.status == "finished" for p in store.load_plans(config.pipeline.name) for c in p.chunks):
+        return []  # a finished snapshot: the stream meets later DDL in the binlog
+    catalog = open_catalog(config)
+    changed = []
+    for plan in plans:
+        schema = schemas.get(plan.table)
+        identifier = ".".join(sink_identifier(config, plan.table))
+        if schema is None or not catalog.table_exists(identifier):
+            continue
+        sink = catalog.load_table(identifier)
+        recorded = sink.properties.get(SOURCE_SCHEMA_KEY)
+        if recorded is not None:
+            if not same_schema(table_from_dict(json.loads(recorded)), schema):
+                changed.append(plan.table)
+        elif not routed(config, plan.table) and _fields(sink.schema()) != _fields(iceberg_schema(schema)):
+            changed.append(plan.table)
+    return changed
+
+
+def _fields(schema: Any) -> list[tuple[str, str]]:
+    return [(f.name, str(f.field_type)) for f in schema.fields]
+
+
+def _restart(
+    config: PipelineConfig, store: StateStore, schema: CreateTable, restarts: Counter[TableId]
+) -> None:
+    """Read ``schema``'s table again from the start with that schema: a new, empty sink table and a
+    new split (its committed chunks hold rows of the old schema)."""
+    table = schema.table
+    restarts[table] += 1
+    if restarts[table] > RESTARTS:
+        raise SnapshotError(
+            f"The schema of `{table}` changed {RESTARTS} times while the snapshot read it. Fix: run "
+            "`binlake snapshot` again once its schema changes are done."
+        )
+    if routed(config, table):
+        raise SnapshotError(
+            f"The schema of `{table}` changed during its snapshot, and it shares a sink table with other "
+            "sources (`sink.routes`), which binlake cannot read again alone. Fix: `binlake plan "
+            "--replan` and `binlake snapshot` for every source of that sink table."
+        )
+    catalog = open_catalog(config)
+    identifier = ".".join(sink_identifier(config, table))
+    if catalog.table_exists(identifier):
+        catalog.drop_table(identifier)
+    create_sink_tables(config, [schema])
+    with contextlib.closing(connect(config.source)) as conn:
+        split = ChunkSplitter(conn, config.source.chunk_size).split(
+            schema, config.source.chunk_key_columns.get(table.name)
+        )
+    store.save_plans(config.pipeline.name, [split])
+    log.warning(
+        "the schema of %s changed during its snapshot: reading it again from the start with its new "
+        "schema (%d chunks)", table, len(split.chunks),
+    )  # fmt: skip
 
 
 _TASK_ERROR = re.compile(r"^binlake(?:\.\w+)*\.\w*Error: (?P<message>.*)", re.MULTILINE | re.DOTALL)
@@ -287,6 +396,7 @@ def _run_wave(
     report: SnapshotReport,
 ) -> None:
     frame = spark.read.format("binlake_snapshot").options(**base, groups=json.dumps(groups)).load()
+    tables = json.loads(base["tables"])
     rows = frame.toArrow().to_pylist()
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
@@ -303,7 +413,7 @@ def _run_wave(
             for r in task_rows
         ]
         files = json.loads(task_rows[0]["files"])
-        writers[table].append_files(files, commits)
+        writers[table].append_files(files, commits, json.dumps(tables[table.name]))
         store.finish_chunks(
             pipeline,
             [

@@ -109,6 +109,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
                 ChunkRange(decode_key(spec["start"]), decode_key(spec["end"])),
             )
             result = reader.read(chunk)
+            reader.check_schema(chunk, result.high)
             writer.write(with_source_table(schema.table, result.data) if routed else result.data)
             summaries.append(
                 {

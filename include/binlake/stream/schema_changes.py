@@ -25,11 +25,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import (
+    AddColumn,
     AlterColumnType,
     CreateTable,
     DropTable,
@@ -40,13 +41,17 @@ from binlake.events import (
 )
 from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
+from binlake.schema.defaults import existing_rows_value
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.sink.route import routed
-from binlake.source.binlog_reader import Boundary
+from binlake.source.binlog_reader import Boundary, Gap
 from binlake.source.charsets import Charsets
 from binlake.source.connection import connect
 from binlake.source.discovery import TableSelector, discover, server_charsets
+from binlake.state.backfills import BackfillLedger
+from binlake.state.repairs import RepairLedger
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
+from binlake.stream.repairs import StreamRepairs
 from binlake.testing.faults import crash_point
 
 log = logging.getLogger(__name__)
@@ -114,6 +119,10 @@ class SchemaTracker:
             )
         except UnparsedDdlError as e:
             return self._unparsed(boundary, str(e))
+        # The statement's time: what CURRENT_TIMESTAMP gave the rows an added column filled.
+        changes = [
+            replace(c, statement_time=boundary.timestamp) if isinstance(c, AddColumn) else c for c in changes
+        ]
         relevant: list[SchemaChange] = []
         known = set(current)  # the statement's renames run one after another (a → tmp, b → a, tmp → b)
         for change in changes:
@@ -205,6 +214,7 @@ class SchemaChangeProtocol:
     def handle(self, ddl: Ddl) -> None:
         """Request, apply (or wait for) and record every change of ``ddl``; raise if one failed."""
         pipeline, behavior = self.config.pipeline.name, self.config.pipeline.schema_change_behavior
+        self._server_filled(ddl)
         self.tracker.record(ddl)
         requests = [
             self.store.request_schema_change(pipeline, ddl.offset, seq, change, behavior)
@@ -227,6 +237,36 @@ class SchemaChangeProtocol:
                     f"{final.message}"
                 )
 
+    def _server_filled(self, ddl: Ddl) -> None:
+        """Columns added with values for the existing rows that only the server knew (AUTO_INCREMENT,
+        generated, expression defaults) leave those rows unknowable from the binlog: a gap of the
+        table at the statement (``stream.repairs``) — held back until a backfill read after it,
+        or the stream stops here, before anything of the statement is recorded or applied."""
+        if self.config.pipeline.schema_change_behavior in ("ignore", "exception"):
+            return  # the column never reaches the sink (ignore), or the change stops the stream
+        gaps = [
+            _server_gap(change, ddl.offset)
+            for change in ddl.changes
+            if isinstance(change, AddColumn)
+            and change.statement_time is not None
+            and existing_rows_value(change.column, change.statement_time) is None
+            and self._holds_rows(change.table)
+        ]
+        if gaps:
+            repairs = StreamRepairs(
+                self.config.pipeline.name, RepairLedger(self.store, self.config.pipeline.name),
+                BackfillLedger(self.store), None,
+            )  # fmt: skip
+            repairs.meet(gaps)
+
+    def _holds_rows(self, table: TableId) -> bool:
+        from binlake.sink.catalog import open_catalog, sink_identifier  # see SchemaTracker.ddl
+        from binlake.sink.column_fill import live_rows
+
+        catalog = open_catalog(self.config)
+        identifier = ".".join(sink_identifier(self.config, table))
+        return catalog.table_exists(identifier) and live_rows(catalog.load_table(identifier)) > 0
+
     def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
         deadline = time.monotonic() + self.config.stream.schema_change_timeout_s
         while True:
@@ -242,6 +282,25 @@ class SchemaChangeProtocol:
                     "`stream.schema_change_applier: inline`."
                 )
             self.sleep(1.0)
+
+
+def _server_gap(change: AddColumn, at: BinlogOffset) -> Gap:
+    column = change.column
+    what = (
+        "generated"
+        if column.generated
+        else "AUTO_INCREMENT"
+        if column.auto_increment
+        else f"`DEFAULT {column.default}`"
+    )
+    return Gap(
+        change.table,
+        f"`ADD COLUMN {column.name}` ({what}) gave the rows the table held values the server computed, "
+        "which no row event carries",
+        "none is needed on the source (the values are there, only not in the binlog)",
+        at,
+        change.statement_time or 0,
+    )
 
 
 def _renamed_back(store: StateStore, pipeline: str, request: SchemaChangeRequest, name: TableId) -> bool:

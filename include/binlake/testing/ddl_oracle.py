@@ -60,7 +60,7 @@ _ATTEMPTS = 8
 #: Column fields compared (see the module docstring).
 _FIELDS = (
     "data_type", "unsigned", "precision", "scale", "fsp", "length", "charset", "collation", "values",
-    "nullable", "default",
+    "nullable", "default", "generated",
 )  # fmt: skip
 
 
