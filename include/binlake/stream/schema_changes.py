@@ -41,17 +41,13 @@ from binlake.events import (
 )
 from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
-from binlake.schema.defaults import existing_rows_value
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.sink.route import routed
 from binlake.source.binlog_reader import Boundary, Gap
 from binlake.source.charsets import Charsets
 from binlake.source.connection import connect
 from binlake.source.discovery import TableSelector, discover, server_charsets
-from binlake.state.backfills import BackfillLedger
-from binlake.state.repairs import RepairLedger
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
-from binlake.stream.repairs import StreamRepairs
 from binlake.testing.faults import crash_point
 
 log = logging.getLogger(__name__)
@@ -244,6 +240,12 @@ class SchemaChangeProtocol:
         or the stream stops here, before anything of the statement is recorded or applied."""
         if self.config.pipeline.schema_change_behavior in ("ignore", "exception"):
             return  # the column never reaches the sink (ignore), or the change stops the stream
+        # Here, not at the top: the planning side imports this module and must stay light (pyarrow).
+        from binlake.schema.defaults import existing_rows_value
+        from binlake.state.backfills import BackfillLedger
+        from binlake.state.repairs import RepairLedger
+        from binlake.stream.repairs import StreamRepairs
+
         gaps = [
             _server_gap(change, ddl.offset)
             for change in ddl.changes
