@@ -125,16 +125,17 @@ def run_snapshot(
             schemas = {s.table: s for s in discover_tables(config)}
             for table in _changed_tables(config, store, _plans(store, name, tables), schemas):
                 _restart(config, store, schemas[table], restarts)
-            if _read_pending(config, spark, store, schemas, tables, chunk_ids, progress, report, started):
+            changed = _read_pending(
+                config, spark, store, schemas, tables, chunk_ids, progress, report, started
+            )
+            if not changed:
                 break
-            planned = {p.table for p in _plans(store, name, tables)}
-            for table in [t for t, s in schemas.items() if t in planned and not _still(config, s)]:
-                found = discover_tables(config, [table])
-                if not found:
+            for table, schema in changed.items():
+                if schema is None:
                     raise SnapshotError(
                         f"`{table}` was dropped or renamed during its snapshot. Fix: `binlake plan --replan`."
                     )
-                _restart(config, store, found[0], restarts)
+                _restart(config, store, schema, restarts)
         report.switch_offset = _switch(store, name, schemas)
         report.high_watermarks = _high_watermarks(store, name)
         report.seconds = time.monotonic() - started
@@ -153,9 +154,10 @@ def _read_pending(
     progress: Progress | None,
     report: SnapshotReport,
     started: float,
-) -> bool:
-    """Read every pending chunk in waves; False when a table's schema changed under a wave (the
-    wave is not committed: the caller reads the table again)."""
+) -> dict[TableId, CreateTable | None]:
+    """Read every pending chunk in waves. Returns the planned tables whose schema changed under a
+    wave, with their schema now (None: gone) — that wave is not committed, the caller reads them
+    again; empty when every chunk was read."""
     name = config.pipeline.name
     plans = _plans(store, name, tables)
     catalog = open_catalog(config)
@@ -185,9 +187,10 @@ def _read_pending(
                 message = task_error(e)
                 if message is None:
                     raise
-                if not all(_still(config, s) for s in schemas.values()):
+                changed = _changed_under(config, {t: schemas[t] for t in writers if t in schemas})
+                if changed:
                     log.warning("a table changed its schema during the snapshot: %s", message)
-                    return False
+                    return changed
                 raise SnapshotError(
                     f"A snapshot task failed; nothing of its wave was committed, and a rerun resumes "
                     f"after the last committed wave. The task said: {message}"
@@ -198,13 +201,16 @@ def _read_pending(
     finally:
         for identifier in held:
             store.release_lease(name, identifier, WRITER)
-    return True
+    return {}
 
 
-def _still(config: PipelineConfig, schema: CreateTable) -> bool:
-    """Whether the source table still has ``schema`` (as far as reading its rows goes)."""
-    found = discover_tables(config, [schema.table])
-    return bool(found) and same_schema(found[0], schema)
+def _changed_under(
+    config: PipelineConfig, schemas: dict[TableId, CreateTable]
+) -> dict[TableId, CreateTable | None]:
+    """The tables that no longer have their schema in ``schemas`` (as far as reading their rows
+    goes), with their schema now (None: gone); one discovery for all of them."""
+    now = {s.table: s for s in discover_tables(config, list(schemas))}
+    return {t: now.get(t) for t, s in schemas.items() if t not in now or not same_schema(now[t], s)}
 
 
 def _changed_tables(
