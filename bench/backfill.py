@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from binlake.backfill.wait import wait_applied
 from binlake.config import PipelineConfig
 from binlake.planner import plan
-from binlake.spark.backfill_job import run_backfill, wait_applied
+from binlake.spark.backfill_job import run_backfill
 from binlake.spark.session import spark_session
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream

@@ -35,6 +35,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from binlake.config import PipelineConfig
 from binlake.offsets import BinlogOffset
+from binlake.source.binlog_reader import transactions
 from binlake.spark.session import spark_session
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore, StreamBatch
@@ -141,6 +142,14 @@ def _single_reader(server: PrivateMariaDB, start: BinlogOffset, end: BinlogOffse
     return rows, time.monotonic() - started
 
 
+def _header_scan(config: Any, start: BinlogOffset, end: BinlogOffset) -> tuple[int, float]:
+    """binlake's header-only scan of the range (transaction boundaries and statement texts): what
+    the planning side runs per batch and the snapshot runs once over its span before the switch."""
+    started = time.monotonic()
+    found = sum(1 for _ in transactions(config.source, config.source.server_id.end, start, end))
+    return found, time.monotonic() - started
+
+
 def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_rows: int) -> dict[str, Any]:
     server.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
     start = _head(server)
@@ -155,6 +164,7 @@ def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_r
     report = run_stream(config, spark, until_caught_up=True, progress=lambda b, _: batches.append(b))
     seconds = time.monotonic() - started
     decoded, reader_seconds = _single_reader(server, start, end)
+    boundaries, scan_seconds = _header_scan(config, start, end)
     rate, reader_rate = report.rows / seconds, decoded / reader_seconds
     # Where the time went: the query's start (tables, start offset, Spark's query and its Python
     # workers, the first plan) until the first batch began, then the batches one after another.
@@ -171,6 +181,9 @@ def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_r
         "single_reader_rows_per_s": round(reader_rate),
         "ratio": round(rate / reader_rate, 2),
         "goal_ratio": 4.0,
+        "header_scan_transactions": boundaries,
+        "header_scan_seconds": round(scan_seconds, 2),
+        "header_scan_vs_single_reader": round(reader_seconds / scan_seconds, 2) if scan_seconds else None,
         "start_s": round((first - began).total_seconds(), 2),
         "batches_s": round(in_batches, 2),
         "rows_per_s_in_batches": round(report.rows / in_batches) if in_batches else None,
@@ -188,7 +201,7 @@ def _steady(
     stream = threading.Thread(target=lambda: run_stream(config, spark, stop=stop), daemon=True)
     stream.start()
     store = StateStore(config.pipeline.resolved_state_uri)
-    while store.load_offset("steady", "stream") is None:
+    while store.offsets("steady").load("stream") is None:
         time.sleep(0.5)
     time.sleep(interval)  # the first trigger has run
     workload = Workload(server.admin_connection, rate=rate, txn_size=10)
@@ -196,7 +209,9 @@ def _steady(
     time.sleep(2 * interval)
     stop.set()
     stream.join(120)
-    batches = [b for b in store.stream_batches("steady", limit=100_000) if b.lag_s is not None and b.rows]
+    batches = [
+        b for b in store.stream_history("steady").batches(limit=100_000) if b.lag_s is not None and b.rows
+    ]
     batches.sort(key=lambda b: b.finished_at)
     lags = [b.lag_s for b in batches if b.lag_s is not None]
     cuts = statistics.quantiles(lags, n=100, method="inclusive") if len(lags) >= 2 else lags * 99

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import sys
 
-from binlake.spark.backfill_job import KeyRange, print_progress, run_backfill
+from binlake.backfill.plan import KeyRange
+from binlake.backfill.progress import print_progress
+from binlake.spark.backfill_job import run_backfill
 from binlake.spark.entry import job_parser, run_job
 
 

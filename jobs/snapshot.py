@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 
+from binlake.snapshot.progress import print_progress
 from binlake.spark.entry import job_parser, run_job
-from binlake.spark.snapshot_job import print_progress, run_snapshot
+from binlake.spark.snapshot_job import run_snapshot
 
 
 def main() -> int:

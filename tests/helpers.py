@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import os
+import random
+import re
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pymysql
 
 from binlake.config import PipelineConfig, SourceConfig
 from binlake.offsets import BinlogOffset
@@ -146,7 +153,7 @@ def start_stream_process(
 ) -> subprocess.Popen[bytes]:
     """``jobs/stream.py --until-caught-up`` in a process group of its own, killed by SIGKILL at
     the crash point ``crash_at`` (``binlake.faults``) if given."""
-    from binlake.testing.faults import VARIABLE
+    from binlake.faults import VARIABLE
 
     full_env = {**os.environ, "PYTHONPATH": str(ROOT / "include"), **(env or {})}
     if crash_at:
@@ -201,3 +208,53 @@ def hold_commit(server: PrivateMariaDB, statement: str, hold_s: float = 6.0) -> 
         server.execute("SET GLOBAL rpl_semi_sync_master_enabled = OFF")
         writer.join(hold_s + 10)
     assert not errors, errors
+
+
+@contextlib.contextmanager
+def concurrent_writes(
+    mariadb: PrivateMariaDB, database: str, tables: tuple[str, ...] = ("t",), keys: range = range(1, 421)
+) -> Iterator[None]:
+    """Random inserts, updates and deletes of ``(id, v)`` rows of ``tables`` (ids from ``keys``) from
+    a thread while the block runs: the application that writes on while DDL, a snapshot or a stream
+    runs. A statement the table refuses at that moment (renamed away, a value out of a new type's
+    range) is skipped."""
+    stop = threading.Event()
+    done: list[int] = []
+
+    def run() -> None:
+        rng = random.Random(7)
+        with contextlib.closing(mariadb.admin_connection(database)) as conn:
+            with conn.cursor() as cur:
+                while not stop.is_set():
+                    table, key = rng.choice(tables), rng.choice(keys)
+                    statement = rng.choice(
+                        [
+                            f"UPDATE {table} SET v = v + 1 WHERE id = %s",
+                            f"INSERT INTO {table} (id, v) VALUES (%s, 1) ON DUPLICATE KEY UPDATE v = v - 1",
+                            f"DELETE FROM {table} WHERE id = %s",
+                        ]
+                    )
+                    try:
+                        cur.execute(statement, (key,))
+                        done.append(1)
+                    except pymysql.err.MySQLError:
+                        pass
+                    time.sleep(0.002)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not done and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the block starts with the writes under way
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+    assert done  # the workload ran
+
+
+def page_text(page: Path) -> str:
+    """A Data Docs page as its visible words."""
+    text = re.sub(r"<(script|style).*?</\1>", " ", page.read_text(), flags=re.DOTALL)
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())

@@ -56,7 +56,7 @@ def test_plan_prints_strategy_and_stores_the_plan(
 
     config = PipelineConfig.model_validate(shop_config(mariadb, shop, tmp_path))
     store = StateStore(config.pipeline.resolved_state_uri)
-    stored = {p.table.table: p for p in store.load_plans("test")}
+    stored = {p.table.table: p for p in store.plans("test").load()}
     assert set(stored) == set(demo.COLUMNS)
     assert sum(len(p.chunks) for p in stored.values()) == sum(t["chunks"] for t in as_json["tables"])
 
@@ -69,8 +69,10 @@ def test_rerun_keeps_the_plan_and_progress_unless_replanned(
     config = PipelineConfig.model_validate(shop_config(mariadb, shop, tmp_path))
     store = StateStore(config.pipeline.resolved_state_uri)
     orders = TableId(shop, "orders")
-    first = store.load_plans("test", [orders])[0].chunks[0].chunk
-    store.finish_chunk("test", first, BinlogOffset("binlog.000001", 4), BinlogOffset("binlog.000001", 9), 199)
+    first = store.plans("test").load([orders])[0].chunks[0].chunk
+    store.plans("test").finish_chunk(
+        first, BinlogOffset("binlog.000001", 4), BinlogOffset("binlog.000001", 9), 199
+    )
     columns = ", ".join(demo.COLUMNS["orders"][1:])
     mariadb.execute(f"INSERT INTO orders SELECT id + 100000, {columns} FROM orders", database=shop)
 
@@ -96,7 +98,7 @@ def test_missing_chunk_key_column_stores_nothing(
     assert "nothing was planned" in result.stderr
     assert "Traceback" not in result.output
     state = PipelineConfig.model_validate(config).pipeline.resolved_state_uri
-    assert StateStore(state).load_plans("test") == []
+    assert StateStore(state).plans("test").load() == []
 
 
 def test_failed_validation_stops_planning(

@@ -234,9 +234,10 @@ def _plan(config: PipelineConfig, as_json: bool, replan: bool) -> int:
 def _snapshot(config: PipelineConfig, args: argparse.Namespace) -> int:
     from binlake.events import TableId
     from binlake.planner import plan
-    from binlake.sink.catalog import sink_identifier
+    from binlake.sink.catalog import sink_name
+    from binlake.snapshot.progress import print_progress
     from binlake.spark.session import spark_session
-    from binlake.spark.snapshot_job import print_progress, run_snapshot
+    from binlake.spark.snapshot_job import run_snapshot
 
     plan(config)  # keeps an existing plan: a rerun resumes
     spark = spark_session(config, "snapshot")
@@ -253,9 +254,7 @@ def _snapshot(config: PipelineConfig, args: argparse.Namespace) -> int:
         )
         if report.switch_offset:
             print(f"complete: the stream starts at {report.switch_offset}")
-        _print_where(
-            config, sorted({".".join(sink_identifier(config, TableId.parse(t))) for t in report.tables})
-        )
+        _print_where(config, sorted({sink_name(config, TableId.parse(t)) for t in report.tables}))
     print(json.dumps(summary))  # the last line: what an Airflow task pushes to XCom
     return EXIT_OK
 
@@ -286,14 +285,10 @@ def _stream(config: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _backfill(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from binlake.spark.backfill_job import (
-        KeyRange,
-        new_backfill_id,
-        plan_backfill,
-        print_progress,
-        run_backfill,
-        wait_applied,
-    )
+    from binlake.backfill.plan import KeyRange, new_backfill_id, plan_backfill
+    from binlake.backfill.progress import print_progress
+    from binlake.backfill.wait import wait_applied
+    from binlake.spark.backfill_job import run_backfill
     from binlake.spark.session import spark_session
 
     backfill_id = args.id or new_backfill_id()
@@ -363,12 +358,12 @@ def _print_where(config: PipelineConfig, tables: list[str]) -> None:
 
 
 def _status(config: PipelineConfig, as_json: bool) -> int:
+    from binlake.state.offset_names import SWITCH
     from binlake.state.store import StateStore
-    from binlake.stream.startup import SWITCH
 
     store = StateStore(config.pipeline.resolved_state_uri)
-    plans = store.load_plans(config.pipeline.name)
-    switch = store.load_offset(config.pipeline.name, SWITCH)
+    plans = store.plans(config.pipeline.name).load()
+    switch = store.offsets(config.pipeline.name).load(SWITCH)
     stream = _stream_status(store, config.pipeline.name)
     changes = _schema_change_status(store, config.pipeline.name)
     quality = _quality_status(store, config.pipeline.name)
@@ -419,14 +414,14 @@ def _status(config: PipelineConfig, as_json: bool) -> int:
 
 def _stream_status(store: Any, pipeline: str) -> dict[str, Any] | None:
     """The stream's offset, last batch, lag, and the last time it looked at the source."""
+    from binlake.state.offset_names import STREAM
     from binlake.stream.positions import HEAD
-    from binlake.stream.startup import STREAM
 
-    applied = store.load_offset_record(pipeline, STREAM)
+    applied = store.offsets(pipeline).load_record(STREAM)
     if applied is None:
         return None
-    head = store.load_offset_record(pipeline, HEAD)
-    batches = store.stream_batches(pipeline, limit=1)
+    head = store.offsets(pipeline).load_record(HEAD)
+    batches = store.stream_history(pipeline).batches(limit=1)
     last = batches[0] if batches else None
     caught_up = head is not None and head[0] <= applied[0]
     return {
@@ -452,7 +447,7 @@ def _schema_change_status(store: Any, pipeline: str, last: int = 5) -> list[dict
     """The pending schema changes and the last few others, oldest first."""
     from binlake.events import describe_change
 
-    requests = store.schema_changes(pipeline)
+    requests = store.schema_requests(pipeline).all()
     shown = [r for r in requests if r.status == "pending"] or requests[-last:]
     return [
         {
@@ -468,7 +463,7 @@ def _schema_change_status(store: Any, pipeline: str, last: int = 5) -> list[dict
 
 def _quality_status(store: Any, pipeline: str) -> dict[str, Any] | None:
     """The newest quality run: when, which tables failed, where its report is."""
-    results = store.quality_results(pipeline)
+    results = store.quality(pipeline).results()
     if not results:
         return None
     newest = results[0].run_name
@@ -487,7 +482,7 @@ def _quality_status(store: Any, pipeline: str) -> dict[str, Any] | None:
 
 def _backfill_status(store: Any, pipeline: str, last: int = 5) -> list[dict[str, Any]]:
     """The last few backfills: their tables and how many units are pending, staged, applied, stale."""
-    from binlake.spark.backfill_job import unit_counts
+    from binlake.backfill.progress import unit_counts
     from binlake.state.backfills import BackfillLedger
 
     by_id: dict[str, list[Any]] = {}
@@ -521,12 +516,12 @@ def _stream_line(stream: dict[str, Any]) -> str:
 
 
 def _maintain(config: PipelineConfig, args: argparse.Namespace) -> int:
-    from binlake.sink.catalog import open_catalog, sink_identifier
+    from binlake.sink.catalog import open_catalog, sink_name
     from binlake.sink.maintenance import MaintenanceOptions, maintain
     from binlake.state.store import StateStore
 
     store = StateStore(config.pipeline.resolved_state_uri)
-    plans = {".".join(sink_identifier(config, p.table)): p for p in store.load_plans(config.pipeline.name)}
+    plans = {sink_name(config, p.table): p for p in store.plans(config.pipeline.name).load()}
     if not plans:
         raise BinlakeError(
             f"Nothing to maintain: pipeline `{config.pipeline.name}` has no planned tables yet. "

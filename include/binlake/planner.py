@@ -16,8 +16,8 @@ from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable, SchemaChange, TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.schema.routes import merged_creation, routed
 from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.route import merged_creation, routed
 from binlake.source.chunk_splitter import ChunkSplitter, SplitPlan
 from binlake.source.connection import connect
 from binlake.source.discovery import TableSelector, discover, list_tables
@@ -87,7 +87,7 @@ def plan(
     try:
         name = config.pipeline.name
         schemas = discover_tables(config)
-        planned = {p.table for p in store.load_plans(name)}
+        planned = {p.table for p in store.plans(name).load()}
         todo = [s for s in schemas if replan or s.table not in planned]
         plans: list[SplitPlan] = []
         if todo:
@@ -99,8 +99,8 @@ def plan(
                     )
         create_sink_tables(config, schemas)
         if plans:
-            store.save_plans(name, plans)
+            store.plans(name).save(plans)
         log.info("planned %d tables (%d kept their earlier plan)", len(plans), len(schemas) - len(plans))
-        return store.load_plans(name, [s.table for s in schemas])
+        return store.plans(name).load([s.table for s in schemas])
     finally:
         store.close()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from binlake.config import PipelineConfig
 from binlake.testing.private_server import PrivateMariaDB
 
 ROOT = Path(__file__).parents[2]
@@ -140,3 +141,9 @@ def stop_stream(stream: subprocess.Popen[str]) -> str:
         os.killpg(stream.pid, signal.SIGKILL)
         raise
     return output
+
+
+def config_of(pipeline: dict[str, Any], mariadb: PrivateMariaDB) -> PipelineConfig:
+    source = {**pipeline["source"], "hostname": "127.0.0.1", "port": mariadb.port,
+              "username": mariadb.user, "password": mariadb.password}  # fmt: skip
+    return PipelineConfig.model_validate({**pipeline, "source": source})

@@ -9,22 +9,15 @@ from typing import Any
 import pytest
 import yaml
 
-from binlake.config import PipelineConfig
 from binlake.state.store import StateStore
 from binlake.testing import demo
 from binlake.testing.compare import compare
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
-from tests.dags.conftest import airflow_pipeline
-from tests.quality.test_checkpoint import page_text
+from tests.dags.conftest import airflow_pipeline, config_of
+from tests.helpers import page_text
 
 pytestmark = pytest.mark.slow
-
-
-def config_of(pipeline: dict[str, Any], mariadb: PrivateMariaDB) -> PipelineConfig:
-    source = {**pipeline["source"], "hostname": "127.0.0.1", "port": mariadb.port,
-              "username": mariadb.user, "password": mariadb.password}  # fmt: skip
-    return PipelineConfig.model_validate({**pipeline, "source": source})
 
 
 def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
@@ -56,7 +49,7 @@ def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
     }
     stored = {
         f"{p.table.name}#{c.chunk.chunk_id}": c.high_watermark.to_dict()
-        for p in StateStore(config.pipeline.resolved_state_uri).load_plans("demo")
+        for p in StateStore(config.pipeline.resolved_state_uri).plans("demo").load()
         for c in p.chunks
         if c.high_watermark is not None
     }

@@ -13,18 +13,17 @@ import pytest
 
 from binlake.events import TableId
 from binlake.planner import plan
-from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
 from binlake.spark.snapshot_job import run_snapshot
+from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore
-from binlake.stream.startup import STREAM
 from binlake.testing import demo
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
-from tests.dags.conftest import airflow_pipeline, start_stream, stop_stream, wait_for
-from tests.dags.test_airflow_run import config_of
+from tests.dags.conftest import airflow_pipeline, config_of, start_stream, stop_stream, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,7 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
     plan(config)
     assert run_snapshot(config, spark).complete
     orders = TableId(database, "orders")
-    table = open_catalog(config).load_table(".".join(sink_identifier(config, orders)))
+    table = open_catalog(config).load_table(sink_name(config, orders))
     table.delete("id >= 100 and id < 400")  # lost from the sink, still in the source
     assert len(sink_rows(config, orders)) < 1700
 
@@ -49,7 +48,7 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
     store = StateStore(config.pipeline.resolved_state_uri)
     workload = Workload(mariadb.admin_connection, database=database, rate=100, txn_size=2)
     try:
-        wait_for("the stream's first batch", lambda: store.load_offset("demo", STREAM))
+        wait_for("the stream's first batch", lambda: store.offsets("demo").load(STREAM))
         workload.start()
         run = airflow.run(
             "dags",
@@ -65,7 +64,7 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
         assert stats.total > 100
         with contextlib.closing(mariadb.admin_connection()) as conn:
             head = current_offset(conn, server_version(conn))
-        wait_for("the stream to catch up", lambda: (store.load_offset("demo", STREAM) or head) >= head)
+        wait_for("the stream to catch up", lambda: (store.offsets("demo").load(STREAM) or head) >= head)
     finally:
         workload.stop()
         output = stop_stream(stream)
@@ -75,7 +74,7 @@ def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
     assert states == {("plan", -1): "success", ("backfill", -1): "success",
                       ("wait_applied", -1): "success", ("quality", -1): "success"}  # fmt: skip
     [planned] = airflow.xcoms("binlake__demo__backfill", "plan", "sink_tables")
-    assert planned == [".".join(sink_identifier(config, orders))]
+    assert planned == [sink_name(config, orders)]
     [applied] = airflow.xcoms("binlake__demo__backfill", "wait_applied")
     assert set(applied) == {"applied"}
     # The backfilled table's Asset got an event when the stream had applied it.

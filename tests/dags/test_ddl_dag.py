@@ -11,12 +11,11 @@ import pytest
 from binlake.events import AddColumn, TableId
 from binlake.planner import plan
 from binlake.spark.snapshot_job import run_snapshot
+from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore
-from binlake.stream.startup import STREAM
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.dags.conftest import airflow_pipeline, start_stream, stop_stream, wait_for
-from tests.dags.test_airflow_run import config_of
+from tests.dags.conftest import airflow_pipeline, config_of, start_stream, stop_stream, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +41,7 @@ def test_ddl_dag_applies_the_change_a_running_stream_waits_on(
     path = write_config(raw)
     stream = start_stream(path)
     try:
-        wait_for("the stream's first batch", lambda: store.load_offset("demo", STREAM))
+        wait_for("the stream's first batch", lambda: store.offsets("demo").load(STREAM))
         mariadb.execute(
             "INSERT INTO t VALUES (201, 201)",
             "ALTER TABLE t ADD COLUMN w VARCHAR(10)",
@@ -50,7 +49,7 @@ def test_ddl_dag_applies_the_change_a_running_stream_waits_on(
             "UPDATE t SET w = 'old' WHERE id = 1",
             database=database,
         )
-        [pending] = wait_for("the pending change", lambda: store.schema_changes("demo", "pending"))
+        [pending] = wait_for("the pending change", lambda: store.schema_requests("demo").all("pending"))
         assert isinstance(pending.change, AddColumn)
         t = TableId(database, "t")
         # Flushed before the change, nothing after it: the stream waits for the DDL DAG.
@@ -70,7 +69,7 @@ def test_ddl_dag_applies_the_change_a_running_stream_waits_on(
         assert airflow.xcoms("binlake__demo__ddl", "apply_schema_change") == [[f"{database}.t"]]
         [quality] = airflow.xcoms("binlake__demo__ddl", "quality")
         assert list(quality["tables"]) == [f"{database}.t"]
-        assert [r.status for r in store.schema_changes("demo")] == ["applied"]
+        assert [r.status for r in store.schema_requests("demo").all()] == ["applied"]
 
         # The stream resumes with the new column, up to the last change.
         def changed_after_the_ddl() -> dict[int, Any] | None:

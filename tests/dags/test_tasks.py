@@ -14,8 +14,7 @@ from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
-from tests.dags.conftest import airflow_pipeline
-from tests.dags.test_airflow_run import config_of
+from tests.dags.conftest import airflow_pipeline, config_of
 
 
 def test_chunk_groups_spread_the_unfinished_chunks_and_a_rerun_skips_finished_ones(
@@ -49,8 +48,8 @@ def test_chunk_groups_spread_the_unfinished_chunks_and_a_rerun_skips_finished_on
     # Chunks a snapshot job finished are left out of the next run's groups.
     store = StateStore(config.pipeline.resolved_state_uri)
     [done] = [p for p in plan(config) if p.table.table == "a"]
-    store.finish_chunks(
-        "demo", [(done.table, c.chunk.chunk_id, None, _head(mariadb), 1) for c in done.chunks]
+    store.plans("demo").finish_chunks(
+        [(done.table, c.chunk.chunk_id, None, _head(mariadb), 1) for c in done.chunks]
     )
     rerun = plan_chunk_groups(path, 3)
     assert sorted(c for g in rerun for c in g) == sorted(c for c in chunks if c.startswith(f"{database}.b#"))

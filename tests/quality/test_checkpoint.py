@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from pathlib import Path
@@ -19,7 +18,7 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import run_binlake, stream_config
+from tests.helpers import page_text, run_binlake, stream_config
 
 
 def _with_quality(config: PipelineConfig, quality: dict[str, Any]) -> PipelineConfig:
@@ -41,12 +40,6 @@ def _snapshotted(mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: 
     plan(config)
     assert run_snapshot(config, spark).complete
     return config
-
-
-def page_text(page: Path) -> str:
-    """A Data Docs page as its visible words."""
-    text = re.sub(r"<(script|style).*?</\1>", " ", page.read_text(), flags=re.DOTALL)
-    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
 
 
 def _checks(report: Any, table: str) -> dict[str, dict[str, Any]]:
@@ -83,7 +76,7 @@ def test_row_count_reconciles_changes_made_after_the_snapshot(
     page = Path(next(r.report for r in report.results if r.table == f"{database}.t") or "")
     assert "Must have greater than or equal to 400 and less than or equal to 400 rows" in page_text(page)
     store = StateStore(config.pipeline.resolved_state_uri)
-    assert {r.table for r in store.quality_results("test", "after-snapshot")} == {
+    assert {r.table for r in store.quality("test").results("after-snapshot")} == {
         f"{database}.t",
         f"{database}.page_views",
     }

@@ -33,7 +33,8 @@ from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier
 from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.writer import ChunkCommit, IcebergWriter
+from binlake.sink.exactly_once import ChunkCommit
+from binlake.sink.writer import IcebergWriter
 from binlake.source.chunk_reader import ChunkReader, SnapshotHooks
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.source.connection import connect

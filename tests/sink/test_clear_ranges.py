@@ -9,8 +9,9 @@ import pyarrow as pa
 import pytest
 
 from binlake.offsets import BinlogOffset
-from binlake.sink.writer import ClearRange, IcebergWriter, clear_mask
-from tests.sink.test_writer import content, create, make_catalog, rows
+from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.writer import IcebergWriter
+from tests.sink.helpers import content, create, make_catalog, rows
 
 
 @pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])

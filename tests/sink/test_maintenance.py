@@ -20,7 +20,7 @@ from binlake.sink.maintenance import MaintenanceOptions, MaintenanceRefusedError
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import pipeline_dict, run_binlake
-from tests.sink.test_writer import SCHEMA, create, make_catalog, rows
+from tests.sink.helpers import SCHEMA, create, make_catalog, rows
 
 NOW = MaintenanceOptions(dt.timedelta(0), dt.timedelta(0))
 
@@ -67,18 +67,18 @@ def test_young_orphans_are_kept(tmp_path: Path) -> None:
 
 def test_refused_while_a_writer_holds_the_table(tmp_path: Path) -> None:
     store, identifier, catalog = small_files(tmp_path)
-    store.acquire_lease("p", identifier, "stream demo", dt.timedelta(minutes=5))
+    store.leases("p").acquire(identifier, "stream demo", dt.timedelta(minutes=5))
     with pytest.raises(MaintenanceRefusedError, match=r"held by `stream demo`.*stop the writer"):
         maintain(catalog, store, "p", identifier, None, NOW)  # type: ignore[arg-type]
     assert len(list(catalog.load_table(identifier).scan().plan_files())) == 5  # type: ignore[attr-defined]
-    store.release_lease("p", identifier, "stream demo")
+    store.leases("p").release(identifier, "stream demo")
     assert maintain(catalog, store, "p", identifier, None, NOW).files_compacted == 5  # type: ignore[arg-type]
 
 
 def test_expired_lease_is_taken_over(tmp_path: Path) -> None:
     store, identifier, _ = small_files(tmp_path)
-    store.acquire_lease("p", identifier, "crashed writer", dt.timedelta(seconds=-1))
-    lease = store.acquire_lease("p", identifier, "stream", dt.timedelta(minutes=1))
+    store.leases("p").acquire(identifier, "crashed writer", dt.timedelta(seconds=-1))
+    lease = store.leases("p").acquire(identifier, "stream", dt.timedelta(minutes=1))
     assert lease.holder == "stream"
 
 
@@ -105,9 +105,9 @@ def test_cli_maintain_after_plan(
     assert "snapshot is unfinished (0 of 1 chunks)" in refused.stderr
 
     store = StateStore(config.pipeline.resolved_state_uri)
-    (plan,) = store.load_plans("test")
-    store.finish_chunk(
-        "test", plan.chunks[0].chunk, BinlogOffset("binlog.000001", 4), BinlogOffset("binlog.000001", 9), 1
+    (plan,) = store.plans("test").load()
+    store.plans("test").finish_chunk(
+        plan.chunks[0].chunk, BinlogOffset("binlog.000001", 4), BinlogOffset("binlog.000001", 9), 1
     )
     for i in range(3):
         table.append(pa.table({"id": [i], "v": ["x"]}, schema=SCHEMA))

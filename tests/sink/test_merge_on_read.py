@@ -12,7 +12,7 @@ import pytest
 from binlake.sink.maintenance import MaintenanceOptions, maintain
 from binlake.sink.writer import IcebergWriter
 from binlake.state.store import StateStore
-from tests.sink.test_writer import content, create, make_catalog, rows
+from tests.sink.helpers import content, create, make_catalog, rows
 
 MOR = {"write.merge.mode": "merge-on-read"}
 

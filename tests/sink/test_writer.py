@@ -10,39 +10,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Transaction
 
-from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
-from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
-from binlake.sink import writer as writer_module
-from binlake.sink.writer import ChunkCommit, IcebergWriter, PartialCommitError
-
-SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
-
-
-def make_catalog(tmp_path: Path) -> SqlCatalog:
-    warehouse = tmp_path / "warehouse"
-    warehouse.mkdir(exist_ok=True)
-    return SqlCatalog("test", uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=f"file://{warehouse}")
-
-
-def create(catalog: SqlCatalog, name: str = "t", key: tuple[str, ...] = ("id",), **layout: Any) -> str:
-    columns = [Column(k, "bigint", "bigint(20)", nullable=False) for k in key]
-    columns.append(Column("v", "varchar", "varchar(20)", collation="x"))
-    applier = IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), TableLayout(**layout))
-    applier.apply(CreateTable(TableId("db", name), tuple(columns), key))
-    return f"db.{name}"
-
-
-def rows(ids: list[int], tag: str) -> pa.Table:
-    return pa.table({"id": ids, "v": [f"{tag}{i}" for i in ids]}, schema=SCHEMA)
-
-
-def content(writer: IcebergWriter) -> dict[int, str]:
-    writer.table.refresh()
-    return {r["id"]: r["v"] for r in writer.table.scan().to_arrow().to_pylist()}
+from binlake.sink import copy_on_write
+from binlake.sink.exactly_once import ChunkCommit, PartialCommitError
+from binlake.sink.writer import IcebergWriter
+from tests.sink.helpers import content, create, make_catalog, rows
 
 
 def parquet(tmp_path: Path, name: str, data: pa.Table) -> str:
@@ -118,7 +92,7 @@ def test_merge_rewrites_only_files_holding_the_keys(tmp_path: Path) -> None:
 def test_upserts_go_into_the_files_they_belong_to(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, coalesce_bytes: int, files: int
 ) -> None:
-    monkeypatch.setattr(writer_module, "COALESCE_BYTES", coalesce_bytes)
+    monkeypatch.setattr(copy_on_write, "COALESCE_BYTES", coalesce_bytes)
     catalog = make_catalog(tmp_path)
     writer = IcebergWriter(catalog, create(catalog))
     for start in range(0, 4000, 1000):

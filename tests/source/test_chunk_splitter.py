@@ -269,3 +269,13 @@ def test_key_column_choice_errors(mariadb: PrivateMariaDB, database: str) -> Non
     with pytest.raises(ChunkKeyError, match=r"has no such column .*columns: a, b"):
         choose_key_column(table, "nope")
     assert choose_key_column(table, "b").name == "b"
+
+
+def test_a_chunk_id_reads_back_from_its_text() -> None:
+    """One spelling wherever a chunk is stored or selected (``db.orders#17``); a ``#`` in a table's
+    name stays in the name."""
+    from binlake.source.chunk_splitter import ChunkId
+
+    for chunk_id in (ChunkId(TableId("db", "orders"), 17), ChunkId(TableId("db", "odd#name"), 3)):
+        assert ChunkId.parse(str(chunk_id)) == chunk_id
+    assert str(ChunkId(TableId("db", "orders"), 17)) == "db.orders#17"

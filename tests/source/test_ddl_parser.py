@@ -377,3 +377,15 @@ def test_created_tables_match_what_the_server_did(mariadb: PrivateMariaDB, datab
     mariadb.execute(statement, database=database)
     got, want = _comparable(created), _comparable(_discover(mariadb, database, "n"))
     assert got == want, _difference(got, want)
+
+
+def test_adding_a_column_the_table_has_says_the_schema_is_out_of_step() -> None:
+    """The server refuses a duplicate column, so meeting one means binlake's schema is not the
+    server's: a refusal naming the column, not a crash."""
+    from binlake.events import Column, CreateTable, TableId
+    from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
+
+    table = CreateTable(TableId("db", "t"), (Column("id", "int", "int(11)", nullable=False),), ("id",))
+    with pytest.raises(UnparsedDdlError, match=r"`id`: db\.t has it already"):
+        parse_ddl("ALTER TABLE t ADD COLUMN id INT", "db", {table.table: table}.get)
+    assert parse_ddl("ALTER TABLE t ADD COLUMN IF NOT EXISTS id INT", "db", {table.table: table}.get) == []

@@ -11,12 +11,15 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from binlake.backfill import BackfillError
+from binlake.backfill.plan import KeyRange
+from binlake.backfill.wait import wait_applied
 from binlake.cli import main as cli_main
 from binlake.config import BackfillConfig, PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
-from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.spark.backfill_job import BackfillError, KeyRange, run_backfill, wait_applied
+from binlake.sink.catalog import open_catalog, sink_name
+from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.backfills import BackfillLedger
@@ -27,7 +30,7 @@ from tests.helpers import assert_sink_equals_source, stream_config
 
 
 def sink_table(config: PipelineConfig, table: TableId) -> Any:
-    return open_catalog(config).load_table(".".join(sink_identifier(config, table)))
+    return open_catalog(config).load_table(sink_name(config, table))
 
 
 def damage(config: PipelineConfig, database: str) -> None:

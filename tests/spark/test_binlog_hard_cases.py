@@ -26,11 +26,11 @@ from binlake.sink.catalog import open_catalog
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
+from binlake.state.offset_names import STREAM
 from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore
 from binlake.stream.failover import BinlogChangedError
 from binlake.stream.repairs import UnreplicableChangeError
-from binlake.stream.startup import STREAM
 from binlake.testing import demo
 from binlake.testing.compare import sink_rows
 from binlake.testing.private_server import PrivateMariaDB
@@ -354,7 +354,7 @@ def test_cascading_foreign_keys_are_refused_before_anything_is_written(
     assert "ON DELETE RESTRICT" in result.output
     assert "tables_exclude" in result.output
     assert (database,) not in open_catalog(config).list_namespaces()  # no sink table was created
-    assert StateStore(config.pipeline.resolved_state_uri).load_plans("test") == []
+    assert StateStore(config.pipeline.resolved_state_uri).plans("test").load() == []
 
 
 def test_a_cascading_foreign_key_added_while_streaming_stops_the_stream(
@@ -406,7 +406,7 @@ def test_failover_to_a_replica_resumes_by_gtid(tmp_path: Path, spark: Any) -> No
             assert run_snapshot(config, spark).complete
             _catch_up(config, spark)
         _caught_up(primary, replica)
-        before = StateStore(config.pipeline.resolved_state_uri).load_offset("test", STREAM)
+        before = StateStore(config.pipeline.resolved_state_uri).offsets("test").load(STREAM)
         assert before is not None
         assert before.gtid
         primary.execute("FLUSH BINARY LOGS")  # the replica's files and positions differ anyway

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from binlake.backfill.plan import KeyRange
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
 from binlake.sink.catalog import open_catalog
-from binlake.spark.backfill_job import KeyRange, run_backfill
+from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.compare import sink_rows

@@ -15,7 +15,7 @@ import pytest
 from binlake.config import PipelineConfig
 from binlake.events import AddColumn, TableId
 from binlake.planner import discover_tables, plan
-from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import StreamError, run_stream
@@ -25,6 +25,7 @@ from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import (
     assert_sink_equals_source,
+    concurrent_writes,
     kill_9_at,
     run_binlake,
     start_stream_process,
@@ -82,7 +83,7 @@ def _column_changes(
 
 def _sink_columns(config: PipelineConfig, table: TableId) -> list[str]:
     catalog = open_catalog(config)
-    return [f.name for f in catalog.load_table(".".join(sink_identifier(config, table))).schema().fields]
+    return [f.name for f in catalog.load_table(sink_name(config, table)).schema().fields]
 
 
 def _projected_equal(config: PipelineConfig, table: TableId, renamed: dict[str, list[str]]) -> None:
@@ -109,11 +110,11 @@ def test_evolve_follows_every_column_change(
     t = TableId(database, "t")
     assert _sink_columns(config, t) == ["id", "a", "d", "b2"]
     store = StateStore(config.pipeline.resolved_state_uri)
-    requests = store.schema_changes(config.pipeline.name)
+    requests = store.schema_requests(config.pipeline.name).all()
     assert [r.status for r in requests] == ["applied"] * len(requests)
     assert len(requests) == 6  # add, drop, rename, type, and CHANGE: rename + type
     # the history holds every version by position: the first, then one per statement
-    assert len(store.schema_versions(config.pipeline.name, t)) == 1 + 5
+    assert len(store.schema_history(config.pipeline.name).versions(t)) == 1 + 5
 
 
 def test_lenient_keeps_dropped_and_renamed_columns(
@@ -157,8 +158,8 @@ def test_tables_created_truncated_dropped_and_renamed(
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)  # t (truncated), n (created), r2 (renamed)
     catalog = open_catalog(config)
-    assert not catalog.table_exists(".".join(sink_identifier(config, TableId(database, "gone"))))
-    assert not catalog.table_exists(".".join(sink_identifier(config, TableId(database, "r"))))
+    assert not catalog.table_exists(sink_name(config, TableId(database, "gone")))
+    assert not catalog.table_exists(sink_name(config, TableId(database, "r")))
     assert sorted(r["id"] for r in sink_rows(config, TableId(database, "r2"))) == [1, 2]
 
 
@@ -196,7 +197,7 @@ def test_external_applier_waits_then_a_restart_applies_it_once(
     with pytest.raises(StreamError, match=r"add column `w`.* still pending after 2 s"):
         run_stream(config, spark, until_caught_up=True)
     store = StateStore(config.pipeline.resolved_state_uri)
-    (pending,) = store.schema_changes(config.pipeline.name, "pending")
+    (pending,) = store.schema_requests(config.pipeline.name).all("pending")
     assert isinstance(pending.change, AddColumn)
     status = run_binlake("--config", str(write_config_file(tmp_path, config, mariadb)), "status")
     assert re.search(
@@ -208,7 +209,7 @@ def test_external_applier_waits_then_a_restart_applies_it_once(
     assert apply_request(config, store, pending) == "applied"
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)
-    assert [r.status for r in store.schema_changes(config.pipeline.name)] == ["applied"]
+    assert [r.status for r in store.schema_requests(config.pipeline.name).all()] == ["applied"]
 
 
 def test_ignore_keeps_the_sink_schema(
@@ -237,7 +238,7 @@ def test_try_evolve_goes_on_when_the_sink_refuses(
     )
     run_stream(config, spark, until_caught_up=True)
     store = StateStore(config.pipeline.resolved_state_uri)
-    (request,) = store.schema_changes(config.pipeline.name)
+    (request,) = store.schema_requests(config.pipeline.name).all()
     assert request.status == "ignored"
     assert "not a safe type promotion" in (request.message or "")
     rows = {r["id"]: r for r in sink_rows(config, TableId(database, "t"))}
@@ -284,7 +285,9 @@ def test_renamed_out_of_and_into_the_captured_tables(
     # the row it held when it was renamed in is not streamed: a backfill brings it (logged)
     assert sink_rows(config, TableId(database, "incoming")) == [{"id": 2, "v": 2}]
     store = StateStore(config.pipeline.resolved_state_uri)
-    statuses = [(type(r.change).__name__, r.status) for r in store.schema_changes(config.pipeline.name)]
+    statuses = [
+        (type(r.change).__name__, r.status) for r in store.schema_requests(config.pipeline.name).all()
+    ]
     assert statuses == [("RenameTable", "ignored"), ("CreateTable", "applied")]
 
 
@@ -307,7 +310,7 @@ def test_kill_9_before_then_after_applying_a_change_then_restart_applies_it_once
     t = TableId(database, "t")
 
     def statuses() -> list[str]:
-        return [r.status for r in store.schema_changes(config.pipeline.name)]
+        return [r.status for r in store.schema_requests(config.pipeline.name).all()]
 
     kill_9_at(path, "schema-before-apply")
     assert statuses() == ["pending", "pending"]
@@ -370,7 +373,7 @@ def test_table_changes_under_each_behaviour(
     catalog = open_catalog(config)
 
     def ids(table: str) -> list[int] | None:
-        identifier = ".".join(sink_identifier(config, TableId(database, table)))
+        identifier = sink_name(config, TableId(database, table))
         if not catalog.table_exists(identifier):
             return None
         return sorted(r["id"] for r in catalog.load_table(identifier).scan().to_arrow().to_pylist())
@@ -485,7 +488,9 @@ def test_an_online_schema_change_cut_over_is_exact_without_a_backfill(
     _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
     mariadb.execute("INSERT INTO t SELECT seq, seq * 1000 FROM seq_1_to_150", database=database)
     run_stream(config, spark, until_caught_up=True)
-    mariadb.execute(*(s.format(db=database) for s in statements), database=database)
+    # the application writes on through the copy and the cut-over (keys the statements do not insert)
+    with concurrent_writes(mariadb, database, keys=range(1, 151)):
+        mariadb.execute(*(s.format(db=database) for s in statements), database=database)
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)
     assert _sink_tables(config, database) == ["t"], tool
@@ -610,59 +615,3 @@ def test_a_column_only_the_server_could_fill_stops_the_stream_until_a_backfill(
 
 
 # -- DDL during the snapshot -----------------------------------------------------------------------
-
-
-def _snapshotted_table(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> PipelineConfig:
-    mariadb.execute(
-        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
-        "INSERT INTO t SELECT seq, seq FROM seq_1_to_400",
-        database=database,
-    )
-    raw = stream_config(mariadb, database, tmp_path, chunk_size=25).model_dump(mode="json")
-    raw["source"]["password"] = mariadb.password
-    raw["pipeline"]["snapshot_chunks_per_task"] = 2  # 16 chunks in 8 tasks: two waves of 4
-    config = PipelineConfig.model_validate(raw)
-    plan(config)
-    return config
-
-
-DURING_SNAPSHOT = [
-    "ALTER TABLE t ADD COLUMN tag VARCHAR(5) DEFAULT 'x', MODIFY v BIGINT",
-    "UPDATE t SET tag = 'late', v = v + 5000000000 WHERE id > 300",  # rows of chunks not read yet
-    "DELETE FROM t WHERE id = 7",
-]
-
-
-def test_a_schema_change_between_two_snapshot_runs_reads_the_table_again(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
-) -> None:
-    """A run reads some chunks and stops (a crash, or chunks picked by hand); the table's schema
-    changes; the next run reads the table again with its new schema, and the stream is exact."""
-    config = _snapshotted_table(mariadb, database, tmp_path)
-    assert not run_snapshot(config, spark, chunk_ids=[f"{database}.t#{i}" for i in range(4)]).complete
-    mariadb.execute(*DURING_SNAPSHOT, database=database)
-    assert run_snapshot(config, spark).complete
-    mariadb.execute("UPDATE t SET tag = 'after' WHERE id = 1", database=database)
-    run_stream(config, spark, until_caught_up=True)
-    assert_sink_equals_source(config)
-
-
-def test_a_schema_change_while_the_snapshot_reads_reads_the_table_again(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
-) -> None:
-    """The DDL lands after the first wave of chunk reads: the next wave's chunks find the table
-    changed, nothing of that wave is committed, and the run reads the table again."""
-    config = _snapshotted_table(mariadb, database, tmp_path)
-    waves: list[int] = []
-
-    def between_waves(report: Any, seconds: float) -> None:
-        waves.append(report.chunks_read)
-        if len(waves) == 1:
-            mariadb.execute(*DURING_SNAPSHOT, database=database)
-
-    report = run_snapshot(config, spark, progress=between_waves)
-    assert report.complete
-    assert report.chunks_read > 16  # the chunks read before the change, then the table again
-    run_stream(config, spark, until_caught_up=True)
-    assert_sink_equals_source(config)
-    assert "tag" in _sink_columns(config, TableId(database, "t"))

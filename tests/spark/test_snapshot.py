@@ -20,12 +20,13 @@ from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.planner import discover_tables, plan
 from binlake.schema.type_mapping import RowConverter
-from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog_reader import BinlogReader
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import current_offset
-from binlake.spark.snapshot_job import SWITCH, run_snapshot
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.state.offset_names import SWITCH
 from binlake.state.store import StateStore
 from binlake.testing import demo
 from binlake.testing.compare import bag, sink_rows, source_rows
@@ -53,14 +54,14 @@ def test_demo_database_snapshot_equals_the_source(
     # The high watermarks in the state store are those in the Iceberg snapshot summaries.
     store = StateStore(config.pipeline.resolved_state_uri)
     catalog = open_catalog(config)
-    for stored in store.load_plans(config.pipeline.name):
-        writer = IcebergWriter(catalog, ".".join(sink_identifier(config, stored.table)))
+    for stored in store.plans(config.pipeline.name).load():
+        writer = IcebergWriter(catalog, sink_name(config, stored.table))
         in_iceberg = writer.committed_chunks()
         in_store = {f"{stored.table.name}#{c.chunk.chunk_id}": c.high_watermark for c in stored.chunks}
         assert in_iceberg == in_store
-    switch = store.load_offset(config.pipeline.name, SWITCH)
+    switch = store.offsets(config.pipeline.name).load(SWITCH)
     assert switch == min(
-        c.high_watermark for p in store.load_plans("test") for c in p.chunks if c.high_watermark
+        c.high_watermark for p in store.plans("test").load() for c in p.chunks if c.high_watermark
     )
     assert report.switch_offset == switch
 
@@ -126,7 +127,7 @@ def test_each_chunk_is_exact_at_its_high_watermark_under_writes(
     schemas = {s.table: s for s in discover_tables(config)}
     store = StateStore(config.pipeline.resolved_state_uri)
     moved = 0
-    for stored in store.load_plans(config.pipeline.name):
+    for stored in store.plans(config.pipeline.name).load():
         schema = schemas[stored.table]
         converter = RowConverter(schema)
         key = schema.primary_key
@@ -183,14 +184,14 @@ def test_kill_9_then_rerun_reads_each_chunk_once(
     deadline = time.monotonic() + 300
     finished_before = 0
     while time.monotonic() < deadline and job.poll() is None:
-        finished_before = store.load_plans("test")[0].finished
+        finished_before = store.plans("test").load()[0].finished
         if finished_before > 0:
             break
         time.sleep(0.2)
     assert job.poll() is None, job.stderr.read().decode() if job.stderr else ""
     os.killpg(job.pid, signal.SIGKILL)  # the driver and its Spark JVM, mid-snapshot
     job.wait()
-    (stored,) = store.load_plans("test")
+    (stored,) = store.plans("test").load()
     finished_at_kill = stored.finished
     assert 0 < finished_at_kill < len(stored.chunks)
 
@@ -234,7 +235,7 @@ def test_snapshot_holds_its_tables_and_respects_other_holders(
 ) -> None:
     import datetime as dt
 
-    from binlake.spark.snapshot_job import SnapshotError
+    from binlake.snapshot import SnapshotError
 
     mariadb.execute(
         "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t SELECT seq FROM seq_1_to_20", database=database
@@ -242,14 +243,14 @@ def test_snapshot_holds_its_tables_and_respects_other_holders(
     config = config_for(mariadb, database, tmp_path, chunk_size=10)
     plan(config)
     store = StateStore(config.pipeline.resolved_state_uri)
-    store.acquire_lease("test", f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
+    store.leases("test").acquire(f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
     with pytest.raises(SnapshotError, match=r"held by `binlake maintain`.*Wait for it"):
         run_snapshot(config, spark)
-    assert store.load_plans("test")[0].finished == 0
-    store.release_lease("test", f"{database}.t", "binlake maintain")
+    assert store.plans("test").load()[0].finished == 0
+    store.leases("test").release(f"{database}.t", "binlake maintain")
     assert run_snapshot(config, spark).complete
     # Released at the end: maintenance may run now.
-    store.acquire_lease("test", f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
+    store.leases("test").acquire(f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
 
 
 @pytest.mark.slow
@@ -306,5 +307,5 @@ def test_a_failing_task_gives_binlakes_message_and_commits_nothing(
     assert "1 rows with zero dates" in last
     assert "source.zero_dates: null" in last
     config = PipelineConfig.model_validate(raw)
-    assert StateStore(config.pipeline.resolved_state_uri).load_plans("test")[0].finished == 0
+    assert StateStore(config.pipeline.resolved_state_uri).plans("test").load()[0].finished == 0
     assert sink_rows(config, TableId(database, "d")) == []

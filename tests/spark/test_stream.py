@@ -20,9 +20,9 @@ from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
+from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore
 from binlake.stream.positions import HEAD
-from binlake.stream.startup import STREAM
 from binlake.testing import demo
 from binlake.testing.compare import sink_rows
 from binlake.testing.private_server import PrivateMariaDB
@@ -145,18 +145,18 @@ def test_kill_9_mid_batch_before_then_after_the_commit_then_restart_is_exact(
         database=database,
     )
     store = StateStore(config.pipeline.resolved_state_uri)
-    switch = store.load_offset("test", "switch")
+    switch = store.offsets("test").load("switch")
     t = TableId(database, "t")
 
     def updated_rows() -> int:
         return sum(r["v"] == 1 for r in sink_rows(config, t))
 
     kill_9_at(path, "before-commit")
-    assert store.load_offset("test", STREAM) == switch  # the killed batch was never recorded
+    assert store.offsets("test").load(STREAM) == switch  # the killed batch was never recorded
     assert updated_rows() == 0  # nothing of the batch reached Iceberg
 
     kill_9_at(path, "after-commit")
-    assert store.load_offset("test", STREAM) == switch
+    assert store.offsets("test").load(STREAM) == switch
     assert updated_rows() > 0  # a table's commit landed before the kill
 
     rerun = start_stream_process(path, None)
@@ -210,20 +210,20 @@ def test_small_batches_by_byte_budget_and_an_idle_source(
     store = StateStore(config.pipeline.resolved_state_uri)
     try:
         # latest-offset: the stream takes only what comes after it started.
-        _wait_until(lambda: store.load_offset("test", STREAM) is not None, 90)
+        _wait_until(lambda: store.offsets("test").load(STREAM) is not None, 90)
         for i in range(40):  # 40 transactions of ~2 KB: several batches of at most ~20 KB
             server.execute(
                 f"INSERT INTO t SELECT seq + {i * 10}, REPEAT('x', 150) FROM seq_1_to_10", database=database
             )
-        _wait_until(lambda: store.load_offset("test", STREAM) == _plain(head(server)), 90)
-        checked = store.load_offset_record("test", HEAD)
+        _wait_until(lambda: store.offsets("test").load(STREAM) == _plain(head(server)), 90)
+        checked = store.offsets("test").load_record(HEAD)
         time.sleep(3.5)  # idle for longer than the trigger interval
-        checked_later = store.load_offset_record("test", HEAD)
+        checked_later = store.offsets("test").load_record(HEAD)
         assert checked
         assert checked_later
         assert checked_later[1] > checked[1]  # heartbeats go on
         server.execute("UPDATE t SET v = 'after idle' WHERE id <= 5", database=database)
-        _wait_until(lambda: store.load_offset("test", STREAM) == _plain(head(server)), 90)
+        _wait_until(lambda: store.offsets("test").load(STREAM) == _plain(head(server)), 90)
     finally:
         stop.set()
         stream.join(60)

@@ -71,9 +71,9 @@ def a_plan(table: TableId, borders: list[Any]) -> SplitPlan:
 
 def test_save_load_and_finish(store: StateStore) -> None:
     orders, coupons = TableId("shop", "orders"), TableId("shop", "coupons")
-    store.save_plans("p", [a_plan(orders, [2**64 - 5, 2**64 - 2]), a_plan(coupons, ["Bravo", "delta"])])
-    store.save_plans("other", [a_plan(orders, [1])])
-    plans = {p.table: p for p in store.load_plans("p")}
+    store.plans("p").save([a_plan(orders, [2**64 - 5, 2**64 - 2]), a_plan(coupons, ["Bravo", "delta"])])
+    store.plans("other").save([a_plan(orders, [1])])
+    plans = {p.table: p for p in store.plans("p").load()}
     assert [c.chunk.range for c in plans[orders].chunks] == [
         ChunkRange(None, 2**64 - 5),
         ChunkRange(2**64 - 5, 2**64 - 2),
@@ -83,8 +83,8 @@ def test_save_load_and_finish(store: StateStore) -> None:
     assert plans[orders].finished == 0
 
     low, high = BinlogOffset("binlog.000003", 100, "0-1-7"), BinlogOffset("binlog.000004", 4)
-    store.finish_chunk("p", plans[orders].chunks[1].chunk, low, high, 42)
-    (reloaded,) = store.load_plans("p", [orders])
+    store.plans("p").finish_chunk(plans[orders].chunks[1].chunk, low, high, 42)
+    (reloaded,) = store.plans("p").load([orders])
     state = reloaded.chunks[1]
     assert (state.status, state.low_watermark, state.high_watermark, state.row_count) == (
         "finished",
@@ -95,24 +95,23 @@ def test_save_load_and_finish(store: StateStore) -> None:
     assert state.low_watermark is not None
     assert state.low_watermark.gtid == "0-1-7"
     assert reloaded.finished == 1
-    assert len(store.load_plans("other")[0].chunks) == 2
+    assert len(store.plans("other").load()[0].chunks) == 2
 
 
 def test_replacing_a_plan_resets_its_chunks_only(store: StateStore) -> None:
     orders, coupons = TableId("shop", "orders"), TableId("shop", "coupons")
-    store.save_plans("p", [a_plan(orders, [10]), a_plan(coupons, [5])])
-    first = store.load_plans("p", [coupons])[0].chunks[0].chunk
-    store.finish_chunk("p", first, BinlogOffset("b.000001", 4), BinlogOffset("b.000001", 9), 1)
-    store.save_plans("p", [a_plan(orders, [10, 20, 30])])
-    plans = {p.table: p for p in store.load_plans("p")}
+    store.plans("p").save([a_plan(orders, [10]), a_plan(coupons, [5])])
+    first = store.plans("p").load([coupons])[0].chunks[0].chunk
+    store.plans("p").finish_chunk(first, BinlogOffset("b.000001", 4), BinlogOffset("b.000001", 9), 1)
+    store.plans("p").save([a_plan(orders, [10, 20, 30])])
+    plans = {p.table: p for p in store.plans("p").load()}
     assert len(plans[orders].chunks) == 4
     assert plans[coupons].finished == 1
 
 
 def test_finishing_an_unknown_chunk_is_an_error(store: StateStore) -> None:
     with pytest.raises(KeyError, match="not in the plan"):
-        store.finish_chunk(
-            "p",
+        store.plans("p").finish_chunk(
             Chunk(TableId("a", "b"), 0, "id", ChunkRange.all()),
             BinlogOffset("b.1", 4),
             BinlogOffset("b.1", 4),
@@ -128,36 +127,40 @@ def test_schema_history_answers_by_position(store: StateStore) -> None:
     v1 = CreateTable(t, (Column("id", "int", "int(11)"),), ("id",), collation="utf8mb4_general_ci")
     v2 = CreateTable(t, (*v1.columns, Column("v", "varchar", "varchar(5)", length=5)), ("id",))
     at1, at2 = BinlogOffset("binlog.000002", 4000), BinlogOffset("binlog.000010", 12)
-    store.record_schema("p", t, at1, v1, "snapshot")
-    store.record_schema("p", t, at2, v2, "add column")
-    store.record_schema("p", t, at2, v2, "add column")  # a replay records it once
-    store.record_schema("p", t, BinlogOffset("binlog.000011", 4), None, "drop table")
-    assert store.schema_at("p", t, BinlogOffset("binlog.000002", 3999)) is None
-    assert store.schema_at("p", t, at1).schema == v1  # type: ignore[union-attr]
+    store.schema_history("p").record(t, at1, v1, "snapshot")
+    store.schema_history("p").record(t, at2, v2, "add column")
+    store.schema_history("p").record(t, at2, v2, "add column")  # a replay records it once
+    store.schema_history("p").record(t, BinlogOffset("binlog.000011", 4), None, "drop table")
+    assert store.schema_history("p").at(t, BinlogOffset("binlog.000002", 3999)) is None
+    assert store.schema_history("p").at(t, at1).schema == v1  # type: ignore[union-attr]
     # file number before position: binlog.000009:999999 is before binlog.000010:12
-    assert store.schema_at("p", t, BinlogOffset("binlog.000009", 999999)).schema == v1  # type: ignore[union-attr]
-    assert store.schema_at("p", t, at2).schema == v2  # type: ignore[union-attr]
-    assert store.schema_at("p", t, BinlogOffset("binlog.000012", 4)).schema is None  # type: ignore[union-attr]
-    assert [v.cause for v in store.schema_versions("p", t)] == ["snapshot", "add column", "drop table"]
-    assert store.schema_at("other", t, at2) is None
-    store.delete_schema_history("p")
-    assert store.schema_versions("p") == []
+    assert store.schema_history("p").at(t, BinlogOffset("binlog.000009", 999999)).schema == v1  # type: ignore[union-attr]
+    assert store.schema_history("p").at(t, at2).schema == v2  # type: ignore[union-attr]
+    assert store.schema_history("p").at(t, BinlogOffset("binlog.000012", 4)).schema is None  # type: ignore[union-attr]
+    assert [v.cause for v in store.schema_history("p").versions(t)] == [
+        "snapshot",
+        "add column",
+        "drop table",
+    ]
+    assert store.schema_history("other").at(t, at2) is None
+    store.schema_history("p").delete()
+    assert store.schema_history("p").versions() == []
 
 
 def test_schema_change_requests(store: StateStore) -> None:
     t = TableId("db", "t")
     add = AddColumn(t, Column("v", "enum", "enum('a')", values=("a",)), "after", "id")
     at = BinlogOffset("binlog.000003", 777)
-    first = store.request_schema_change("p", at, 0, add, "lenient")
-    again = store.request_schema_change("p", at, 0, add, "lenient")  # a replay finds the same record
+    first = store.schema_requests("p").request(at, 0, add, "lenient")
+    again = store.schema_requests("p").request(at, 0, add, "lenient")  # a replay finds the same record
     assert first == again
     assert (first.change, first.status, first.table) == (add, "pending", t)
     rename = RenameTable(t, TableId("db", "u"))
-    store.request_schema_change("p", at, 1, rename, "lenient")
-    assert [r.change for r in store.schema_changes("p", "pending")] == [add, rename]
-    store.finish_schema_change("p", at, 0, "applied", None)
-    store.finish_schema_change("p", at, 1, "failed", "the sink refused it")
-    assert store.schema_changes("p", "pending") == []
-    done = store.schema_changes("p")
+    store.schema_requests("p").request(at, 1, rename, "lenient")
+    assert [r.change for r in store.schema_requests("p").all("pending")] == [add, rename]
+    store.schema_requests("p").finish(at, 0, "applied", None)
+    store.schema_requests("p").finish(at, 1, "failed", "the sink refused it")
+    assert store.schema_requests("p").all("pending") == []
+    done = store.schema_requests("p").all()
     assert [(r.status, r.message) for r in done] == [("applied", None), ("failed", "the sink refused it")]
     assert done[0].finished_at is not None

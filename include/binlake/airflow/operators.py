@@ -110,36 +110,36 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         return str(SparkSubmitHook(conn_id=self._conn_id)._resolve_connection()["master"])
 
     def _summary(self, context: Any, config: PipelineConfig) -> dict[str, Any]:
-        from binlake.sink.catalog import sink_identifier
+        from binlake.sink.catalog import sink_name
+        from binlake.state.offset_names import STREAM
         from binlake.state.store import StateStore
-        from binlake.stream.startup import STREAM
 
         store = StateStore(config.pipeline.resolved_state_uri)
         try:
-            plans = store.load_plans(config.pipeline.name)
+            plans = store.plans(config.pipeline.name).load()
             if self.job == "snapshot":
                 wanted = set(self.chunks)
                 marks = {
-                    f"{p.table.name}#{c.chunk.chunk_id}": c.high_watermark.to_dict()
+                    str(c.chunk.id): c.high_watermark.to_dict()
                     for p in plans
                     for c in p.chunks
-                    if c.high_watermark is not None and f"{p.table.name}#{c.chunk.chunk_id}" in wanted
+                    if c.high_watermark is not None and str(c.chunk.id) in wanted
                 }
-                tables = {".".join(sink_identifier(config, p.table)) for p in plans
+                tables = {sink_name(config, p.table) for p in plans
                           if any(k.startswith(f"{p.table.name}#") for k in marks)}  # fmt: skip
                 assets.emit(context, self.pipeline, self.catalog, tables, chunks=len(marks))
                 return {"high_watermarks": marks, "tables": sorted(tables)}
             if self.job == "backfill":
                 return self._backfill_summary(store, config.pipeline.name, context)
-            offset = store.load_offset(config.pipeline.name, STREAM)
-            tables = {".".join(sink_identifier(config, p.table)) for p in plans}
+            offset = store.offsets(config.pipeline.name).load(STREAM)
+            tables = {sink_name(config, p.table) for p in plans}
             assets.emit(context, self.pipeline, self.catalog, tables)
             return {"stream_offset": offset.to_dict() if offset else None}
         finally:
             store.close()
 
     def _backfill_summary(self, store: Any, pipeline: str, context: Any) -> dict[str, Any]:
-        from binlake.spark.backfill_job import unit_counts
+        from binlake.backfill.progress import unit_counts
         from binlake.state.backfills import BackfillLedger
 
         args = list(self.application_args or [])

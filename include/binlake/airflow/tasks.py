@@ -50,7 +50,7 @@ def plan_chunk_groups(path: str | Path, jobs: int) -> list[list[str]]:
         return []
     plans = plan(config)
     pending = [
-        f"{p.table.name}#{state.chunk.chunk_id}"
+        str(state.chunk.id)
         for p in sorted(plans, key=lambda p: p.table.name)
         for state in p.chunks
         if state.status != "finished"
@@ -64,19 +64,17 @@ def plan_chunk_groups(path: str | Path, jobs: int) -> list[list[str]]:
 
 def switch(path: str | Path) -> dict[str, Any]:
     """The stream's start: the snapshot's switch offset, once every chunk is finished."""
+    from binlake.state.offset_names import SWITCH
     from binlake.state.store import StateStore
-    from binlake.stream.startup import SWITCH
 
     config = load_pipeline(path)
     if config.source.startup_mode not in SNAPSHOT_MODES:
         return {"switch_offset": None, "startup_mode": config.source.startup_mode}
     store = StateStore(config.pipeline.resolved_state_uri)
     try:
-        plans = store.load_plans(config.pipeline.name)
-        unfinished = [
-            f"{p.table.name}#{c.chunk.chunk_id}" for p in plans for c in p.chunks if c.status != "finished"
-        ]
-        offset = store.load_offset(config.pipeline.name, SWITCH)
+        plans = store.plans(config.pipeline.name).load()
+        unfinished = [str(c.chunk.id) for p in plans for c in p.chunks if c.status != "finished"]
+        offset = store.offsets(config.pipeline.name).load(SWITCH)
     finally:
         store.close()
     if unfinished or offset is None:
@@ -100,7 +98,7 @@ def pending_schema_changes(path: str | Path) -> list[dict[str, Any]]:
     config = load_pipeline(path)
     store = StateStore(config.pipeline.resolved_state_uri)
     try:
-        pending = store.schema_changes(config.pipeline.name, "pending")
+        pending = store.schema_requests(config.pipeline.name).all("pending")
     finally:
         store.close()
     return [
@@ -121,7 +119,7 @@ def apply_schema_changes(path: str | Path) -> list[str]:
         TaskFailedError: a change failed under the pipeline's behaviour (the stream stops on it too).
     """
     from binlake.events import RenameTable, describe_change
-    from binlake.sink.catalog import sink_identifier
+    from binlake.sink.catalog import sink_name
     from binlake.state.store import StateStore
     from binlake.stream.schema_changes import apply_request
 
@@ -129,17 +127,17 @@ def apply_schema_changes(path: str | Path) -> list[str]:
     store = StateStore(config.pipeline.resolved_state_uri)
     touched: list[str] = []
     try:
-        for request in store.schema_changes(config.pipeline.name, "pending"):
+        for request in store.schema_requests(config.pipeline.name).all("pending"):
             status = apply_request(config, store, request)
             what = f"{describe_change(request.change)} at {request.offset}"
             log.info("schema change %s: %s", what, status)
             if status == "failed":
-                found = store.schema_change(config.pipeline.name, request.offset, request.seq)
+                found = store.schema_requests(config.pipeline.name).get(request.offset, request.seq)
                 reason = found.message if found else "see the stream's log"
                 raise TaskFailedError(f"Schema change {what} failed: {reason}")
             change = request.change
             target = change.new_table if isinstance(change, RenameTable) else change.table
-            touched.append(".".join(sink_identifier(config, target)))
+            touched.append(sink_name(config, target))
     finally:
         store.close()
     return sorted(set(touched))
@@ -147,16 +145,16 @@ def apply_schema_changes(path: str | Path) -> list[str]:
 
 def sink_tables(path: str | Path) -> list[str]:
     """The pipeline's planned sink tables (``namespace.table``): what its Assets are."""
-    from binlake.sink.catalog import sink_identifier
+    from binlake.sink.catalog import sink_name
     from binlake.state.store import StateStore
 
     config = load_pipeline(path)
     store = StateStore(config.pipeline.resolved_state_uri)
     try:
-        plans = store.load_plans(config.pipeline.name)
+        plans = store.plans(config.pipeline.name).load()
     finally:
         store.close()
-    return sorted({".".join(sink_identifier(config, p.table)) for p in plans})
+    return sorted({sink_name(config, p.table) for p in plans})
 
 
 def plan_backfill(path: str | Path, backfill_id: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -165,9 +163,9 @@ def plan_backfill(path: str | Path, backfill_id: str, params: dict[str, Any]) ->
     Refusals (no finished snapshot, a stream behind it, text chunk keys with a key range …) fail
     here, before any Spark job starts.
     """
-    from binlake.sink.catalog import sink_identifier
-    from binlake.spark.backfill_job import KeyRange
-    from binlake.spark.backfill_job import plan_backfill as plan
+    from binlake.backfill.plan import KeyRange
+    from binlake.backfill.plan import plan_backfill as plan
+    from binlake.sink.catalog import sink_name
 
     config = load_pipeline(path)
     tables = [t for t in params.get("tables") or [] if t]
@@ -181,7 +179,7 @@ def plan_backfill(path: str | Path, backfill_id: str, params: dict[str, Any]) ->
         "units": len(units),
         "chunks": sum(len(u.chunks) for u in units),
         "tables": source,
-        "sink_tables": sorted({".".join(sink_identifier(config, u.table)) for u in units}),
+        "sink_tables": sorted({sink_name(config, u.table) for u in units}),
     }
 
 
@@ -192,7 +190,7 @@ def backfill_applied(path: str | Path, backfill_id: str) -> dict[str, int] | Non
         TaskFailedError: a unit went stale (a schema change came first): rerun the DAG run's
             backfill task to read it again.
     """
-    from binlake.spark.backfill_job import unit_counts
+    from binlake.backfill.progress import unit_counts
     from binlake.state.backfills import BackfillLedger
     from binlake.state.store import StateStore
 

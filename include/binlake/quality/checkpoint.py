@@ -28,12 +28,12 @@ from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.quality.expectations import Expectation, configured, key_expectations, needed_columns
 from binlake.quality.reconcile import RowCount, expected_rows
+from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.route import SOURCE_TABLE_COLUMN
+from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
+from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import QualityResult, StateStore
-from binlake.stream.startup import STREAM, SWITCH
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +100,14 @@ def run_quality(
     store = StateStore(config.pipeline.resolved_state_uri)
     try:
         catalog = open_catalog(config)
-        plans = store.load_plans(name)
+        plans = store.plans(name).load()
         for number, (identifier, sources) in enumerate(sorted(groups.items()), 1):
             if not catalog.table_exists(identifier):
                 result = _missing(run, identifier)
             else:
-                stream_at = store.load_offset(name, STREAM)  # before the table: see `_sink_offset`
+                stream_at = store.offsets(name).load(STREAM)  # before the table: see `_sink_offset`
                 writer = IcebergWriter(catalog, identifier)
-                offset = _sink_offset(stream_at, writer.stream_offset(), store.load_offset(name, SWITCH))
+                offset = _sink_offset(stream_at, writer.stream_offset(), store.offsets(name).load(SWITCH))
                 counts = [expected_rows(config, store, s, offset, plans) for s in sources]
                 result = docs.validate(identifier, writer, _expectations(config, identifier, writer, counts))
                 result.results.extend(_skipped(counts))
@@ -117,7 +117,7 @@ def run_quality(
         report.index = docs.build()
         report.results = [replace(r, report=docs.page(r.table)) for r in report.results]
         for result in report.results:
-            store.record_quality(name, result)
+            store.quality(name).record(result)
     finally:
         store.close()
     return report
@@ -127,7 +127,7 @@ def _sink_tables(config: PipelineConfig, wanted: Sequence[str] | None) -> dict[s
     """Sink table → the source tables it holds (several for a routed table)."""
     groups: dict[str, list[CreateTable]] = defaultdict(list)
     for schema in discover_tables(config):
-        groups[".".join(sink_identifier(config, schema.table))].append(schema)
+        groups[sink_name(config, schema.table)].append(schema)
     if not wanted:
         return dict(groups)
     chosen = {

@@ -35,9 +35,9 @@ from binlake.source.binlog_reader import (
 )
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import LowWatermark, current_offset
+from binlake.state.offset_names import ANCHOR
 from binlake.state.store import StateStore, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.failover import ANCHOR
 from binlake.stream.records import ROW, key_columns, position, row_struct
 from binlake.stream.segments import distance
 
@@ -134,7 +134,7 @@ def _changes_since(
     """Net row count change in (offset, low], and inserts and deletes in (low, high]."""
     if high <= offset:
         return 0, 0, 0
-    version = store.schema_at(config.pipeline.name, schema.table, offset)
+    version = store.schema_history(config.pipeline.name).at(schema.table, offset)
     written = version.schema if version is not None and version.schema is not None else schema
     converter = RowConverter(written)
     keys = key_columns(written, dict(config.source.chunk_key_columns))
@@ -162,7 +162,7 @@ def _changes_since(
         }
     )
     mine = [p for p in plans if p.table == schema.table]
-    if store.load_offset(config.pipeline.name, ANCHOR) is not None:
+    if store.offsets(config.pipeline.name).load(ANCHOR) is not None:
         mine = []  # the chunks' watermarks are positions of an older binlog, all behind the stream
     kept = SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)
     late = pc.greater(kept.column("at"), position(low))

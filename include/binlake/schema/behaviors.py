@@ -37,7 +37,7 @@ from binlake.events import (
     SchemaChange,
     TruncateTable,
 )
-from binlake.sink.route import merged_creation
+from binlake.schema.routes import merged_creation
 
 
 class SchemaChangeRefusedError(BinlakeError):
@@ -58,7 +58,7 @@ def sink_changes(
         behavior: ``pipeline.schema_change_behavior``.
         safe_widening: whether Iceberg can make an ``AlterColumnType`` change in place.
         source_after: the source table's schema after the change (column types of renames).
-        routed: the sink table is shared by routed sources (``sink/route.py``): changes that would
+        routed: the sink table is shared by routed sources (``schema/routes.py``): changes that would
             take data from the other sources are made leniently, a source's own table-level
             changes are not applied to the shared table.
 

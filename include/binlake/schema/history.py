@@ -2,7 +2,7 @@
 
 Decoding a row needs the schema the row was written with, not today's (a catch-up that crosses a
 DDL, a restart after one). ``evolve`` computes a table's next version from a ``SchemaChange``; the
-state store keeps the versions (``StateStore.record_schema`` / ``schema_at``), keyed by position,
+state store keeps the versions (``state.schema_history``: ``record`` / ``at``), keyed by position,
 so ``schema_at(table, p)`` is the version in force at p — after a restart too.
 """
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pyiceberg.catalog import Catalog
@@ -11,6 +10,7 @@ from sqlalchemy.engine.url import make_url
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
+from binlake.schema.routes import sink_table
 
 
 def catalog_name(config: PipelineConfig) -> str:
@@ -31,13 +31,11 @@ def open_catalog(config: PipelineConfig) -> Catalog:
 
 
 def sink_identifier(config: PipelineConfig, table: TableId) -> tuple[str, str]:
-    """``(namespace, table)`` of the sink table for a source table.
+    """``(namespace, table)`` of the sink table for a source table (``route.Routes`` decides)."""
+    sink = sink_table(config, table)
+    return sink.namespace, sink.name
 
-    The first ``route`` rule whose regex matches ``database.table`` in full decides; otherwise the
-    table keeps its name in ``sink.namespace`` (default: the source database's name).
-    """
-    for rule in config.route:
-        if re.fullmatch(rule.source_table, table.name):
-            namespace, name = rule.sink_table.split(".", 1)
-            return namespace, name
-    return config.sink.namespace or table.database, table.table
+
+def sink_name(config: PipelineConfig, table: TableId) -> str:
+    """``namespace.table`` of the sink table for a source table."""
+    return sink_table(config, table).identifier

@@ -22,12 +22,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
 
-from binlake.sink.merge_on_read import DeltaOverwrite
-from binlake.sink.route import SOURCE_TABLE_COLUMN
+from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
 
 #: Snapshot property naming the operation (``binlake maintain`` and people reading history).
 OPERATION = "binlake.operation"
@@ -72,7 +72,7 @@ def fill_column(tx: Transaction, table: Table, column: str, value: pa.Scalar, so
             filled += rows
             snap.delete_data_file(task.file)
             if data.num_rows:
-                for data_file in _dataframe_to_data_files(metadata, data, table.io, write_uuid, counter):
+                for data_file in write_data_files(metadata, data, table.io, write_uuid, counter):
                     snap.append_data_file(data_file)
     return filled
 

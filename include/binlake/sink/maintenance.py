@@ -21,13 +21,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.merge_on_read import DeltaOverwrite
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
 from binlake.state.store import StateStore, StoredPlan, TableBusyError
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def maintain(
             "snapshots must stay until `binlake snapshot` has finished it."
         )
     try:
-        store.acquire_lease(pipeline, identifier, HOLDER, options.lease)
+        store.leases(pipeline).acquire(identifier, HOLDER, options.lease)
     except TableBusyError as e:
         raise MaintenanceRefusedError(
             f"Refusing to maintain {identifier}: {e} Maintenance rewrites files a writer may be "
@@ -94,7 +94,7 @@ def maintain(
         expired = expire_snapshots(table, options.expire_older_than)
         orphans, orphan_bytes = remove_orphans(table, options.orphans_older_than)
     finally:
-        store.release_lease(pipeline, identifier, HOLDER)
+        store.leases(pipeline).release(identifier, HOLDER)
     report = MaintenanceReport(
         identifier, compacted, written, expired, orphans, orphan_bytes, time.monotonic() - started
     )
@@ -141,7 +141,7 @@ def compact(table: Table) -> tuple[int, int]:
                 for task in tasks:
                     snap.delete_data_file(task.file)
                     replaced += 1
-                for data_file in _dataframe_to_data_files(metadata, data, table.io, write_uuid, counter):
+                for data_file in write_data_files(metadata, data, table.io, write_uuid, counter):
                     snap.append_data_file(data_file)
                     written += 1
     return replaced, written

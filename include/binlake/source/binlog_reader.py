@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -330,6 +330,9 @@ class BinlogReader:
             for ``stream.records`` to decode a block at a time (``events`` only).
         prepares: XA prepares known to lie before ``start`` (the planning side scanned them), so
             a commit in the range finds its rows without scanning for them.
+        held: per table, a position up to which the snapshot holds its rows (``snapshot.spans``):
+            its rows events there are skipped undecoded (they may have other columns than the
+            schema in hand, and the snapshot filter would drop them anyway).
 
     XA transactions (``source.xa``) come out at their ``XA COMMIT``, with its position and time;
     rolled back or still prepared at ``end``, not at all.
@@ -346,8 +349,10 @@ class BinlogReader:
         lean: bool = False,
         columnar: bool = False,
         prepares: Sequence[PreparedXa] = (),
+        held: Mapping[TableId, BinlogOffset] | None = None,
     ) -> None:
         self.source = source
+        self.held = held or {}
         self.lean = lean
         self.columnar = columnar
         self.prepares = prepares
@@ -444,7 +449,14 @@ class BinlogReader:
                 self._xa_group = None
                 self._in_transaction = False
             elif (table := TableId(event.schema, event.table)) in self.tables:
+                if self._snapshot_holds(table, offset):
+                    continue
                 yield from self._held([self._event_rows(event, table, offset)])
+
+    def _snapshot_holds(self, table: TableId, offset: BinlogOffset) -> bool:
+        # Rows of an XA group count where it commits, which may be later: they are decoded.
+        until = self.held.get(table)
+        return until is not None and offset <= until and self._xa_group is None
 
     def _held(self, items: Iterable[EventRows | Gap]) -> Iterator[EventRows | Gap]:
         """``items`` now, or with the XA group being read (its decision comes later)."""

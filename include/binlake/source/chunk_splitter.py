@@ -62,6 +62,22 @@ class ChunkRange:
 
 
 @dataclass(frozen=True)
+class ChunkId:
+    """A chunk's identity wherever it is stored, selected or committed: ``db.orders#17``."""
+
+    table: TableId
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.table.name}#{self.index}"
+
+    @classmethod
+    def parse(cls, text: str) -> ChunkId:
+        table, _, index = text.rpartition("#")
+        return cls(TableId.parse(table), int(index))
+
+
+@dataclass(frozen=True)
 class Chunk:
     """One chunk of one table: the unit a snapshot task reads and commits."""
 
@@ -69,6 +85,10 @@ class Chunk:
     chunk_id: int
     key_column: str
     range: ChunkRange
+
+    @property
+    def id(self) -> ChunkId:
+        return ChunkId(self.table, self.chunk_id)
 
     @property
     def name(self) -> str:

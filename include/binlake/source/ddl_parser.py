@@ -46,7 +46,7 @@ from binlake.source.ddl_columns import (
     default_text,
     default_value,
 )
-from binlake.source.ddl_tokens import Cursor, UnparsedDdlError, tokens
+from binlake.source.ddl_tokens import Cursor, UnparsedDdlError, skip_option, skip_wait, tokens
 
 __all__ = ["Charsets", "Lookup", "UnparsedDdlError", "parse_ddl"]
 
@@ -176,7 +176,7 @@ class _Reader:
 
     def _refuse(self, table: TableId, reason: str) -> list[SchemaChange]:
         if self.tracked(table):
-            raise UnparsedDdlError(reason)
+            raise UnparsedDdlError(reason, table)
         return []
 
     # -- DROP, RENAME --------------------------------------------------------------------------
@@ -202,7 +202,7 @@ class _Reader:
         renamed: dict[TableId, bool] = {}  # tables that exist after the renames so far
         while True:
             old = self._table(cur)
-            _skip_wait(cur)
+            skip_wait(cur)
             if not cur.accept("TO"):
                 raise UnparsedDdlError("RENAME TABLE without TO")
             new = self._table(cur)
@@ -309,7 +309,7 @@ class _Reader:
                     "a MERGE table holds no rows of its own: capture its underlying tables"
                 )
             else:
-                _skip_option(cur)
+                skip_option(cur)
         if charset == "default":
             charset = None
         if charset is None and collation is None:
@@ -338,7 +338,7 @@ class _Reader:
 
     def _alter_table(self, cur: Cursor, table: TableId) -> list[SchemaChange]:
         current = self.lookup(table)
-        _skip_wait(cur)
+        skip_wait(cur)
         charset = _table_charset(current, self.charsets, table)
         start = cur.at
         plan = self._actions(cur, table, charset, current)
@@ -429,7 +429,7 @@ class _Reader:
         elif word == "UNION" or (word in ("ENGINE", "TYPE") and _merge_engine(cur)):
             raise UnparsedDdlError("a MERGE table holds no rows of its own: capture its underlying tables")
         elif word in _TABLE_OPTIONS:
-            _skip_option(cur)
+            skip_option(cur)
         elif word == "TRUNCATE":
             _skip_partition_list(cur)
             plan.rows_changed.append((table, "TRUNCATE PARTITION"))
@@ -595,8 +595,12 @@ def _resolve(current: CreateTable, plan: _Alter) -> tuple[CreateTable, list[str 
     for old, definition, position, if_flag in plan.definitions:  # the rest, in text order
         if old is None:
             name = definition.column.name.lower()
-            if if_flag and any(s.column.name.lower() == name for s in slots):
-                continue  # ADD COLUMN IF NOT EXISTS of a column that exists
+            if any(s.column.name.lower() == name for s in slots):
+                if if_flag:
+                    continue  # ADD COLUMN IF NOT EXISTS of a column that exists
+                # The server refuses a duplicate column: the schema binlake holds is out of step.
+                added = definition.column.name
+                raise UnparsedDdlError(f"ADD COLUMN `{added}`: {current.table} has it already")
             _place(slots, _Slot(definition.column, None), position, current.table)
         elif old in old_names and position is not None and old not in plan.drops:
             _place(slots, _Slot(definition.column, old), position, current.table)
@@ -794,17 +798,6 @@ def _merge_engine(cur: Cursor) -> bool:
     return cur.peek_upper(ahead) in ("MERGE", "MRG_MYISAM")
 
 
-def _skip_option(cur: Cursor) -> None:
-    cur.next()
-    if cur.peek_upper() == "DIRECTORY":
-        cur.next()
-    cur.accept_punct("=")
-    if cur.is_punct("("):
-        cur.skip_parenthesised()
-    elif not cur.done() and not cur.is_punct(","):
-        cur.next()
-
-
 def _skip_partitioning(cur: Cursor) -> None:
     """``PARTITION BY …`` to the statement's end (it changes no column)."""
     while not cur.done() and not _selects(cur):
@@ -837,10 +830,3 @@ def _skip_order_by(cur: Cursor) -> None:
         if not (cur.is_punct(",") and cur.peek(1) is not None and cur.peek_upper(1) not in _ACTIONS):
             return
         cur.next()
-
-
-def _skip_wait(cur: Cursor) -> None:
-    if cur.accept("WAIT"):
-        cur.next()
-    else:
-        cur.accept("NOWAIT")

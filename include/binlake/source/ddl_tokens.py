@@ -23,6 +23,7 @@ from sqlglot.dialects.mysql import MySQL
 from sqlglot.errors import TokenError
 
 from binlake.errors import BinlakeError
+from binlake.events import TableId
 
 _DIALECT = MySQL()
 
@@ -40,6 +41,11 @@ _KINDS: dict[TokenType, Kind] = {
 
 class UnparsedDdlError(BinlakeError):
     """A table statement binlake could not turn into schema changes."""
+
+    def __init__(self, message: str, table: TableId | None = None) -> None:
+        super().__init__(message)
+        self.table = table
+        """The table the statement changes, where it was read that far."""
 
 
 @dataclass(frozen=True)
@@ -234,3 +240,23 @@ class Cursor:
 
 def _shown(tok: Tok | None) -> str:
     return "the end" if tok is None else f"`{tok.text}`"
+
+
+def skip_option(cur: Cursor) -> None:
+    """A table option and its value (``DATA DIRECTORY = '…'``, ``UNION = (a, b)`` …)."""
+    cur.next()
+    if cur.peek_upper() == "DIRECTORY":
+        cur.next()
+    cur.accept_punct("=")
+    if cur.is_punct("("):
+        cur.skip_parenthesised()
+    elif not cur.done() and not cur.is_punct(","):
+        cur.next()
+
+
+def skip_wait(cur: Cursor) -> None:
+    """``WAIT n`` or ``NOWAIT``, if there."""
+    if cur.accept("WAIT"):
+        cur.next()
+    else:
+        cur.accept("NOWAIT")

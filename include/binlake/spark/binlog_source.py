@@ -32,17 +32,25 @@ class Segment(InputPartition):
 
     ``tables``: the captured tables' schemas in force in the range (JSON). A micro-batch never
     crosses a schema change of a captured table except at its very start, so the schemas in force
-    at its end hold for all of its rows.
+    at its end hold for all of its rows — except rows the snapshot holds, which may be older:
+    ``held`` (JSON) gives per table the position up to which the reader skips them undecoded.
     """
 
     def __init__(
-        self, index: int, start: dict[str, Any], end: dict[str, Any], tables: str, prepares: str = "[]"
+        self,
+        index: int,
+        start: dict[str, Any],
+        end: dict[str, Any],
+        tables: str,
+        prepares: str = "[]",
+        held: str = "{}",
     ) -> None:
         super().__init__(index)
         self.index = index
         self.start = start
         self.end = end
         self.tables = tables
+        self.held = held
         self.prepares = prepares
         """XA prepares the planning side saw for commits in the batch (JSON): the segment reader
         need not look for them."""
@@ -73,6 +81,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.target: dict[str, Any] | None = None
         self._config: Any = None
+        self._first_highs: dict[str, dict[str, Any]] | None = None
 
     @property
     def config(self) -> Any:
@@ -82,6 +91,14 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
             self._config = config_from_options(self.options)
         return self._config
+
+    @property
+    def first_highs(self) -> dict[str, dict[str, Any]]:
+        """Per snapshotted table, the offset up to which the snapshot holds its rows (read from the
+        state store once per process: the plans do not change under a running stream)."""
+        if self._first_highs is None:
+            self._first_highs = _first_highs(self.config)
+        return self._first_highs
 
     @override
     def initialOffset(self) -> dict[str, Any]:
@@ -121,9 +138,12 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         parts = max(1, min(slots, math.ceil(total / self.config.stream.segment_bytes)))
         ranges = positions.cut(begin, finish, parts) if parts > 1 else [(begin, finish)]
         tables = _tables_at(self.config, finish)
+        captured = json.loads(tables)
+        held = json.dumps({t: o for t, o in self.first_highs.items() if t in captured and _offset(o) > begin})
         prepares = json.dumps([_prepare_dict(p) for p in positions.xa_prepares(begin, finish)])
         return [
-            Segment(i, _offset_dict(a), _offset_dict(b), tables, prepares) for i, (a, b) in enumerate(ranges)
+            Segment(i, _offset_dict(a), _offset_dict(b), tables, prepares, held)
+            for i, (a, b) in enumerate(ranges)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -132,7 +152,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         assert isinstance(partition, Segment)
         yield from read_segment(
-            self.config, partition.index, partition.start, partition.end, partition.tables, partition.prepares
+            self.config,
+            partition.index,
+            partition.start,
+            partition.end,
+            partition.tables,
+            partition.prepares,
+            partition.held,
         )
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -187,6 +213,15 @@ def _tables_at(config: Any, offset: Any) -> str:
     finally:
         store.close()
     return json.dumps({t.name: table_to_dict(s) for t, s in schemas.items()})
+
+
+def _first_highs(config: Any) -> dict[str, dict[str, Any]]:
+    from binlake.snapshot.spans import stream_spans
+    from binlake.state.store import StateStore
+
+    with StateStore(config.pipeline.resolved_state_uri) as store:
+        spans = stream_spans(config, store)
+    return {t.name: s.first_high.to_dict() for t, s in spans.items()}
 
 
 def _offset(data: dict[str, Any]) -> Any:

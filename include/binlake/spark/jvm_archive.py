@@ -58,7 +58,7 @@ def build(path: Path) -> None:
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         options = f"-XX:ArchiveClassesAtExit={staged} {QUIET}"
         done = subprocess.run(
-            [sys.executable, "-m", "binlake.spark.jvm_archive", "--train", options, work],
+            [sys.executable, "-m", "binlake.spark.jvm_training", options, work],
             env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0 or not staged.is_file():
@@ -81,13 +81,7 @@ def remove_stale(path: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m binlake.spark.jvm_archive", description=__doc__)
     parser.add_argument("--if-missing", action="store_true", help="do nothing when the archive exists")
-    parser.add_argument("--train", nargs=2, metavar=("OPTIONS", "WORKDIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.train:
-        from binlake.spark.jvm_training import train
-
-        train(*args.train)
-        return 0
     path = archive_path()
     if path is None:
         print(f"{VARIABLE} is empty: no JVM archive")

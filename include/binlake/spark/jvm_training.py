@@ -3,6 +3,7 @@ binlake's jobs use (SQL, Arrow both ways, a Python data source, a streaming quer
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,3 +91,7 @@ def train(options: str, work: str) -> None:
     # here so the caller finds the whole file once this process is gone.
     jvm.stdin.close()
     jvm.wait(300)
+
+
+if __name__ == "__main__":  # python -m binlake.spark.jvm_training OPTIONS WORKDIR (jvm_archive.build)
+    train(sys.argv[1], sys.argv[2])

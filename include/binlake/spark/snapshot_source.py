@@ -15,10 +15,6 @@ Options (all strings): ``source`` (the source section as JSON, without the passw
 from __future__ import annotations
 
 import json
-import os
-import resource
-import time
-import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -86,16 +82,3 @@ def _summary_arrow_schema() -> Any:
             ("max_rss_kb", pa.int64()),
         ]
     )
-
-
-def task_id(index: int) -> str:
-    """A unique id for one attempt of one task (a retried task writes new files)."""
-    return f"{index}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def max_rss_kb() -> int:
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-
-
-def elapsed(started: float) -> float:
-    return round(time.monotonic() - started, 3)

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import resource
 import time
+import uuid
 from typing import Any
 
 import pyarrow as pa
@@ -19,10 +22,9 @@ import pyarrow.parquet as pq
 
 from binlake.config import SourceConfig
 from binlake.events import TableId, table_from_dict
-from binlake.sink.route import with_source_table
+from binlake.schema.routes import with_source_table
 from binlake.source.chunk_reader import ChunkReader
 from binlake.source.chunk_splitter import Chunk, ChunkRange
-from binlake.spark.snapshot_source import elapsed, max_rss_kb, task_id
 from binlake.state.codec import decode_key
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
             writer.write(with_source_table(schema.table, result.data) if routed else result.data)
             summaries.append(
                 {
-                    "chunk_id": f"{table_name}#{chunk.chunk_id}",
+                    "chunk_id": str(chunk.id),
                     "table": table_name,
                     "low": json.dumps(result.low.to_dict()),
                     "high": json.dumps(result.high.to_dict()),
@@ -125,3 +127,16 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         row.update(task=tid, files=json.dumps(files), seconds=elapsed(started), max_rss_kb=max_rss_kb())
     log.info("task %s read %d chunks of %s into %d files", tid, len(specs), table_name, len(files))
     return summaries
+
+
+def task_id(index: int) -> str:
+    """A unique id for one attempt of one task (a retried task writes new files)."""
+    return f"{index}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def max_rss_kb() -> int:
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def elapsed(started: float) -> float:
+    return round(time.monotonic() - started, 3)

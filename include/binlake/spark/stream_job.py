@@ -35,9 +35,10 @@ from binlake.errors import BinlakeError
 from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
-from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.route import routed
+from binlake.schema.routes import routed
+from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
+from binlake.snapshot.spans import snapshot_applies
 from binlake.source.binlog_reader import gap_message
 from binlake.source.connection import connect
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
@@ -45,17 +46,18 @@ from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.snapshot_job import task_error
 from binlake.spark.stream_task import read_segment
 from binlake.state.backfills import BackfillLedger
+from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore, StreamBatch, TableBusyError
 from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.failover import ANCHOR, BinlogAnchor
+from binlake.stream.failover import BinlogAnchor
 from binlake.stream.positions import config_options
 from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes
 from binlake.stream.repairs import StreamRepairs
 from binlake.stream.schema_changes import SchemaTracker
-from binlake.stream.startup import ORIGIN, STREAM, resolve_start
+from binlake.stream.startup import resolve_start
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +143,13 @@ def run_stream(
         discovered = discover_tables(config)
         _refuse_cascading_keys(config, [s.table for s in discovered])
         start = resolve_start(config, store, ids.end)
-        origin = store.load_offset(name, ORIGIN)
+        origin = store.offsets(name).load(ORIGIN)
         if origin is None:
             # A new lineage: from here on, a restart resumes (even before the first batch, so a
             # `latest-offset` start does not move to a later "latest").
             origin = start.offset
-            store.save_offset(name, ORIGIN, origin)
-            store.save_offset(name, STREAM, origin)
+            store.offsets(name).save(ORIGIN, origin)
+            store.offsets(name).save(STREAM, origin)
         tracker = SchemaTracker(config, store)
         schemas = _schemas(config, tracker, discovered, start.offset)
         catalog = open_catalog(config)
@@ -156,7 +158,7 @@ def run_stream(
         writers: dict[str, IcebergWriter] = {}
 
         def make_sink(schema: CreateTable, version: BinlogOffset | None = None) -> TableSink | None:
-            identifier = ".".join(sink_identifier(config, schema.table))
+            identifier = sink_name(config, schema.table)
             if not catalog.table_exists(identifier):
                 return None
             # One writer per sink table (routed sources share it); fresh after a schema change.
@@ -172,10 +174,10 @@ def run_stream(
         sinks = {s.table.name: sink for s in schemas if (sink := make_sink(s)) is not None}
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)
-        plans = store.load_plans(name)
+        plans = store.plans(name).load()
         snapshot_filter = (
             SnapshotFilter(config.source, plans, {s.table.name: s for s in schemas})
-            if plans and config.source.startup_mode == "initial" and store.load_offset(name, ANCHOR) is None
+            if plans and snapshot_applies(config, store)
             else None
         )
         held = sorted(sink.writer.identifier for sink in sinks.values())
@@ -213,7 +215,7 @@ def run_stream(
         return report
     finally:
         for identifier in held:
-            store.release_lease(name, identifier, HOLDER)
+            store.leases(name).release(identifier, HOLDER)
         store.close()
 
 
@@ -248,14 +250,14 @@ def _schemas(
     it gets there.
     """
     store = tracker.store
-    if not store.schema_versions(config.pipeline.name):
+    if not store.schema_history(config.pipeline.name).versions():
         if not discovered:
             raise StreamError(
                 f"No table of the source matches `source.tables` {config.source.tables}: nothing to stream."
             )
         create_sink_tables(config, discovered)  # modes without a snapshot start from empty tables
         tracker.bootstrap(discovered, start)
-    known = {v.table for v in store.schema_versions(config.pipeline.name)}
+    known = {v.table for v in store.schema_history(config.pipeline.name).versions()}
     unknown = sorted(str(s.table) for s in discovered if s.table not in known)
     if unknown:
         log.warning(
@@ -382,7 +384,7 @@ def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
     for identifier in identifiers:
         while True:
             try:
-                store.acquire_lease(pipeline, identifier, HOLDER, LEASE)
+                store.leases(pipeline).acquire(identifier, HOLDER, LEASE)
                 break
             except TableBusyError as e:
                 if time.monotonic() > deadline:

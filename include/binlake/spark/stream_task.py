@@ -39,11 +39,13 @@ def read_segment(
     end: dict[str, Any],
     schemas: str,
     prepares: str = "[]",
+    held: str = "{}",
 ) -> Iterator[pa.RecordBatch]:
     """The changes of the captured tables in (start, end], then the segment's closing row.
 
     ``schemas``: the tables' schemas in force in the range (JSON), from the schema history;
-    ``prepares``: XA prepares the planning side knows for commits in the batch (JSON).
+    ``prepares``: XA prepares the planning side knows for commits in the batch (JSON);
+    ``held``: per table, the offset up to which the snapshot holds its rows (JSON).
     """
     source = config.source
     tables = {TableId.parse(name): table_from_dict(data) for name, data in json.loads(schemas).items()}
@@ -67,6 +69,7 @@ def read_segment(
         lean=True,
         columnar=config.stream.column_decoder,
         prepares=[_prepared(p) for p in json.loads(prepares)],
+        held={TableId.parse(t): BinlogOffset.from_dict(o) for t, o in json.loads(held).items()},
     )
     yield from _without_gc(_batches(reader, builder))
     tail = builder.batch()  # decodes what waits (the column decoder counts zero dates as it does)

@@ -22,7 +22,8 @@ from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.codec import decode_key, encode_key
-from binlake.state.store import StateStore, backfill_units_table
+from binlake.state.store import StateStore
+from binlake.state.tables import backfill_units_table
 
 UnitStatus = Literal["pending", "staged", "applied", "stale"]
 #: Units the backfill job (still) has to read.

@@ -21,7 +21,8 @@ from sqlalchemy import insert, select, update
 
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
-from binlake.state.store import StateStore, repairs_table
+from binlake.state.store import StateStore
+from binlake.state.tables import repairs_table
 
 RepairStatus = Literal["open", "closed"]
 

@@ -22,13 +22,16 @@ import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable
+from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
+from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.schema.type_mapping import arrow_schema
-from binlake.sink.route import SOURCE_TABLE_COLUMN, with_source_table
-from binlake.sink.writer import ClearRange, IcebergWriter
+from binlake.sink.row_match import ClearRange
+from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog_reader import Gap, gap_message
 from binlake.state.backfills import BackfillUnit
+from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.compaction import last_per_key, net_rows
@@ -37,8 +40,6 @@ from binlake.stream.patches import complete
 from binlake.stream.records import CHANGES, SEGMENT, empty_changes, gaps, key_columns, position, table_changes
 from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
 from binlake.stream.schema_changes import SchemaTracker
-from binlake.stream.startup import STREAM
-from binlake.testing.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class BatchApplier:
         if self.backfills is None or time.monotonic() - self._last_batch < idle_s:
             return 0
         with self._lock:
-            streamed = self.store.load_offset(self.pipeline, STREAM)
+            streamed = self.store.offsets(self.pipeline).load(STREAM)
             due = self.backfills.due(streamed) if streamed is not None else {}
             if streamed is None or not due:
                 return 0
@@ -229,7 +230,7 @@ class BatchApplier:
         self._meet_gaps(gaps(data))
         self._follow_schemas(end)
         due = self.backfills.due(end) if self.backfills is not None else {}
-        streamed = self.store.load_offset(self.pipeline, STREAM) if due else None
+        streamed = self.store.offsets(self.pipeline).load(STREAM) if due else None
         applied: dict[str, dict[str, int]] = {}
         by_sink: dict[str, list[_Prepared]] = {}
         for name in sorted(set(changes) | set(due)):
@@ -267,7 +268,7 @@ class BatchApplier:
             self.backfills.applied(units)  # a crash before this re-applies them: same result
             if self.repairs is not None:
                 self.repairs.applied(units)
-        self.store.record_stream_batch(self.pipeline, batch, STREAM)
+        self.store.stream_history(self.pipeline).record(batch, STREAM)
         if self.on_batch is not None:
             self.on_batch(batch)
         return batch

@@ -31,8 +31,10 @@ from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.writer import STREAM_OFFSET_KEY, IcebergWriter
+from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.exactly_once import STREAM_OFFSET_KEY
+from binlake.sink.writer import IcebergWriter
+from binlake.snapshot.spans import snapshot_applies
 from binlake.source.connection import connect, server_version
 from binlake.source.gtid_positions import (
     BinlogIdentity,
@@ -42,6 +44,7 @@ from binlake.source.gtid_positions import (
     position_after,
 )
 from binlake.state.backfills import BackfillLedger
+from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
 from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore
 
@@ -49,9 +52,6 @@ log = logging.getLogger(__name__)
 
 #: The state store note with the identity of the binlog the stream's offset belongs to.
 NOTE = "stream.binlog"
-#: Where the stream was re-anchored last: the snapshot's chunk watermarks are positions of an older
-#: binlog (the stream was past all of them), so no snapshot filter applies any more.
-ANCHOR = "stream.anchor"
 
 
 class BinlogChangedError(BinlakeError):
@@ -68,7 +68,7 @@ class BinlogAnchor:
         with contextlib.closing(connect(config.source)) as conn:
             flavor = server_version(conn).flavor
         self.tracker = GtidTracker(config.source, server_id, flavor)
-        note = store.load_note(config.pipeline.name, NOTE)
+        note = store.offsets(config.pipeline.name).load_note(NOTE)
         self._file = None if note is None else str(note.get("file"))
 
     def __call__(self, end: BinlogOffset) -> BinlogOffset:
@@ -76,7 +76,7 @@ class BinlogAnchor:
         if end.file != self._file:
             identity = binlog_identity(self.config.source, self.server_id, end.file)
             if identity is not None:
-                self.store.save_note(self.config.pipeline.name, NOTE, identity.to_dict())
+                self.store.offsets(self.config.pipeline.name).save_note(NOTE, identity.to_dict())
                 self._file = end.file
         return BinlogOffset(end.file, end.pos, self.tracker.gtid_at(end))
 
@@ -90,7 +90,7 @@ def check_binlog(
         BinlogChangedError: the binlog changed and the stream cannot follow (see the module docstring).
     """
     name = config.pipeline.name
-    note = store.load_note(name, NOTE)
+    note = store.offsets(name).load_note(NOTE)
     if note is None or str(note.get("file")) != offset.file:
         return offset  # nothing recorded for this offset's file (a state store of an older binlake)
     recorded = BinlogIdentity.from_dict(note)
@@ -153,18 +153,16 @@ def reanchor(
     # Old positions and new ones do not compare: the history starts again at the new position
     # with every table's current schema (rows after it were written with those).
     current = _current_schemas(store, name)
-    store.delete_schema_history(name)
+    store.schema_history(name).delete()
     for version in current:
-        store.record_schema(name, version.table, new, version.schema, f"re-anchored after: {why}")
+        store.schema_history(name).record(version.table, new, version.schema, f"re-anchored after: {why}")
     ledger = BackfillLedger(store)
     waiting = ledger.units(name, statuses=["pending", "staged"])
     if waiting:
         ledger.finish(name, waiting, "stale", f"read in the old binlog's positions ({why}); run it again")
-    store.save_offset(name, ANCHOR, new)
-    from binlake.stream.startup import ORIGIN, STREAM
-
-    store.save_offset(name, ORIGIN, new)  # a new Spark checkpoint: the old one holds old positions
-    store.save_offset(name, STREAM, new)
+    store.offsets(name).save(ANCHOR, new)
+    store.offsets(name).save(ORIGIN, new)  # a new Spark checkpoint: the old one holds old positions
+    store.offsets(name).save(STREAM, new)
     log.warning("%s: the stream resumes at %s, after GTID %s (it was at %s)", why, new, old.gtid, old)
 
 
@@ -178,8 +176,8 @@ def _refuse_unsafe(config: PipelineConfig, store: StateStore, old: BinlogOffset,
                 f"`{writer.identifier}` (no primary key) holds changes past {old}, which would be applied "
                 "twice"
             )
-    if config.source.startup_mode == "initial" and store.load_offset(name, ANCHOR) is None:
-        highs = [c.high_watermark for p in store.load_plans(name) for c in p.chunks if c.high_watermark]
+    if snapshot_applies(config, store):
+        highs = [c.high_watermark for p in store.plans(name).load() for c in p.chunks if c.high_watermark]
         if highs and max(highs) > old:
             problems.append(f"the stream is still inside its snapshot's window (up to {max(highs)})")
     if RepairLedger(store, name).repairs(status="open"):
@@ -196,7 +194,7 @@ def _sink_tables(config: PipelineConfig, catalog: Any) -> list[IcebergWriter]:
 
     seen: dict[str, IcebergWriter] = {}
     for schema in discover_tables(config):
-        identifier = ".".join(sink_identifier(config, schema.table))
+        identifier = sink_name(config, schema.table)
         if identifier not in seen and catalog.table_exists(identifier):
             seen[identifier] = IcebergWriter(catalog, identifier)
     return list(seen.values())
@@ -204,7 +202,7 @@ def _sink_tables(config: PipelineConfig, catalog: Any) -> list[IcebergWriter]:
 
 def _current_schemas(store: StateStore, pipeline: str) -> list[Any]:
     latest: dict[Any, Any] = {}
-    for version in store.schema_versions(pipeline):
+    for version in store.schema_history(pipeline).versions():
         if version.table not in latest or version.offset >= latest[version.table].offset:
             latest[version.table] = version
     return [v for v in latest.values() if v.schema is not None]

@@ -75,7 +75,7 @@ class SourcePositions:
         """Record that the stream saw the source at ``head`` now (status shows it on an idle source)."""
         store = StateStore(self.state_uri)
         try:
-            store.save_offset(self.pipeline, HEAD, head)
+            store.offsets(self.pipeline).save(HEAD, head)
         finally:
             store.close()
 

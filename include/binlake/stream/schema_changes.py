@@ -39,16 +39,17 @@ from binlake.events import (
     TableId,
     describe_change,
 )
+from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
-from binlake.sink.route import routed
+from binlake.schema.routes import routed
+from binlake.snapshot.spans import TableSpan, stream_spans
 from binlake.source.binlog_reader import Boundary, Gap
 from binlake.source.charsets import Charsets
 from binlake.source.connection import connect
 from binlake.source.discovery import TableSelector, discover, server_charsets
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
-from binlake.testing.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +81,14 @@ class SchemaTracker:
         self.pipeline = config.pipeline.name
         self.selector = TableSelector(config.source.tables, config.source.tables_exclude)
         self._server_charsets: Charsets | None = None
+        self._spans: dict[TableId, TableSpan] | None = None
 
     def bootstrap(self, schemas: list[CreateTable], offset: BinlogOffset) -> None:
         """Record the discovered schema of each captured table the history does not know yet."""
-        known = {v.table for v in self.store.schema_versions(self.pipeline)}
+        known = {v.table for v in self.store.schema_history(self.pipeline).versions()}
         for schema in schemas:
             if schema.table not in known:
-                self.store.record_schema(self.pipeline, schema.table, offset, schema, DISCOVERED)
+                self.store.schema_history(self.pipeline).record(schema.table, offset, schema, DISCOVERED)
 
     def schemas_at(self, offset: BinlogOffset) -> dict[TableId, CreateTable]:
         """The captured tables that exist at ``offset``, with the schema in force there."""
@@ -95,7 +97,7 @@ class SchemaTracker:
     def versions_at(self, offset: BinlogOffset) -> dict[TableId, SchemaVersion]:
         """The schema version in force at ``offset`` of each captured table that exists there."""
         latest: dict[TableId, SchemaVersion] = {}
-        for version in self.store.schema_versions(self.pipeline):
+        for version in self.store.schema_history(self.pipeline).versions():
             if version.offset <= offset:
                 latest[version.table] = version
         return {t: v for t, v in latest.items() if v.schema is not None and self.selector.matches(t)}
@@ -109,12 +111,18 @@ class SchemaTracker:
         from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
 
         current = self.schemas_at(before)
+        held = self._held_at(boundary.offset)
         try:
             changes = parse_ddl(
-                boundary.statement, boundary.database, current.get, self._charsets(), self.selector.matches
+                boundary.statement,
+                boundary.database,
+                lambda t: None if t in held else current.get(t),
+                self._charsets(),
+                lambda t: self.selector.matches(t) and t not in held,
             )
         except UnparsedDdlError as e:
             return self._unparsed(boundary, str(e))
+        changes = _not_held(changes, held, boundary.offset)
         # The statement's time: what CURRENT_TIMESTAMP gave the rows an added column filled.
         changes = [
             replace(c, statement_time=boundary.timestamp) if isinstance(c, AddColumn) else c for c in changes
@@ -128,6 +136,12 @@ class SchemaTracker:
             if any(self.selector.matches(t) for t in tables_changed(change)):
                 relevant.append(self._renamed_in(change, known, boundary.offset))
         return Ddl(before, boundary.offset, tuple(relevant)) if relevant else None
+
+    def _held_at(self, at: BinlogOffset) -> set[TableId]:
+        """The tables the snapshot read after a statement ending at ``at`` (``snapshot.spans``)."""
+        if self._spans is None:
+            self._spans = stream_spans(self.config, self.store)
+        return {t for t, span in self._spans.items() if span.holds(at)}
 
     def _charsets(self) -> Charsets:
         """The server's charset defaults, read once per tracker (they change with DDL on databases,
@@ -190,10 +204,22 @@ class SchemaTracker:
                     current.pop(table, None)
                 else:
                     current[table] = after
-                self.store.record_schema(self.pipeline, table, ddl.offset, after, describe_change(change))
+                self.store.schema_history(self.pipeline).record(
+                    table, ddl.offset, after, describe_change(change)
+                )
 
 
 Applier = Callable[[SchemaChangeRequest], None]
+
+
+def _not_held(changes: list[SchemaChange], held: set[TableId], at: BinlogOffset) -> list[SchemaChange]:
+    """The changes the snapshot does not hold already: it read every table in ``held`` after the
+    statement, with the schema the statement gave it (and the rows it left)."""
+    kept = [c for c in changes if not held & set(tables_changed(c))]
+    if len(kept) < len(changes):
+        tables = sorted({str(t) for c in changes for t in tables_changed(c) if t in held})
+        log.info("the statement at %s is older than the snapshot of %s: already there", at, ", ".join(tables))
+    return kept
 
 
 class SchemaChangeProtocol:
@@ -213,7 +239,7 @@ class SchemaChangeProtocol:
         self._server_filled(ddl)
         self.tracker.record(ddl)
         requests = [
-            self.store.request_schema_change(pipeline, ddl.offset, seq, change, behavior)
+            self.store.schema_requests(pipeline).request(ddl.offset, seq, change, behavior)
             for seq, change in enumerate(ddl.changes)
         ]
         crash_point("schema-before-apply")
@@ -262,17 +288,17 @@ class SchemaChangeProtocol:
             repairs.meet(gaps)
 
     def _holds_rows(self, table: TableId) -> bool:
-        from binlake.sink.catalog import open_catalog, sink_identifier  # see SchemaTracker.ddl
+        from binlake.sink.catalog import open_catalog, sink_name  # see SchemaTracker.ddl
         from binlake.sink.column_fill import live_rows
 
         catalog = open_catalog(self.config)
-        identifier = ".".join(sink_identifier(self.config, table))
+        identifier = sink_name(self.config, table)
         return catalog.table_exists(identifier) and live_rows(catalog.load_table(identifier)) > 0
 
     def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
         deadline = time.monotonic() + self.config.stream.schema_change_timeout_s
         while True:
-            found = self.store.schema_change(self.config.pipeline.name, request.offset, request.seq)
+            found = self.store.schema_requests(self.config.pipeline.name).get(request.offset, request.seq)
             if found is not None and found.status != "pending":
                 return found
             if time.monotonic() > deadline:
@@ -309,7 +335,7 @@ def _renamed_back(store: StateStore, pipeline: str, request: SchemaChangeRequest
     """Whether the same statement renames ``name`` on into the captured tables (a swap through a
     temporary name: ``RENAME TABLE a TO tmp, b TO a, tmp TO b``)."""
     seq = request.seq + 1
-    while (later := store.schema_change(pipeline, request.offset, seq)) is not None:
+    while (later := store.schema_requests(pipeline).get(request.offset, seq)) is not None:
         if isinstance(later.change, RenameTable) and later.change.table == name:
             return True
         seq += 1
@@ -347,24 +373,24 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         and not _renamed_back(store, pipeline, request, target)
     ):
         reason = f"renamed out of `source.tables`: {change.table} is no longer captured; its sink table stays"
-        store.finish_schema_change(pipeline, request.offset, request.seq, "ignored", reason)
+        store.schema_requests(pipeline).finish(request.offset, request.seq, "ignored", reason)
         log.warning("schema change %s at %s: %s", describe_change(change), request.offset, reason)
         return "ignored"
     behavior = request.behavior
     if isinstance(change, DropTable) and selector.shadow_of(change.table) is not None:
         behavior = "evolve"  # a schema-change tool's leftover: its sink table goes too
-    version = store.schema_at(pipeline, target, request.offset)
+    version = store.schema_history(pipeline).at(target, request.offset)
     safe = isinstance(change, AlterColumnType) and applier.can_alter(change)
     try:
         planned = sink_changes(
             change, behavior, safe, version.schema if version else None, routed(config, change.table)
         )
     except SchemaChangeRefusedError as e:
-        store.finish_schema_change(pipeline, request.offset, request.seq, "failed", str(e))
+        store.schema_requests(pipeline).finish(request.offset, request.seq, "failed", str(e))
         return "failed"
     if not planned:
         reason = f"behaviour `{request.behavior}` leaves the sink as it is"
-        store.finish_schema_change(pipeline, request.offset, request.seq, "ignored", reason)
+        store.schema_requests(pipeline).finish(request.offset, request.seq, "ignored", reason)
         log.info("schema change %s at %s: %s", describe_change(change), request.offset, reason)
         return "ignored"
     try:
@@ -375,10 +401,10 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
             applier.apply(step, step_id)
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
-        store.finish_schema_change(pipeline, request.offset, request.seq, status, str(e))
+        store.schema_requests(pipeline).finish(request.offset, request.seq, status, str(e))
         log.warning("schema change %s at %s: %s (%s)", describe_change(change), request.offset, status, e)
         return status
     done = "; ".join(describe_change(step) for step in planned)
-    store.finish_schema_change(pipeline, request.offset, request.seq, "applied", done)
+    store.schema_requests(pipeline).finish(request.offset, request.seq, "applied", done)
     log.info("schema change %s at %s applied to the sink: %s", describe_change(change), request.offset, done)
     return "applied"

@@ -26,14 +26,9 @@ from binlake.offsets import BinlogOffset, GtidError, gtid_matcher
 from binlake.source.binlog_reader import Boundary, binary_logs, purged_error, transactions
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import current_offset
+from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore
 
-#: The state store's name for the snapshot's switch offset (written by the snapshot job).
-SWITCH = "switch"
-#: The state store's name for where the stream applied everything (written per batch).
-STREAM = "stream"
-#: Where the current stream lineage began (names its Spark checkpoint).
-ORIGIN = "stream.origin"
 FIRST_EVENT = 4
 
 
@@ -57,7 +52,7 @@ def resolve_start(config: PipelineConfig, store: StateStore, server_id: int) -> 
         BinlogPurgedError: the server no longer has the start offset.
     """
     name = config.pipeline.name
-    resumed = store.load_offset(name, STREAM)
+    resumed = store.offsets(name).load(STREAM)
     if resumed is not None:
         from binlake.stream.failover import check_binlog  # the stream's own module, not the CLI's
 
@@ -95,7 +90,7 @@ def _by_mode(config: PipelineConfig, store: StateStore, server_id: int) -> Start
     source = config.source
     mode = source.startup_mode
     if mode == "initial":
-        switch = store.load_offset(config.pipeline.name, SWITCH)
+        switch = store.offsets(config.pipeline.name).load(SWITCH)
         if switch is None:
             raise StartupError(
                 f"Cannot start the stream of `{config.pipeline.name}` with `startup_mode: initial`: its "

@@ -14,9 +14,9 @@ from typing import Any
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
+from binlake.schema.routes import SOURCE_TABLE_COLUMN, routed
 from binlake.schema.type_mapping import RowConverter
-from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.route import SOURCE_TABLE_COLUMN, routed
+from binlake.sink.catalog import open_catalog, sink_name
 from binlake.source.bulk_select import text_select_list
 from binlake.source.connection import connect
 
@@ -45,7 +45,7 @@ def source_rows(
 def sink_rows(config: PipelineConfig, table: TableId) -> list[dict[str, Any]]:
     """The rows of the table's Iceberg table."""
     catalog = open_catalog(config)
-    return catalog.load_table(".".join(sink_identifier(config, table))).scan().to_arrow().to_pylist()  # type: ignore[no-any-return]
+    return catalog.load_table(sink_name(config, table)).scan().to_arrow().to_pylist()  # type: ignore[no-any-return]
 
 
 def sink_rows_of(config: PipelineConfig, schema: CreateTable) -> list[dict[str, Any]]:

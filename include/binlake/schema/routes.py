@@ -14,8 +14,9 @@ applied to the merged table.
 
 from __future__ import annotations
 
+import functools
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from binlake.config import PipelineConfig
@@ -36,9 +37,56 @@ _SOURCE_COLUMN = Column(
 )
 
 
+@dataclass(frozen=True)
+class SinkTable:
+    """Where a source table's rows go."""
+
+    namespace: str
+    name: str
+    routed: bool
+    """Whether a ``route`` rule sends the table there (a sink table other sources may share)."""
+
+    @property
+    def identifier(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+
+class Routes:
+    """The pipeline's ``route`` rules, compiled once: the sink table of every source table.
+
+    The first rule whose regex matches ``database.table`` in full decides; otherwise the table
+    keeps its name in ``sink.namespace`` (default: the source database's name).
+    """
+
+    def __init__(self, rules: tuple[tuple[str, str], ...], namespace: str | None) -> None:
+        self.rules = [(re.compile(source), sink.split(".", 1)) for source, sink in rules]
+        self.namespace = namespace
+
+    def sink(self, table: TableId) -> SinkTable:
+        for pattern, (namespace, name) in self.rules:
+            if pattern.fullmatch(table.name):
+                return SinkTable(namespace, name, routed=True)
+        return SinkTable(self.namespace or table.database, table.table, routed=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _routes(rules: tuple[tuple[str, str], ...], namespace: str | None) -> Routes:
+    return Routes(rules, namespace)
+
+
+def routes(config: PipelineConfig) -> Routes:
+    """The compiled routes of ``config`` (compiled once per distinct set of rules)."""
+    return _routes(tuple((r.source_table, r.sink_table) for r in config.route), config.sink.namespace)
+
+
+def sink_table(config: PipelineConfig, table: TableId) -> SinkTable:
+    """The sink table ``table``'s rows go to."""
+    return routes(config).sink(table)
+
+
 def routed(config: PipelineConfig, table: TableId) -> bool:
     """Whether a ``route`` rule sends ``table`` to a (possibly shared) sink table."""
-    return any(re.fullmatch(rule.source_table, table.name) for rule in config.route)
+    return sink_table(config, table).routed
 
 
 def sink_schema(config: PipelineConfig, schema: CreateTable) -> CreateTable:

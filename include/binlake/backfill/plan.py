@@ -1,0 +1,191 @@
+"""Planning a backfill: which tables and key range, split again into units (no Spark needed)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from binlake.backfill import BackfillError
+from binlake.config import PipelineConfig
+from binlake.events import CreateTable, TableId
+from binlake.planner import discover_tables
+from binlake.snapshot.chunks import TASKS_PER_SLOT
+from binlake.source.chunk_splitter import ChunkRange, ChunkSplitter, choose_key_column
+from binlake.source.connection import connect
+from binlake.state.backfills import BackfillLedger, BackfillUnit
+from binlake.state.offset_names import STREAM, SWITCH
+from binlake.state.store import StateStore, StoredPlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The chunk-key range ``[start, end)`` a backfill re-reads (None: unbounded)."""
+
+    start: int | None = None
+    end: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start is not None and self.end is not None and self.start >= self.end:
+            raise BackfillError(
+                f"The key range [{self.start}, {self.end}) is empty: `from` must be below `to`."
+            )
+
+    @property
+    def is_all(self) -> bool:
+        return self.start is None and self.end is None
+
+
+def plan_backfill(
+    config: PipelineConfig,
+    backfill_id: str,
+    tables: Sequence[str] | None = None,
+    key_range: KeyRange | None = None,
+    chunk_size: int | None = None,
+) -> list[BackfillUnit]:
+    """The units of backfill ``backfill_id``: planned now if it is new (no Spark needed).
+
+    Raises:
+        BackfillError: the pipeline cannot take this backfill now (saying why and what to do).
+    """
+    store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        ledger = BackfillLedger(store)
+        units = ledger.units(config.pipeline.name, backfill_id)
+        if units:
+            return units  # a rerun resumes
+        schemas = {s.table: s for s in discover_tables(config)}
+        return _plan(config, store, ledger, backfill_id, schemas, tables, key_range or KeyRange(), chunk_size)
+    finally:
+        store.close()
+
+
+def _plan(
+    config: PipelineConfig,
+    store: StateStore,
+    ledger: BackfillLedger,
+    backfill_id: str,
+    schemas: dict[TableId, CreateTable],
+    tables: Sequence[str] | None,
+    key_range: KeyRange,
+    chunk_size: int | None,
+) -> list[BackfillUnit]:
+    name = config.pipeline.name
+    plans = _checked_plans(config, store, schemas, tables, key_range)
+    size = chunk_size or config.source.chunk_size
+    split: dict[TableId, list[ChunkRange]] = {}
+    with contextlib.closing(connect(config.source)) as conn:
+        splitter = ChunkSplitter(conn, size)
+        for stored in plans:
+            chunks = splitter.split(schemas[stored.table], stored.key_column).chunks
+            split[stored.table] = [r for r in (_clip(c.range, key_range) for c in chunks) if r is not None]
+    # Units small enough for the stream to hold (unit_rows) and many enough to keep every Spark
+    # slot busy, like the snapshot's groups.
+    total = sum(len(r) for r in split.values())
+    slots = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
+    per_unit = max(
+        1,
+        min(
+            config.pipeline.snapshot_chunks_per_task,
+            config.backfill.unit_rows // size,
+            math.ceil(total / slots),
+        ),
+    )
+    units: list[tuple[TableId, str, list[ChunkRange]]] = []
+    for stored in plans:
+        ranges = split[stored.table]
+        for i in range(0, len(ranges), per_unit):
+            units.append((stored.table, stored.key_column, ranges[i : i + per_unit]))
+    if not units:
+        raise BackfillError(
+            f"Nothing to backfill in pipeline `{name}`: no table of it can be (see the warnings above)."
+        )
+    ledger.create(name, backfill_id, units)
+    log.info(
+        "backfill %s: %d chunks of %s in %d units",
+        backfill_id, sum(len(r) for _, _, r in units), ", ".join(p.table.name for p in plans), len(units),
+    )  # fmt: skip
+    return ledger.units(name, backfill_id)
+
+
+def _checked_plans(
+    config: PipelineConfig,
+    store: StateStore,
+    schemas: dict[TableId, CreateTable],
+    tables: Sequence[str] | None,
+    key_range: KeyRange,
+) -> list[StoredPlan]:
+    """The planned tables to backfill, refused (saying why and what to do) unless it can be done."""
+    name = config.pipeline.name
+    plans = store.plans(name).load()
+    if not plans or store.offsets(name).load(SWITCH) is None:
+        raise BackfillError(
+            f"Pipeline `{name}` has no finished snapshot: a backfill re-reads tables the stream keeps. "
+            "Fix: run `binlake snapshot` (and the stream) first."
+        )
+    known = {p.table.name: p for p in plans}
+    unknown = sorted(set(tables or ()) - known.keys())
+    if unknown:
+        raise BackfillError(
+            f"Cannot backfill {unknown}: not tables of the pipeline; its tables: {sorted(known)}."
+        )
+    chosen = [known[t] for t in tables] if tables else plans
+    streamed = store.offsets(name).load(STREAM)
+    skipped = []
+    for stored in chosen:
+        schema = schemas.get(stored.table)
+        if schema is None:
+            raise BackfillError(f"Cannot backfill {stored.table}: the table no longer exists in the source.")
+        column = choose_key_column(schema, stored.key_column)
+        if column.is_text and not tables:
+            skipped.append(stored)  # all tables asked for: the ones that cannot be are named, not fatal
+            log.warning(
+                "backfill leaves %s out: its chunk key `%s` is text (%s), which the stream cannot compare "
+                "in the column's collation; re-snapshot it instead", stored.table, column.name,
+                column.column_type,
+            )  # fmt: skip
+            continue
+        if column.is_text:
+            raise BackfillError(
+                f"Cannot backfill {stored.table}: its chunk key `{column.name}` is text "
+                f"({column.column_type}), and the stream cannot tell which stored rows lie in a chunk "
+                "without the server's collation. Fix: re-snapshot the table instead "
+                "(`binlake plan --replan` then `binlake snapshot`)."
+            )
+        if not key_range.is_all and not column.is_integral:
+            raise BackfillError(
+                f"Cannot backfill a key range of {stored.table}: its chunk key `{column.name}` is "
+                f"{column.column_type}, and ranges are given as integers. Fix: backfill the whole table."
+            )
+        marks = [c.high_watermark for c in stored.chunks if c.high_watermark is not None]
+        if marks and (streamed is None or streamed < max(marks)):
+            raise BackfillError(
+                f"Cannot backfill {stored.table} yet: the stream has not passed its snapshot (chunks read "
+                f"up to {max(marks)}; the stream is at {streamed or 'its start'}). Fix: run the stream "
+                "(`binlake stream --until-caught-up`) first."
+            )
+    return [p for p in chosen if p not in skipped]
+
+
+def _clip(chunk: ChunkRange, key_range: KeyRange) -> ChunkRange | None:
+    """``chunk`` ∩ ``key_range`` (None when empty)."""
+    if key_range.is_all:
+        return chunk
+    start, end = chunk.start, chunk.end
+    if key_range.start is not None and (start is None or start < key_range.start):
+        start = key_range.start
+    if key_range.end is not None and (end is None or end > key_range.end):
+        end = key_range.end
+    if start is not None and end is not None and start >= end:
+        return None
+    return ChunkRange(start, end)
+
+
+def new_backfill_id() -> str:
+    """A fresh, sortable backfill id."""
+    return dt.datetime.now(dt.UTC).strftime("backfill-%Y%m%dT%H%M%S%fZ")

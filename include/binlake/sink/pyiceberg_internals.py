@@ -1,0 +1,135 @@
+"""Every use of pyiceberg's private API, behind a small surface the rest of the sink calls.
+
+pyiceberg 0.12 writes data files only through ``Table.append``/``overwrite`` (whole Arrow tables,
+its own commit) and cannot write delete files. binlake needs both inside its own transactions, so
+it relies on these internals (pinned in ``pyproject.toml``; check them when upgrading):
+
+- ``pyiceberg.io.pyarrow._dataframe_to_data_files``: Arrow rows → Parquet data files of a table;
+- ``pyiceberg.table.update.snapshot._OverwriteFiles`` and its ``_manifests``,
+  ``_existing_manifests``, ``_summary``, ``_snapshot_id``, ``_io``, ``_compression``: the overwrite
+  snapshot producer ``DeltaOverwrite`` extends with delete files;
+- ``pyiceberg.manifest.ManifestWriterV2._meta``: a manifest's declared content.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import (
+    DataFile,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+)
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Summary
+from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.typedef import EMPTY_DICT
+
+
+def write_data_files(
+    metadata: TableMetadata, rows: pa.Table, io: FileIO, write_uuid: uuid.UUID, counter: itertools.count[int]
+) -> Iterable[DataFile]:
+    """Parquet data files of the table holding ``rows`` (named from ``write_uuid`` and ``counter``)."""
+    return _dataframe_to_data_files(metadata, rows, io, write_uuid, counter)
+
+
+class DeleteManifestWriter(ManifestWriterV2):
+    """A v2 manifest of delete files."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class DeltaOverwrite(_OverwriteFiles):
+    """pyiceberg's overwrite producer, plus delete files added and delete files retired."""
+
+    def __init__(
+        self,
+        *args: Any,
+        delete_files: Iterable[DataFile] = (),
+        retired_delete_files: Iterable[str] = (),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._added_delete_files = list(delete_files)
+        self._retired = set(retired_delete_files)
+
+    def _manifests(self) -> list[ManifestFile]:
+        manifests = super()._manifests()
+        by_spec: dict[int, list[DataFile]] = {}
+        for delete_file in self._added_delete_files:
+            by_spec.setdefault(delete_file.spec_id, []).append(delete_file)
+        for spec_id, files in by_spec.items():
+            with self._delete_manifest_writer(spec_id) as writer:
+                for delete_file in files:
+                    writer.add(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=self._snapshot_id,
+                            sequence_number=None,
+                            file_sequence_number=None,
+                            data_file=delete_file,
+                        )
+                    )
+            manifests.append(writer.to_manifest_file())
+        return manifests
+
+    def _existing_manifests(self) -> list[ManifestFile]:
+        kept = []
+        for manifest in super()._existing_manifests():
+            if manifest.content != ManifestContent.DELETES or not self._retired:
+                kept.append(manifest)
+                continue
+            entries = manifest.fetch_manifest_entry(io=self._io, discard_deleted=True)
+            remaining = [e for e in entries if e.data_file.file_path not in self._retired]
+            if len(remaining) == len(entries):
+                kept.append(manifest)
+            elif remaining:
+                with self._delete_manifest_writer(manifest.partition_spec_id) as writer:
+                    for entry in remaining:
+                        writer.add_entry(
+                            ManifestEntry.from_args(
+                                status=ManifestEntryStatus.EXISTING,
+                                snapshot_id=entry.snapshot_id,
+                                sequence_number=entry.sequence_number,
+                                file_sequence_number=entry.file_sequence_number,
+                                data_file=entry.data_file,
+                            )
+                        )
+                kept.append(writer.to_manifest_file())
+        return kept
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        summary = super()._summary(snapshot_properties)
+        if self._added_delete_files:
+            # pyiceberg counts only data files; add the delete files, as Iceberg's summaries do.
+            extra = summary.additional_properties
+            size = sum(f.file_size_in_bytes for f in self._added_delete_files)
+            deletes = sum(f.record_count for f in self._added_delete_files)
+            extra["added-files-size"] = str(int(extra.get("added-files-size", 0)) + size)
+            extra["added-delete-files"] = str(len(self._added_delete_files))
+            extra["added-position-delete-files"] = str(len(self._added_delete_files))
+            extra["added-position-deletes"] = str(deletes)
+        return summary
+
+    def _delete_manifest_writer(self, spec_id: int) -> DeleteManifestWriter:
+        return DeleteManifestWriter(
+            spec=self.spec(spec_id),
+            schema=self.schema(),
+            output_file=self.new_manifest_output(),
+            snapshot_id=self._snapshot_id,
+            avro_compression=self._compression,
+        )

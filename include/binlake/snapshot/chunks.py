@@ -1,0 +1,90 @@
+"""Which chunks a snapshot run reads, grouped into Spark tasks; chunks an earlier run committed."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from binlake.events import TableId
+from binlake.offsets import BinlogOffset
+from binlake.sink.writer import IcebergWriter
+from binlake.snapshot import SnapshotError
+from binlake.source.chunk_splitter import ChunkId
+from binlake.state.codec import encode_key
+from binlake.state.store import ChunkState, StateStore, StoredPlan
+
+log = logging.getLogger(__name__)
+
+#: Tasks per wave, per unit of parallelism: enough to balance, few enough to commit often.
+TASKS_PER_SLOT = 2
+
+
+def planned(store: StateStore, pipeline: str, tables: Sequence[str] | None) -> list[StoredPlan]:
+    plans = store.plans(pipeline).load()
+    if not plans:
+        raise SnapshotError(f"Pipeline `{pipeline}` has no plan. Fix: run `binlake plan` first.")
+    if tables:
+        known = {p.table.name for p in plans}
+        unknown = [t for t in tables if t not in known]
+        if unknown:
+            raise SnapshotError(f"Tables {unknown} are not in the plan; planned: {', '.join(sorted(known))}.")
+        plans = [p for p in plans if p.table.name in tables]
+    return plans
+
+
+def selected(state: ChunkState, wanted: set[str] | None) -> bool:
+    return wanted is None or str(state.chunk.id) in wanted
+
+
+def reconcile(
+    store: StateStore, pipeline: str, plans: list[StoredPlan], writers: dict[TableId, IcebergWriter]
+) -> int:
+    """Mark chunks finished that Iceberg has but the state store does not (returns how many)."""
+    recovered: list[tuple[TableId, int, BinlogOffset | None, BinlogOffset, int]] = []
+    for plan in plans:
+        unfinished = {c.chunk.chunk_id for c in plan.chunks if c.status != "finished"}
+        if not unfinished:
+            continue
+        for commit in writers[plan.table].committed_chunk_commits():
+            chunk_id = ChunkId.parse(commit.chunk_id).index
+            if chunk_id in unfinished:
+                recovered.append(
+                    (plan.table, chunk_id, commit.low_watermark, commit.high_watermark, commit.rows)
+                )
+    if recovered:
+        store.plans(pipeline).finish_chunks(recovered)
+        log.info(
+            "recognised %d chunks committed to Iceberg by an earlier run: not read again", len(recovered)
+        )
+    return len(recovered)
+
+
+def chunk_groups(
+    pending: list[ChunkState], parallelism: int, chunks_per_task: int
+) -> list[list[dict[str, Any]]]:
+    """Consecutive chunks of one table per group: at most ``chunks_per_task``, and small enough that
+    a small snapshot still keeps every slot busy."""
+    by_table: dict[str, list[ChunkState]] = defaultdict(list)
+    for state in pending:
+        by_table[state.chunk.table.name].append(state)
+    total = len(pending)
+    per_group = max(1, min(chunks_per_task, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT))))
+    groups = []
+    for table, states in sorted(by_table.items()):
+        for i in range(0, len(states), per_group):
+            groups.append(
+                [
+                    {
+                        "table": table,
+                        "id": s.chunk.chunk_id,
+                        "key": s.chunk.key_column,
+                        "start": encode_key(s.chunk.range.start),
+                        "end": encode_key(s.chunk.range.end),
+                    }
+                    for s in states[i : i + per_group]
+                ]
+            )
+    return groups

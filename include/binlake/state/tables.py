@@ -1,0 +1,209 @@
+"""binlake's metadata tables (SQLAlchemy), created on first use, and the helpers their rows need."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    delete,
+    insert,
+)
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from binlake.offsets import BinlogOffset
+
+metadata = MetaData()
+
+plans_table = Table(
+    "binlake_plans",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("key_column", String(200), nullable=False),
+    Column("strategy", String(20), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("chunk_count", Integer, nullable=False),
+    Column("estimated_rows", BigInteger, nullable=False),
+    Column("min_key", Text),
+    Column("max_key", Text),
+    Column("planned_at", DateTime(timezone=True), nullable=False),
+)
+
+chunks_table = Table(
+    "binlake_chunks",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("chunk_id", Integer, primary_key=True),
+    Column("key_column", String(200), nullable=False),
+    Column("start_key", Text),
+    Column("end_key", Text),
+    Column("status", String(20), nullable=False, default="planned"),
+    Column("low_watermark", Text),
+    Column("high_watermark", Text),
+    Column("row_count", BigInteger),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+
+offsets_table = Table(
+    "binlake_offsets",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("name", String(200), primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+leases_table = Table(
+    "binlake_leases",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+
+stream_batches_table = Table(
+    "binlake_stream_batches",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("run_id", String(64), primary_key=True),
+    Column("batch_id", BigInteger, primary_key=True),
+    Column("end_offset", Text, nullable=False),
+    Column("changes", Text, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("lag_s", Float),
+    Column("finished_at", DateTime(timezone=True), nullable=False),
+)
+
+schema_history_table = Table(
+    "binlake_schema_history",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("at", BigInteger, primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("schema", Text),  # null: the table does not exist (dropped, renamed away) from here on
+    Column("cause", Text, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+)
+
+schema_changes_table = Table(
+    "binlake_schema_changes",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("at", BigInteger, primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("table_name", String(400), nullable=False),
+    Column("change", Text, nullable=False),
+    Column("behavior", String(20), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("message", Text),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True)),
+)
+
+quality_results_table = Table(
+    "binlake_quality_results",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("run_name", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("success", Boolean, nullable=False),
+    Column("results", Text, nullable=False),
+    Column("report", Text),
+    Column("checked_at", DateTime(timezone=True), nullable=False),
+)
+
+backfill_units_table = Table(
+    "binlake_backfill_units",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("backfill_id", String(200), primary_key=True),
+    Column("unit_id", Integer, primary_key=True),
+    Column("table_name", String(400), nullable=False),
+    Column("key_column", String(200), nullable=False),
+    Column("chunks", Text, nullable=False),  # JSON: [{start, end, low, high, rows}]
+    Column("status", String(20), nullable=False),
+    Column("files", Text),  # JSON list of staged Parquet file URIs
+    Column("rows", BigInteger),
+    Column("message", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+repairs_table = Table(
+    "binlake_repairs",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("at", BigInteger, primary_key=True),
+    Column("offset", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("backfill_id", String(200), nullable=False),
+    Column("status", String(20), nullable=False),  # open, closed
+    Column("opened_at", DateTime(timezone=True), nullable=False),
+    Column("closed_at", DateTime(timezone=True)),
+)
+
+
+def replace_row(conn: Connection, table: Table, key: dict[str, Any], values: dict[str, Any]) -> None:
+    """Insert the row of ``key`` with ``values``, replacing the one there (portable: no dialect's
+    upsert, and both statements in the caller's transaction)."""
+    conn.execute(delete(table).where(*(table.c[column] == value for column, value in key.items())))
+    conn.execute(insert(table).values(**key, **values))
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def offset_text(offset: BinlogOffset | None) -> str | None:
+    return None if offset is None else json.dumps(offset.to_dict())
+
+
+def offset_from_text(text: str | None) -> BinlogOffset | None:
+    return None if text is None else BinlogOffset.from_dict(json.loads(text))
+
+
+def create_tables(engine: Engine, attempts: int = 5) -> None:
+    """Create binlake's tables if missing. Several processes may do so at once (the stream's driver
+    and its source both open the store); the loser of that race sees "already exists" and checks
+    again."""
+    for attempt in range(attempts):
+        try:
+            metadata.create_all(engine)
+            return
+        except DBAPIError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
+def aware(value: dt.datetime) -> dt.datetime:
+    # SQLite hands back naive datetimes even for timezone-aware columns; they were stored in UTC.
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def sortable(offset: BinlogOffset) -> int:
+    """The offset as one integer that sorts like offsets (file sequence number, then position)."""
+    return offset.sequence << 32 | offset.pos

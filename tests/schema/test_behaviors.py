@@ -1,0 +1,64 @@
+"""What each ``pipeline.schema_change_behavior`` makes of a source change, without Spark or Iceberg."""
+
+from __future__ import annotations
+
+import pytest
+
+from binlake.events import (
+    AddColumn,
+    AlterColumnType,
+    Column,
+    CreateTable,
+    DropColumn,
+    PartitionRowsChanged,
+    RenameColumn,
+    RenameTable,
+    TableId,
+    TruncateTable,
+)
+from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
+
+T = TableId("db", "t")
+V = Column("v", "int", "int(11)")
+W = Column("w", "int", "int(11)")
+AFTER = CreateTable(T, (Column("id", "int", "int(11)", nullable=False), W), ("id",))
+WIDER = AlterColumnType(T, Column("v", "bigint", "bigint(20)"))
+TEXT = AlterColumnType(T, Column("v", "varchar", "varchar(10)"))
+
+
+@pytest.mark.parametrize("behavior", ["evolve", "try_evolve"])
+def test_evolve_makes_the_same_change(behavior: str) -> None:
+    for change in (DropColumn(T, "v"), RenameColumn(T, "v", "w"), TruncateTable(T), TEXT):
+        assert sink_changes(change, behavior, False, AFTER) == [change]
+
+
+def test_lenient_loses_nothing() -> None:
+    assert sink_changes(DropColumn(T, "v"), "lenient", False, AFTER) == []
+    assert sink_changes(TruncateTable(T), "lenient", False, AFTER) == []
+    assert sink_changes(RenameColumn(T, "v", "w"), "lenient", False, AFTER) == [AddColumn(T, W)]
+    assert sink_changes(WIDER, "lenient", True, AFTER) == [WIDER]
+    (shadow,) = sink_changes(TEXT, "lenient", False, AFTER)
+    assert shadow == AddColumn(T, Column("v__varchar", "varchar", "varchar(10)"))
+
+
+def test_exception_refuses_all_but_a_new_table() -> None:
+    assert sink_changes(AFTER, "exception", False, AFTER) == [AFTER]
+    with pytest.raises(SchemaChangeRefusedError, match="exception"):
+        sink_changes(AddColumn(T, V), "exception", False, AFTER)
+
+
+def test_ignore_never_changes_the_sink() -> None:
+    assert sink_changes(AFTER, "ignore", False, AFTER) == []
+    assert sink_changes(AddColumn(T, V), "ignore", False, AFTER) == []
+
+
+def test_rows_changed_without_row_events_stop_evolve_and_name_the_backfill() -> None:
+    change = PartitionRowsChanged(T, "TRUNCATE PARTITION")
+    with pytest.raises(SchemaChangeRefusedError, match="backfill the table"):
+        sink_changes(change, "evolve", False, AFTER)
+    assert sink_changes(change, "lenient", False, AFTER) == []
+
+
+def test_a_routed_sink_table_takes_no_table_level_change_of_one_source() -> None:
+    assert sink_changes(RenameTable(T, TableId("db", "t2")), "evolve", False, AFTER, routed=True) == []
+    assert sink_changes(DropColumn(T, "v"), "evolve", False, AFTER, routed=True) == []
