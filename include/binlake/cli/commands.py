@@ -1,0 +1,275 @@
+"""The sub-commands: load the config, call the step, print, choose the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING, Any
+
+from binlake.cli.render import print_checks, print_table, print_units, print_where, show, stream_line
+from binlake.config import PipelineConfig, load_config
+from binlake.errors import BinlakeError, ConfigError
+from binlake.logs import register_secret
+from binlake.offsets import BinlogOffset
+from binlake.source.validator import Check, has_errors, validate
+
+if TYPE_CHECKING:
+    from binlake.state.store import StateStore
+
+log = logging.getLogger("binlake")
+
+EXIT_OK = 0
+EXIT_CHECKS_FAILED = 1
+
+
+def _load(path: str | None) -> PipelineConfig:
+    if not path:
+        raise ConfigError("no pipeline config given: pass `--config FILE` or set BINLAKE_CONFIG")
+    config = load_config(path)
+    for secret in config.secrets():
+        register_secret(secret)
+    return config
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    path = args.config
+    try:
+        config = _load(path)
+    except ConfigError as e:
+        checks = [Check("config", "error", str(e))]
+    else:
+        checks = [
+            Check("config", "ok", f"pipeline `{config.pipeline.name}` read from {path}"),
+            *validate(config),
+        ]
+    failed = has_errors(checks)
+    if args.json:
+        print(json.dumps({"ok": not failed, "checks": [c.as_dict() for c in checks]}, indent=2))
+    else:
+        print_checks(checks)
+    return EXIT_CHECKS_FAILED if failed else EXIT_OK
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    from binlake.planner import plan
+
+    config = _load(args.config)
+    plans = plan(
+        config, replan=args.replan, progress=lambda t, n: log.info("splitting %s: %d chunks so far", t, n)
+    )
+    rows: list[dict[str, Any]] = [
+        {
+            "table": p.table.name,
+            "key_column": p.key_column,
+            "strategy": p.strategy,
+            "reason": p.reason,
+            "chunks": len(p.chunks),
+            "finished_chunks": p.finished,
+            "min_key": show(p.min_key),
+            "max_key": show(p.max_key),
+            "estimated_rows": p.estimated_rows,
+        }
+        for p in plans
+    ]
+    if args.json:
+        print(json.dumps({"pipeline": config.pipeline.name, "tables": rows}, indent=2))
+        return EXIT_OK
+    print_table(
+        [("table", "left"), ("split", "left"), ("chunks", "right"), ("done", "right"),
+         ("est. rows", "right"), ("key range", "left")],
+        [
+            [r["table"], r["strategy"], str(r["chunks"]), str(r["finished_chunks"]),
+             f"{r['estimated_rows']:,}", f"`{r['key_column']}` {r['min_key']} … {r['max_key']}"]
+            for r in rows
+        ],
+    )  # fmt: skip
+    for r in rows:
+        print(f"{r['table']} — why: {r['reason']}")
+    total = sum(r["chunks"] for r in rows)
+    print(f"{len(rows)} tables, {total} chunks, plan stored in {config.pipeline.resolved_state_uri}")
+    return EXIT_OK
+
+
+def snapshot_command(args: argparse.Namespace) -> int:
+    from binlake.events import TableId
+    from binlake.planner import plan
+    from binlake.sink.catalog import sink_name
+    from binlake.snapshot.progress import print_progress
+    from binlake.spark.session import spark_session
+    from binlake.spark.snapshot_job import run_snapshot
+
+    config = _load(args.config)
+    plan(config)  # keeps an existing plan: a rerun resumes
+    spark = spark_session(config, "snapshot")
+    try:
+        report = run_snapshot(config, spark, args.table or None, args.chunk or None, print_progress)
+    finally:
+        spark.stop()
+    summary = report.as_dict()
+    if not args.json:
+        print(
+            f"snapshot of `{config.pipeline.name}`: {report.chunks_read} chunks read "
+            f"({report.chunks_recovered} recognised as committed), {report.rows:,} rows "
+            f"in {report.seconds:.1f} s"
+        )
+        if report.switch_offset:
+            print(f"complete: the stream starts at {report.switch_offset}")
+        print_where(config, sorted({sink_name(config, TableId.parse(t)) for t in report.tables}))
+    print(json.dumps(summary))  # the last line: what an Airflow task pushes to XCom
+    return EXIT_OK
+
+
+def stream_command(args: argparse.Namespace) -> int:
+    from binlake.spark.session import spark_session
+    from binlake.spark.stream_job import print_batch, run_stream
+
+    config = _load(args.config)
+    stop = threading.Event()
+    # SIGTERM (Airflow, systemd, Ctrl-C in a container) ends the stream after its current batch.
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    spark = spark_session(config, "stream")
+    try:
+        report = run_stream(config, spark, args.until_caught_up, print_batch, stop)
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    finally:
+        spark.stop()
+    if not args.json:
+        print(
+            f"stream of `{config.pipeline.name}`: {report.batches} batches, {report.rows:,} changes read "
+            f"from {report.start} ({report.start_reason}) to {report.end or report.start} "
+            f"in {report.seconds:.1f} s"
+        )
+    print(json.dumps(report.as_dict()))
+    return EXIT_OK
+
+
+def backfill_command(args: argparse.Namespace) -> int:
+    from binlake.backfill.plan import KeyRange, new_backfill_id, plan_backfill
+    from binlake.backfill.progress import print_progress
+    from binlake.backfill.wait import wait_applied
+    from binlake.spark.backfill_job import run_backfill
+    from binlake.spark.session import spark_session
+
+    config = _load(args.config)
+    backfill_id = args.id or new_backfill_id()
+    key_range = KeyRange(args.key_from, args.key_to)
+    plan_backfill(config, backfill_id, args.table or None, key_range, args.chunk_size)  # refused before Spark
+    spark = spark_session(config, "backfill")
+    try:
+        report = run_backfill(
+            config, spark, backfill_id, args.table or None, key_range, args.chunk_size, print_progress
+        )
+    finally:
+        spark.stop()
+    summary = report.as_dict()
+    if not args.json:
+        print(
+            f"backfill `{backfill_id}` of `{config.pipeline.name}`: {report.chunks_read} chunks, "
+            f"{report.rows:,} rows staged in {report.seconds:.1f} s; the stream applies them when it "
+            "reaches their high watermarks (`binlake status` shows how far)"
+        )
+    if args.wait:
+        units = wait_applied(config, backfill_id, args.timeout, progress=print_units)
+        summary["applied"] = len(units)
+        if not args.json:
+            print(f"backfill `{backfill_id}`: all {len(units)} units applied by the stream")
+    print(json.dumps(summary))
+    return EXIT_OK
+
+
+def quality_command(args: argparse.Namespace) -> int:
+    from binlake.quality.checkpoint import print_quality, run_quality
+
+    config = _load(args.config)
+    report = run_quality(config, args.table or None, args.run_name, print_quality)
+    if not args.json:
+        for line in report.failures():
+            print(f"FAILED {line}")
+        verdict = (
+            "all expectations met" if report.success else f"{len(report.failures())} expectation(s) failed"
+        )
+        print(f"quality of `{config.pipeline.name}` ({report.run_name}): {verdict}; report: {report.index}")
+    print(json.dumps(report.as_dict()))
+    failed = not report.success and config.quality.on_failure == "fail"
+    return EXIT_CHECKS_FAILED if failed else EXIT_OK
+
+
+def status_command(args: argparse.Namespace) -> int:
+    from binlake.status import pipeline_status
+
+    status = pipeline_status(_load(args.config))
+    if args.json:
+        print(status.model_dump_json(indent=2))
+        return EXIT_OK
+    if status.stream:
+        print(stream_line(status.stream))
+    for change in status.schema_changes:
+        note = f" ({change.message})" if change.message else ""
+        print(f"schema change at {change.offset}: {change.change}: {change.status}{note}")
+    if status.quality:
+        q = status.quality
+        verdict = "all expectations met" if q.success else f"FAILED: {', '.join(q.failed)}"
+        print(f"quality: run {q.run_name} at {q.checked_at}: {verdict} ({q.report})")
+    for b in status.backfills:
+        units = ", ".join(f"{n} {state}" for state, n in sorted(b.units.items()))
+        print(f"backfill {b.backfill_id} ({', '.join(b.tables)}): {units}; {b.rows:,} rows staged")
+    if not status.tables:
+        print(f"pipeline `{status.pipeline}`: nothing planned yet (run `binlake plan`)")
+        return EXIT_OK
+    print_table(
+        [("table", "left"), ("chunks", "right"), ("rows", "right"), ("max high watermark", "left")],
+        [
+            [t.table, f"{t.finished_chunks}/{t.chunks}", f"{t.rows:,}", t.max_high_watermark or "-"]
+            for t in status.tables
+        ],
+    )
+    switch = BinlogOffset.from_dict(status.switch_offset) if status.switch_offset else None
+    print(f"stream start (switch) offset: {switch or 'not yet: the snapshot is unfinished'}")
+    return EXIT_OK
+
+
+def maintain_command(args: argparse.Namespace) -> int:
+    from binlake.state.store import StateStore
+
+    config = _load(args.config)
+    with StateStore(config.pipeline.resolved_state_uri) as store:
+        return _maintain_tables(config, store, args)
+
+
+def _maintain_tables(config: PipelineConfig, store: StateStore, args: argparse.Namespace) -> int:
+    from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.sink.maintenance import MaintenanceOptions, maintain
+
+    plans = {sink_name(config, p.table): p for p in store.plans(config.pipeline.name).load()}
+    if not plans:
+        raise BinlakeError(
+            f"Nothing to maintain: pipeline `{config.pipeline.name}` has no planned tables yet. "
+            "Fix: run `binlake plan` (and the snapshot) first."
+        )
+    unknown = [t for t in args.table if t not in plans]
+    if unknown:
+        raise BinlakeError(
+            f"Unknown sink tables {unknown}; this pipeline's tables are: {', '.join(sorted(plans))}."
+        )
+    options = MaintenanceOptions(args.expire_older_than, args.orphans_older_than)
+    catalog = open_catalog(config)
+    reports = []
+    for identifier in args.table or sorted(plans):
+        if not catalog.table_exists(identifier):
+            log.warning("%s has no Iceberg table yet: skipped", identifier)
+            continue
+        reports.append(maintain(catalog, store, config.pipeline.name, identifier, plans[identifier], options))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2))
+    for r in [] if args.json else reports:
+        print(
+            f"{r.table}: {r.files_compacted} small files compacted into {r.files_written}, "
+            f"{r.snapshots_expired} snapshots expired, {r.orphans_removed} orphan files removed "
+            f"({r.orphan_bytes:,} bytes) in {r.seconds:.1f} s"
+        )
+    return EXIT_OK

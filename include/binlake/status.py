@@ -1,0 +1,197 @@
+"""A pipeline's status, step by step: what is planned and read, where the stream is, the schema
+changes waiting or done, the newest quality run, the last backfills.
+
+Read from the state store only (no source, no catalog, no Spark): ``binlake status`` and the
+Airflow UI can ask it at any moment, cheaply. The CLI only renders it (``cli_render``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from pydantic import BaseModel
+
+from binlake.backfill.progress import unit_counts
+from binlake.config import PipelineConfig
+from binlake.events import describe_change
+from binlake.offsets import BinlogOffset
+from binlake.state.backfills import BackfillLedger
+from binlake.state.offset_names import STREAM, SWITCH
+from binlake.state.store import StateStore, StoredPlan
+from binlake.stream.positions import HEAD
+
+#: How many finished schema changes and backfills the status shows (pending ones: all).
+RECENT = 5
+
+
+class TableStatus(BaseModel):
+    table: str
+    strategy: str
+    chunks: int
+    finished_chunks: int
+    rows: int
+    max_high_watermark: str
+
+
+class BatchStatus(BaseModel):
+    batch_id: int
+    rows: int
+    changes: dict[str, dict[str, int]]
+    """Table → op → rows applied."""
+    seconds: float
+    lag_s: float | None
+    finished_at: str
+
+
+class StreamStatus(BaseModel):
+    offset: dict[str, Any]
+    applied_at: str
+    source_head: dict[str, Any] | None
+    source_checked_at: str | None
+    caught_up: bool
+    last_batch: BatchStatus | None
+
+
+class SchemaChangeStatus(BaseModel):
+    offset: str
+    change: str
+    behavior: str
+    status: str
+    message: str | None
+
+
+class QualityStatus(BaseModel):
+    run_name: str
+    checked_at: str
+    success: bool
+    failed: list[str]
+    tables: int
+    report: str | None
+
+
+class BackfillStatus(BaseModel):
+    backfill_id: str
+    tables: list[str]
+    units: dict[str, int]
+    rows: int
+
+
+class PipelineStatus(BaseModel):
+    pipeline: str
+    tables: list[TableStatus]
+    switch_offset: dict[str, Any] | None
+    stream: StreamStatus | None
+    schema_changes: list[SchemaChangeStatus]
+    quality: QualityStatus | None
+    backfills: list[BackfillStatus]
+
+
+def pipeline_status(config: PipelineConfig) -> PipelineStatus:
+    """The status of ``config``'s pipeline, as its state store holds it now."""
+    name = config.pipeline.name
+    with StateStore(config.pipeline.resolved_state_uri) as store:
+        switch = store.offsets(name).load(SWITCH)
+        return PipelineStatus(
+            pipeline=name,
+            tables=[_table(p) for p in store.plans(name).load()],
+            switch_offset=switch.to_dict() if switch else None,
+            stream=_stream(store, name),
+            schema_changes=_schema_changes(store, name),
+            quality=_quality(store, name),
+            backfills=_backfills(store, name),
+        )
+
+
+def _table(plan: StoredPlan) -> TableStatus:
+    highs = [c.high_watermark for c in plan.chunks if c.high_watermark]
+    return TableStatus(
+        table=plan.table.name,
+        strategy=plan.strategy,
+        chunks=len(plan.chunks),
+        finished_chunks=plan.finished,
+        rows=sum(c.row_count or 0 for c in plan.chunks),
+        max_high_watermark=str(max(highs, default="")),
+    )
+
+
+def _stream(store: StateStore, pipeline: str) -> StreamStatus | None:
+    """The stream's offset, last batch, lag, and the last time it looked at the source."""
+    applied = store.offsets(pipeline).load_record(STREAM)
+    if applied is None:
+        return None
+    head = store.offsets(pipeline).load_record(HEAD)
+    batches = store.stream_history(pipeline).batches(limit=1)
+    last = batches[0] if batches else None
+    return StreamStatus(
+        offset=applied[0].to_dict(),
+        applied_at=applied[1].isoformat(),
+        source_head=head[0].to_dict() if head else None,
+        source_checked_at=head[1].isoformat() if head else None,
+        caught_up=head is not None and head[0] <= applied[0],
+        last_batch=BatchStatus(
+            batch_id=last.batch_id,
+            rows=last.rows,
+            changes=last.changes,
+            seconds=round(last.seconds, 3),
+            lag_s=last.lag_s,
+            finished_at=last.finished_at.isoformat(),
+        )
+        if last
+        else None,
+    )
+
+
+def _schema_changes(store: StateStore, pipeline: str) -> list[SchemaChangeStatus]:
+    """The pending schema changes, or else the last few others; oldest first."""
+    requests = store.schema_requests(pipeline).all()
+    shown = [r for r in requests if r.status == "pending"] or requests[-RECENT:]
+    return [
+        SchemaChangeStatus(
+            offset=_position(r.offset),
+            change=describe_change(r.change),
+            behavior=r.behavior,
+            status=r.status,
+            message=r.message,
+        )
+        for r in shown
+    ]
+
+
+def _quality(store: StateStore, pipeline: str) -> QualityStatus | None:
+    """The newest quality run: when, which tables failed, where its report is."""
+    results = store.quality(pipeline).results()
+    if not results:
+        return None
+    newest = results[0].run_name
+    run = [r for r in results if r.run_name == newest]
+    page = next((r.report for r in run if r.report), None)
+    return QualityStatus(
+        run_name=newest,
+        checked_at=max(r.checked_at for r in run).isoformat(timespec="seconds"),
+        success=all(r.success for r in run),
+        failed=sorted(r.table for r in run if not r.success),
+        tables=len(run),
+        # a table's page lies under <report folder>/validations/: the run's index is beside it
+        report=f"{page.split('/validations/')[0]}/index.html" if page else None,
+    )
+
+
+def _backfills(store: StateStore, pipeline: str) -> list[BackfillStatus]:
+    """The last few backfills: their tables and how many units are pending, staged, applied, stale."""
+    by_id: dict[str, list[Any]] = defaultdict(list)
+    for unit in BackfillLedger(store).units(pipeline):
+        by_id[unit.backfill_id].append(unit)
+    return [
+        BackfillStatus(
+            backfill_id=backfill_id,
+            tables=sorted({u.table.name for u in units}),
+            units=unit_counts(units),
+            rows=sum(u.rows for u in units),
+        )
+        for backfill_id, units in list(by_id.items())[-RECENT:]
+    ]
+
+
+def _position(offset: BinlogOffset) -> str:
+    return f"{offset.file}:{offset.pos}"
