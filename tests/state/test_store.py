@@ -164,3 +164,24 @@ def test_schema_change_requests(store: StateStore) -> None:
     done = store.schema_requests("p").all()
     assert [(r.status, r.message) for r in done] == [("applied", None), ("failed", "the sink refused it")]
     assert done[0].finished_at is not None
+
+
+def test_a_holder_fails_at_once_or_waits_for_the_lease_as_told(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from binlake.state import leases
+    from binlake.state.leases import Holder, TableBusyError
+
+    monkeypatch.setattr(leases, "RETRY_S", 0.1)
+    held = store.leases("p")
+    held.hold(["ns.t", "ns.u"], Holder.MAINTAIN, dt.timedelta(seconds=1))
+    with pytest.raises(TableBusyError, match=r"`ns\.t` is held by `binlake maintain`") as refused:
+        held.hold(["ns.t"], Holder.SNAPSHOT, dt.timedelta(minutes=5))  # no wait: refused at once
+    assert refused.value.lease.holder == Holder.MAINTAIN
+    held.hold(["ns.t", "ns.u"], Holder.MAINTAIN, dt.timedelta(seconds=1))  # its own lease: renewed
+    # The stream waits: the maintenance lease expires (its holder is gone), and the stream takes it.
+    held.hold(["ns.t", "ns.u"], Holder.STREAM, dt.timedelta(minutes=5), wait_s=10)
+    with pytest.raises(TableBusyError, match="held by `binlake stream`"):
+        held.hold(["ns.u"], Holder.MAINTAIN, dt.timedelta(minutes=5), wait_s=0.3)
+    held.release("ns.u", Holder.STREAM)
+    held.hold(["ns.u"], Holder.MAINTAIN, dt.timedelta(minutes=5))

@@ -28,11 +28,11 @@ from pyiceberg.table.snapshots import Operation
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
-from binlake.state.store import StateStore, StoredPlan, TableBusyError
+from binlake.state.leases import Holder, TableBusyError
+from binlake.state.store import StateStore, StoredPlan
 
 log = logging.getLogger(__name__)
 
-HOLDER = "binlake maintain"
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's default write.target-file-size-bytes
 
 
@@ -81,7 +81,7 @@ def maintain(
             "snapshots must stay until `binlake snapshot` has finished it."
         )
     try:
-        store.leases(pipeline).acquire(identifier, HOLDER, options.lease)
+        store.leases(pipeline).hold([identifier], Holder.MAINTAIN, options.lease)
     except TableBusyError as e:
         raise MaintenanceRefusedError(
             f"Refusing to maintain {identifier}: {e} Maintenance rewrites files a writer may be "
@@ -94,7 +94,7 @@ def maintain(
         expired = expire_snapshots(table, options.expire_older_than)
         orphans, orphan_bytes = remove_orphans(table, options.orphans_older_than)
     finally:
-        store.leases(pipeline).release(identifier, HOLDER)
+        store.leases(pipeline).release(identifier, Holder.MAINTAIN)
     report = MaintenanceReport(
         identifier, compacted, written, expired, orphans, orphan_bytes, time.monotonic() - started
     )

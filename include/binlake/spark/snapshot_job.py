@@ -45,11 +45,11 @@ from binlake.snapshot.rereads import (
 from binlake.snapshot.switch import high_watermarks, switch
 from binlake.source.chunk_splitter import ChunkId
 from binlake.spark.snapshot_source import SnapshotDataSource
-from binlake.state.store import StateStore, TableBusyError
+from binlake.state.leases import Holder, TableBusyError
+from binlake.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
-WRITER = "binlake snapshot"
 #: How long a snapshot's hold on a table lasts unless renewed (it is renewed every wave).
 LEASE = dt.timedelta(hours=1)
 
@@ -162,7 +162,7 @@ def _read_pending(
                 progress(report, report.seconds)
     finally:
         for identifier in held:
-            store.leases(name).release(identifier, WRITER)
+            store.leases(name).release(identifier, Holder.SNAPSHOT)
     return {}
 
 
@@ -177,11 +177,10 @@ def task_error(error: BaseException) -> str | None:
 
 def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
     """Hold the sink tables while writing them, so maintenance (or a second run) stays away."""
-    for identifier in identifiers:
-        try:
-            store.leases(pipeline).acquire(identifier, WRITER, LEASE)
-        except TableBusyError as e:
-            raise SnapshotError(f"Cannot snapshot into {identifier}: {e} Wait for it to finish.") from None
+    try:
+        store.leases(pipeline).hold(identifiers, Holder.SNAPSHOT, LEASE)
+    except TableBusyError as e:
+        raise SnapshotError(f"Cannot snapshot into {e.lease.table}: {e} Wait for it to finish.") from None
 
 
 def task_options(

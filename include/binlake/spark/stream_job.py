@@ -46,9 +46,10 @@ from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.snapshot_job import task_error
 from binlake.spark.stream_task import read_segment
 from binlake.state.backfills import BackfillLedger
+from binlake.state.leases import Holder, TableBusyError
 from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.repairs import RepairLedger
-from binlake.state.store import StateStore, StreamBatch, TableBusyError
+from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.apply import BatchApplier, TableSink
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
@@ -61,7 +62,6 @@ from binlake.stream.startup import resolve_start
 
 log = logging.getLogger(__name__)
 
-HOLDER = "binlake stream"
 #: A stream's hold on its tables lasts this long unless renewed (every batch renews it).
 LEASE = dt.timedelta(minutes=10)
 #: How long a batch waits for maintenance that holds one of its tables.
@@ -215,7 +215,7 @@ def run_stream(
         return report
     finally:
         for identifier in held:
-            store.leases(name).release(identifier, HOLDER)
+            store.leases(name).release(identifier, Holder.STREAM)
         store.close()
 
 
@@ -380,17 +380,10 @@ def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
 
 def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
     """Take or renew the stream's hold on its tables; wait while maintenance holds one."""
-    deadline = time.monotonic() + LEASE_WAIT_S
-    for identifier in identifiers:
-        while True:
-            try:
-                store.leases(pipeline).acquire(identifier, HOLDER, LEASE)
-                break
-            except TableBusyError as e:
-                if time.monotonic() > deadline:
-                    raise StreamError(f"Cannot write {identifier}: {e} Wait for it to finish.") from None
-                log.warning("%s: waiting for the other holder to finish", e)
-                time.sleep(5)
+    try:
+        store.leases(pipeline).hold(identifiers, Holder.STREAM, LEASE, wait_s=LEASE_WAIT_S)
+    except TableBusyError as e:
+        raise StreamError(f"Cannot write {e.lease.table}: {e} Wait for it to finish.") from None
 
 
 def print_backfill(rows: dict[str, int], at: BinlogOffset) -> None:

@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
+from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from binlake.errors import BinlakeError
 from binlake.state.tables import aware, leases_table, utc_now
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two tries while a waiting holder waits.
+RETRY_S = 5.0
+
+
+class Holder(StrEnum):
+    """Who holds a sink table (stored in the lease: another process names it in its refusal)."""
+
+    SNAPSHOT = "binlake snapshot"
+    STREAM = "binlake stream"
+    MAINTAIN = "binlake maintain"
 
 
 class TableBusyError(BinlakeError):
@@ -94,3 +111,24 @@ class Leases:
                     leases_table.c.holder == holder,
                 )
             )
+
+    def hold(self, tables: Sequence[str], holder: Holder, ttl: dt.timedelta, wait_s: float = 0.0) -> None:
+        """Take (or renew) ``holder``'s lease on every table for ``ttl``.
+
+        ``wait_s`` says how long to wait while another holder's lease is live: 0 fails at once
+        (a snapshot or maintenance run refuses to start beside a writer); the stream waits for
+        maintenance to finish, trying again every ``RETRY_S`` seconds.
+
+        Raises:
+            TableBusyError: a table is still held by another holder after ``wait_s`` seconds.
+        """
+        for table in tables:
+            for attempt in Retrying(
+                retry=retry_if_exception_type(TableBusyError),
+                stop=stop_after_delay(wait_s),
+                wait=wait_fixed(RETRY_S),
+                before_sleep=before_sleep_log(log, logging.WARNING),
+                reraise=True,
+            ):
+                with attempt:
+                    self.acquire(table, holder, ttl)
