@@ -185,3 +185,40 @@ def test_a_holder_fails_at_once_or_waits_for_the_lease_as_told(
         held.hold(["ns.u"], Holder.MAINTAIN, dt.timedelta(minutes=5), wait_s=0.3)
     held.release("ns.u", Holder.STREAM)
     held.hold(["ns.u"], Holder.MAINTAIN, dt.timedelta(minutes=5))
+
+
+def test_a_state_database_written_before_the_split_keeps_working(tmp_path: Path) -> None:
+    """``tests/data/state/f4e65c4.db`` was written by the one-class store of f4e65c4 (a plan with
+    a chunk read, offsets, a stream batch, a schema version, a pending schema change, a lease, a
+    quality result): the split store reads and extends it as it is."""
+    import shutil
+
+    from binlake.state.leases import Holder, TableBusyError
+
+    path = tmp_path / "state.db"
+    shutil.copy(Path(__file__).parents[1] / "data" / "state" / "f4e65c4.db", path)
+    t = TableId("shop", "orders")
+    with StateStore(f"sqlite:///{path}") as store:
+        (plan,) = store.plans("demo").load()
+        assert (plan.table, plan.finished, len(plan.chunks)) == (t, 1, 2)
+        assert plan.chunks[0].high_watermark == BinlogOffset("binlog.000002", 900)
+        assert store.offsets("demo").load("switch") == BinlogOffset("binlog.000002", 900)
+        assert store.offsets("demo").load("stream") == BinlogOffset("binlog.000003", 1200)
+        (batch,) = store.stream_history("demo").batches()
+        assert (batch.batch_id, batch.changes) == (0, {"shop.orders": {"insert": 3}})
+        version = store.schema_history("demo").at(t, BinlogOffset("binlog.000003", 1))
+        assert version is not None
+        assert version.schema is not None
+        assert [c.name for c in version.schema.columns] == ["id", "v"]
+        (request,) = store.schema_requests("demo").all("pending")
+        assert isinstance(request.change, AddColumn)
+        assert request.change.column.name == "w"
+        (result,) = store.quality("demo").results()
+        assert (result.run_name, result.success) == ("q-1", True)
+        with pytest.raises(TableBusyError, match="held by `binlake stream`"):
+            store.leases("demo").hold(["shop.orders"], Holder.MAINTAIN, dt.timedelta(minutes=5))
+        # and it goes on: the next chunk, offset, batch
+        store.plans("demo").finish_chunks([(t, 1, None, BinlogOffset("binlog.000002", 950), 81)])
+        store.offsets("demo").save("stream", BinlogOffset("binlog.000004", 4))
+        assert store.plans("demo").load()[0].finished == 2
+        assert store.offsets("demo").load("stream") == BinlogOffset("binlog.000004", 4)
