@@ -9,7 +9,8 @@ from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.schema.type_mapping import RowConverter
-from binlake.source.binlog_reader import BinlogReader, transactions
+from binlake.source.binlog_reader import BinlogReader
+from binlake.source.binlog_scan import transactions
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
 from binlake.testing.private_server import PrivateMariaDB

@@ -24,8 +24,9 @@ from pymysql.protocol import MysqlPacket
 from binlake.config import SourceConfig
 from binlake.events import TableId
 from binlake.schema.type_mapping import RowConverter
-from binlake.source import binlog_reader
-from binlake.source.binlog_reader import BinlogReader, transactions
+from binlake.source import binlog_scan
+from binlake.source.binlog_reader import BinlogReader
+from binlake.source.binlog_scan import transactions
 from binlake.source.binlog_transport import (
     BinlogConnection,
     CompressedEventError,
@@ -233,7 +234,7 @@ class _MySQLCompressed(BinlogConnection, _TransactionCompressor):
 
 @pytest.fixture
 def mysql_compression(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(binlog_reader, "BinlogConnection", _MySQLCompressed)
+    monkeypatch.setattr(binlog_scan, "BinlogConnection", _MySQLCompressed)
 
 
 def test_mysql_transaction_payloads_read_like_plain_transactions(
@@ -247,7 +248,7 @@ def test_mysql_transaction_payloads_read_like_plain_transactions(
     boundaries = [b.offset for b in transactions(source, 6406, start, end)]
     assert len(boundaries) == len(STATEMENTS)  # boundaries inside payloads are found too
     with pytest.MonkeyPatch.context() as plain_read:
-        plain_read.setattr(binlog_reader, "BinlogConnection", BinlogConnection)
+        plain_read.setattr(binlog_scan, "BinlogConnection", BinlogConnection)
         plain = _rows(source, table, start, end, 6407)
     assert [(r.op, r.before, r.after) for r in ours] == [(r.op, r.before, r.after) for r in plain]
     # A payload's rows carry its end: the end of their transaction.

@@ -20,9 +20,11 @@ from binlake.config import SourceConfig
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
-from binlake.source.binlog_reader import BinlogReader, EventRows, Gap, transactions
+from binlake.source.binlog_reader import BinlogReader
+from binlake.source.binlog_scan import transactions
 from binlake.source.connection import connect, server_version
 from binlake.source.discovery import discover
+from binlake.source.event_rows import EventRows, Gap
 from binlake.source.watermarks import current_offset
 from binlake.source.xa import PreparedXa, XaError, XaLocator, Xid, xa_statement
 from binlake.testing.private_server import PrivateMariaDB

@@ -15,7 +15,7 @@ import pytest
 
 from binlake.events import TableId
 from binlake.planner import plan
-from binlake.source.binlog_reader import binary_logs
+from binlake.source.binlog_scan import binary_logs
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
 from binlake.spark.snapshot_job import run_snapshot

@@ -26,14 +26,10 @@ from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter, arrow_schema
-from binlake.source.binlog_reader import (
-    BinlogReader,
-    SchemaChangedError,
-    UnreplicableChangeError,
-    binary_logs,
-    gtid_boundaries,
-)
+from binlake.source.binlog_reader import BinlogReader, SchemaChangedError
+from binlake.source.binlog_scan import binary_logs, gtid_boundaries
 from binlake.source.connection import connect, server_version
+from binlake.source.event_rows import UnreplicableChangeError
 from binlake.source.watermarks import LowWatermark, current_offset
 from binlake.state.offset_names import ANCHOR
 from binlake.state.store import StateStore, StoredPlan

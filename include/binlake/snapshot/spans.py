@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_reader import transactions
+from binlake.source.binlog_scan import transactions
 from binlake.source.connection import connect
 from binlake.state.offset_names import ANCHOR
 from binlake.state.store import StateStore, StoredPlan

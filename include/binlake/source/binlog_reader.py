@@ -15,17 +15,14 @@ hard way (ARCHITECTURE.md, "Server and binlog facts"):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     ExecuteLoadQueryEvent,
-    GtidEvent,
     MariadbGtidEvent,
     QueryEvent,
     XAPrepareEvent,
@@ -42,11 +39,26 @@ from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
 from binlake.events import DataChange, TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_transport import BinlogConnection
-from binlake.source.connection import connect
+from binlake.source.binlog_scan import (
+    FL_STANDALONE,
+    BinlogReadError,
+    open_stream,
+    read_error,
+    text_of,
+    xa_locator,
+)
+from binlake.source.event_rows import (
+    STATEMENT_FIX,
+    EventRows,
+    Gap,
+    RowOp,
+    UnreplicableChangeError,
+    any_absent,
+    complete_images,
+)
 from binlake.source.foreign_keys import adds_cascading_key, cascade_fix, ddl_target
 from binlake.source.statement_dml import is_dml, written_tables
-from binlake.source.xa import FL_PREPARED_XA, PreparedXa, XaLocator, Xid, shared_locator, xa_statement
+from binlake.source.xa import FL_PREPARED_XA, PreparedXa, Xid, xa_statement
 
 if TYPE_CHECKING:  # imported when used: the stream's planning side imports this module, not the
     # decoders (numpy, pyarrow, pyiceberg's types: 0.5 s at each query's start)
@@ -55,9 +67,6 @@ if TYPE_CHECKING:  # imported when used: the stream's planning side imports this
     from binlake.source.row_decoder import RowDecoder
 
 log = logging.getLogger(__name__)
-
-#: Server error when the requested binlog file or position is gone (purged) or invalid.
-_ER_MASTER_FATAL_READING_BINLOG = 1236
 
 
 def _row_data(event: Any) -> bytes:
@@ -71,70 +80,8 @@ def _key_at(convert: RowConverter) -> list[int]:
     return [convert.table.column_names.index(k) for k in convert.table.primary_key]
 
 
-class BinlogPurgedError(BinlakeError):
-    """The binlog no longer holds the requested start offset."""
-
-    def __init__(self, message: str, offset: BinlogOffset, oldest: str | None) -> None:
-        self.offset = offset
-        self.oldest = oldest
-        super().__init__(message)
-
-
-class BinlogReadError(BinlakeError):
-    """Reading the binlog failed for another reason."""
-
-
 class SchemaChangedError(BinlakeError):
     """Rows in the binlog were written with other columns than the schema binlake holds."""
-
-
-#: MariaDB GTID event flag: the transaction is a single statement (DDL) without BEGIN/COMMIT.
-_FL_STANDALONE = 1
-
-RowOp = Literal["insert", "update", "delete"]
-
-
-class EventRows(NamedTuple):
-    """The row images of one rows event: for updates, before and after images alternate (in
-    columnar mode, ``RawRows`` where the column decoder takes the event)."""
-
-    table: TableId
-    op: RowOp
-    images: list[Any] | RawRows
-    offset: BinlogOffset
-    timestamp: int
-
-
-class Gap(NamedTuple):
-    """A change of a table binlake cannot replicate exactly from the binlog (rows logged as a
-    statement, a row image without the values binlake needs): from ``offset`` on, the sink
-    table can be exact again only after the table is read anew (a backfill)."""
-
-    table: TableId
-    reason: str
-    """What was found (never a statement's text: it may hold secrets)."""
-    fix: str
-    """How to make the writing application log what binlake needs."""
-    offset: BinlogOffset
-    timestamp: int
-
-
-class UnreplicableChangeError(BinlakeError):
-    """A reader met a change it cannot replicate exactly (see ``Gap``)."""
-
-    def __init__(self, gap: Gap) -> None:
-        self.gap = gap
-        super().__init__(gap_message(gap))
-
-
-def gap_message(gap: Gap, what: str = "") -> str:
-    """The error text for a gap: what, where, why, and the fix."""
-    return (
-        f"The binlog at {gap.offset} holds a change of `{gap.table}` binlake cannot replicate exactly: "
-        f"{gap.reason}.{what} Fix: {gap.fix}; then read the table anew with "
-        f"`binlake backfill --table {gap.table}` — a stream passes this position once such a backfill, "
-        "read after it, is staged."
-    )
 
 
 class RowImage(NamedTuple):
@@ -151,167 +98,6 @@ class RowImage(NamedTuple):
     offset: BinlogOffset
     timestamp: int
     idx: int
-
-
-@dataclass(frozen=True)
-class Boundary:
-    """The end of a transaction (or standalone statement): a position a reader may start at."""
-
-    offset: BinlogOffset
-    timestamp: int
-    """Event time (epoch seconds) of the transaction's last event."""
-    gtid: str | None = None
-    """The transaction's GTID, where the server writes them."""
-    statement: str | None = None
-    """The text of a standalone statement (DDL, GRANT …) that ends here; never log it: it may hold
-    a password (``CREATE USER … IDENTIFIED BY``)."""
-    database: str = ""
-    """The statement's default database (unqualified names in it belong there)."""
-    xa: XaMark | None = None
-    """What the transaction ending here does to an XA transaction, if anything."""
-
-
-class XaMark(NamedTuple):
-    """An XA transaction's prepare (its event group is ``start``..the boundary), commit or rollback."""
-
-    verb: Literal["prepare", "commit", "rollback"]
-    xid: Xid
-    start: BinlogOffset | None = None
-
-
-def oldest_binlog(conn: pymysql.Connection[Any]) -> str | None:
-    """The oldest binlog file the server still has."""
-    files = binary_logs(conn)
-    return files[0][0] if files else None
-
-
-def binary_logs(conn: pymysql.Connection[Any]) -> list[tuple[str, int]]:
-    """The server's binlog files and their sizes in bytes, oldest first."""
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        rows = cur.fetchall()
-    return [(str(row[0]), int(row[1])) for row in rows]
-
-
-def _open(source: SourceConfig, server_id: int, start: BinlogOffset, **options: Any) -> BinLogStreamReader:
-    return BinLogStreamReader(
-        connection_settings={
-            "host": source.hostname,
-            "port": source.port,
-            "user": source.username,
-            "password": source.password.get_secret_value(),
-            "connect_timeout": source.connect_timeout_s,
-        },
-        server_id=server_id,
-        # Compressed events (MariaDB log_bin_compress, MySQL transaction compression) made plain.
-        pymysql_wrapper=BinlogConnection,
-        log_file=start.file,
-        log_pos=start.pos,
-        resume_stream=True,
-        blocking=False,
-        enable_logging=False,
-        **options,
-    )
-
-
-def transactions(
-    source: SourceConfig, server_id: int, start: BinlogOffset, end: BinlogOffset | None = None
-) -> Iterator[Boundary]:
-    """Every transaction boundary after ``start`` up to ``end`` (or the binlog's current end).
-
-    Row events are skipped undecoded (the library parses only the event header), so this runs at
-    transport speed: it is how the stream cuts a range into segments that readers can start at.
-    An XA transaction's prepared group ends at its ``XA_PREPARE`` event (a boundary marked
-    ``prepare``); its ``XA COMMIT``/``XA ROLLBACK`` is a boundary of its own (marked, no statement).
-    """
-    # The library parses every table map (column types, names, charsets) unless its table is
-    # filtered out; a name no table has makes each one stop after its header (measured: table maps
-    # were most of the scan's time on small transactions).
-    stream = _open(
-        source,
-        server_id,
-        start,
-        only_events=[XidEvent, QueryEvent, GtidEvent, MariadbGtidEvent, XAPrepareEvent],
-        only_tables=[""],
-        only_schemas=[""],
-    )
-    in_transaction = False
-    gtid: str | None = None
-    previous = start
-    try:
-        for event in stream:
-            offset = BinlogOffset(stream.log_file, stream.log_pos)
-            if end is not None and offset > end:
-                return
-            if isinstance(event, MariadbGtidEvent):
-                in_transaction = not event.flags & _FL_STANDALONE
-                gtid = event.gtid
-                continue
-            if isinstance(event, GtidEvent):
-                gtid = event.gtid
-                continue
-            mark: XaMark | None = None
-            if isinstance(event, XAPrepareEvent):
-                xid = Xid(event.xid_format_id, bytes(event.xid_gtrid), bytes(event.xid_bqual))
-                mark = None if event.one_phase else XaMark("prepare", xid, previous)
-            elif isinstance(event, QueryEvent):
-                text = _text(event.query)
-                keyword = text.strip().upper()
-                xa = xa_statement(text) if keyword.startswith("XA") else None
-                if keyword == "BEGIN" or (xa is not None and xa.verb == "start"):
-                    in_transaction = True
-                    continue
-                if in_transaction and keyword not in ("COMMIT", "ROLLBACK"):
-                    if xa is None or not xa.one_phase:
-                        continue  # e.g. SAVEPOINT or XA END inside a transaction
-                elif xa is not None and xa.verb in ("commit", "rollback"):
-                    mark = None if xa.one_phase else XaMark(xa.verb, xa.xid)
-            standalone = isinstance(event, QueryEvent) and not in_transaction and mark is None
-            in_transaction = False
-            statement = _text(event.query) if standalone else None
-            database = _text(event.schema) if standalone else ""
-            yield Boundary(offset, int(event.timestamp), gtid, statement, database, mark)
-            gtid = None
-            previous = offset
-    except pymysql.err.OperationalError as e:
-        raise _read_error(source, start, e) from None
-    finally:
-        stream.close()
-
-
-def prepared_transactions(
-    source: SourceConfig, server_id: int, start: BinlogOffset, end: BinlogOffset
-) -> Iterator[PreparedXa]:
-    """The XA transactions prepared in (start, end]: each one's event group."""
-    for boundary in transactions(source, server_id, start, end):
-        mark = boundary.xa
-        if mark is not None and mark.verb == "prepare" and mark.start is not None:
-            yield PreparedXa(mark.xid, mark.start, boundary.offset)
-
-
-def gtid_boundaries(
-    source: SourceConfig, server_id: int
-) -> Callable[[BinlogOffset, BinlogOffset], Iterator[tuple[BinlogOffset, str | None]]]:
-    """The transaction boundaries of a range with their GTIDs (for ``watermarks.LowWatermark``)."""
-
-    def boundaries(start: BinlogOffset, end: BinlogOffset) -> Iterator[tuple[BinlogOffset, str | None]]:
-        for boundary in transactions(source, server_id, start, end):
-            yield boundary.offset, boundary.gtid
-
-    return boundaries
-
-
-def xa_locator(source: SourceConfig, server_id: int) -> XaLocator:
-    """The process's XA locator for ``source`` (see ``source.xa``)."""
-
-    def files() -> list[tuple[str, int]]:
-        with contextlib.closing(connect(source)) as conn:
-            return binary_logs(conn)
-
-    def scan(start: BinlogOffset, end: BinlogOffset) -> Iterator[PreparedXa]:
-        return prepared_transactions(source, server_id, start, end)
-
-    return shared_locator(source.hostname, source.port, lambda: XaLocator(scan, files))
 
 
 class BinlogReader:
@@ -408,7 +194,7 @@ class BinlogReader:
         """The rows events of the tables in binlog order, each with all its row images (the
         stream's path: its consumer handles an event's rows at once), and a ``Gap`` where a
         change of a table cannot be replicated exactly."""
-        stream = _open(
+        stream = open_stream(
             self.source,
             self.server_id,
             self.start,
@@ -422,7 +208,7 @@ class BinlogReader:
         try:
             yield from self._read(stream)
         except pymysql.err.OperationalError as e:
-            raise _read_error(self.source, self.start, e) from None
+            raise read_error(self.source, self.start, e) from None
         finally:
             stream.close()
 
@@ -434,15 +220,15 @@ class BinlogReader:
             if isinstance(event, MariadbGtidEvent):
                 # A group MariaDB flags as a prepared XA transaction: its rows wait for its decision.
                 self._xa_group = [] if event.flags & FL_PREPARED_XA else None
-                self._in_transaction = not event.flags & _FL_STANDALONE
+                self._in_transaction = not event.flags & FL_STANDALONE
                 continue
             self.last_offset, self.last_timestamp = offset, int(event.timestamp)
             if isinstance(event, XAPrepareEvent):
                 self._in_transaction = False
                 yield from self._prepare(event, offset)
             elif isinstance(event, QueryEvent):
-                text, ts = _text(event.query), int(event.timestamp)
-                yield from self._held(self._statement(text, _text(event.schema), offset, ts))
+                text, ts = text_of(event.query), int(event.timestamp)
+                yield from self._held(self._statement(text, text_of(event.schema), offset, ts))
             elif isinstance(event, ExecuteLoadQueryEvent):
                 yield from self._held(self._loaded(event, offset))
             elif isinstance(event, XidEvent):
@@ -527,7 +313,7 @@ class BinlogReader:
         if written is None:
             what += "; binlake could not tell which tables it writes, so it stops for each one it captures"
         for table in tables:
-            yield Gap(table, what, _STATEMENT_FIX, offset, timestamp)
+            yield Gap(table, what, STATEMENT_FIX, offset, timestamp)
 
     def _cascade_gap(self, text: str, database: str, offset: BinlogOffset, timestamp: int) -> Iterator[Gap]:
         """A captured table that gains a cascading foreign key: the rows the server will change
@@ -545,14 +331,14 @@ class BinlogReader:
 
     def _loaded(self, event: Any, offset: BinlogOffset) -> Iterator[Gap]:
         """``LOAD DATA`` logged as a statement: its rows are in a file the binlog does not hold."""
-        table = _text(event.table_name) if hasattr(event, "table_name") else ""
-        database = _text(event.schema)
+        table = text_of(event.table_name) if hasattr(event, "table_name") else ""
+        database = text_of(event.schema)
         named = [t for t in self.tables if t.table == table and t.database == database]
         for target in named or sorted(self.tables):
             yield Gap(
                 target,
                 "rows loaded by `LOAD DATA` logged as a statement (`binlog_format` STATEMENT or MIXED)",
-                _STATEMENT_FIX,
+                STATEMENT_FIX,
                 offset,
                 int(event.timestamp),
             )
@@ -589,7 +375,7 @@ class BinlogReader:
                 decoded = [image(r[values], r[nones]) for r in event.rows for values, nones in sides]
             else:
                 decoded = [image(r["values"], r["none_sources"]) for r in event.rows]
-        if isinstance(decoded, list) and _any_absent(decoded):
+        if isinstance(decoded, list) and any_absent(decoded):
             return complete_images(table, op, decoded, convert.table, offset, ts)
         return EventRows(table, op, decoded, offset, ts)  # updates: before, after, before, …
 
@@ -646,110 +432,3 @@ class BinlogReader:
             "binlake did not apply (the log names a table statement it could not read). Fix: "
             "re-snapshot the table (`binlake plan --replan`, `binlake snapshot`)."
         )
-
-
-_STATEMENT_FIX = (
-    "make the application log rows: `SET SESSION binlog_format = 'ROW'` in its sessions (or drop "
-    "its override of the server's ROW format)"
-)
-
-
-def _any_absent(images: list[Any]) -> bool:
-    from binlake.source.row_decoder import ABSENT
-
-    return any(image is not None and ABSENT in image for image in images)
-
-
-def complete_images(
-    table: TableId, op: RowOp, images: list[Any], schema: Any, offset: BinlogOffset, timestamp: int
-) -> EventRows | Gap:
-    """Images of an event without every column (``binlog_row_image`` NOBLOB or MINIMAL), made as
-    complete as the event allows: an update's after image takes what its before image holds (the
-    key, under MINIMAL), an insert's absent columns their default — a NULL, a number or a string
-    (an expression default such as CURRENT_TIMESTAMP is a gap: its value was the server's own).
-    Columns an update's after image still lacks stay ``ABSENT``: the row's previous value, which
-    the stream takes from the sink."""
-    from binlake.schema.defaults import literal_default
-    from binlake.source.row_decoder import ABSENT
-
-    completed: list[Any] = []
-    if op == "update":
-        for i in range(0, len(images), 2):
-            before, after = images[i], images[i + 1]
-            if ABSENT in after:
-                after = tuple(b if a is ABSENT else a for a, b in zip(after, before, strict=True))
-            completed += [before, after]
-        return EventRows(table, op, completed, offset, timestamp)
-    if op == "delete":
-        keys = set(schema.primary_key)
-        for image in images:
-            lacking = [c.name for c, v in zip(schema.columns, image, strict=True) if v is ABSENT]
-            if lacking and (not keys or keys & set(lacking)):
-                return Gap(
-                    table,
-                    f"a delete whose row image lacks column(s) {', '.join(lacking)} needed to find the "
-                    "row (`binlog_row_image` NOBLOB or MINIMAL in the writing session)",
-                    _IMAGE_FIX,
-                    offset,
-                    timestamp,
-                )
-        return EventRows(table, op, images, offset, timestamp)
-    defaults = {c.name: literal_default(c) for c in schema.columns}
-    for image in images:
-        row = list(image)
-        for i, column in enumerate(schema.columns):
-            if row[i] is not ABSENT:
-                continue
-            default = defaults[column.name]
-            if default is None:
-                return Gap(
-                    table,
-                    f"an insert without a value for column `{column.name}` (`binlog_row_image` NOBLOB or "
-                    f"MINIMAL in the writing session), whose default `{column.default}` only the server "
-                    "could evaluate",
-                    _IMAGE_FIX,
-                    offset,
-                    timestamp,
-                )
-            row[i] = default.value
-        completed.append(tuple(row))
-    return EventRows(table, op, completed, offset, timestamp)
-
-
-_IMAGE_FIX = (
-    "make the application log full row images: `SET SESSION binlog_row_image = 'FULL'` in its "
-    "sessions (or drop its override of the server's FULL)"
-)
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes | bytearray) else str(value or "")
-
-
-def _read_error(
-    source: SourceConfig, start: BinlogOffset, error: pymysql.err.OperationalError
-) -> BinlakeError:
-    code = error.args[0] if error.args else None
-    reason = str(error.args[1]) if len(error.args) > 1 else str(error)
-    if code == _ER_MASTER_FATAL_READING_BINLOG:
-        oldest = None
-        with (
-            contextlib.suppress(BinlakeError, pymysql.err.MySQLError),
-            contextlib.closing(connect(source)) as conn,
-        ):
-            oldest = oldest_binlog(conn)
-        return purged_error(start, oldest, reason)
-    return BinlogReadError(f"Could not read the binlog from {start}: {reason} (error {code}).")
-
-
-def purged_error(start: BinlogOffset, oldest: str | None, reason: str) -> BinlogPurgedError:
-    """The error for a start offset the server no longer has: names it, the oldest one, the fix."""
-    return BinlogPurgedError(
-        f"Could not read the binlog from {start}: the server no longer has it ({reason}); the "
-        f"oldest binlog file there is {oldest or 'unknown'}. Fix: a stream needs a new snapshot "
-        "(`startup_mode: initial` with `binlake plan --replan`, or a backfill of its tables); a "
-        "snapshot chunk is simply read again. Keep binlogs longer (`binlog_expire_logs_seconds`) "
-        "than the stream may stop.",
-        start,
-        oldest,
-    )

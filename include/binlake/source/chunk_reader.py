@@ -41,18 +41,14 @@ from binlake.errors import BinlakeError
 from binlake.events import Column, CreateTable, DataChange
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import TEMPORAL_TYPES, RowConverter, select_converter
-from binlake.source.binlog_reader import (
-    BinlogPurgedError,
-    BinlogReader,
-    Gap,
-    UnreplicableChangeError,
-    gtid_boundaries,
-)
+from binlake.source.binlog_reader import BinlogReader
+from binlake.source.binlog_scan import BinlogPurgedError, gtid_boundaries
 from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.source.collation import collated
 from binlake.source.connection import ServerVersion, connect, server_version
 from binlake.source.discovery import column_names, discover, same_schema, schema_difference
+from binlake.source.event_rows import Gap, UnreplicableChangeError
 from binlake.source.row_decoder import ABSENT
 from binlake.source.watermarks import LowWatermark, current_offset
 

@@ -35,7 +35,7 @@ from pymysqlreplication.event import (
 from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset, GtidSet
-from binlake.source.binlog_reader import _open, transactions
+from binlake.source.binlog_scan import open_stream, transactions
 from binlake.source.connection import ServerVersion, connect, server_version
 
 #: The server's error when a dump asks for a GTID its binlog does not hold.
@@ -73,7 +73,7 @@ def server_name(conn: pymysql.Connection[Any], version: ServerVersion) -> str:
 
 def file_created(source: SourceConfig, server_id: int, file: str) -> int | None:
     """The creation time of a binlog file (its format description event), None if it is gone."""
-    stream = _open(source, server_id, BinlogOffset(file, 4), only_events=[FormatDescriptionEvent])
+    stream = open_stream(source, server_id, BinlogOffset(file, 4), only_events=[FormatDescriptionEvent])
     try:
         for event in stream:
             return int(event.timestamp)
@@ -128,7 +128,7 @@ class GtidTracker:
 
 def _previous_gtids(source: SourceConfig, server_id: int, file: str) -> GtidSet | None:
     """MySQL's ``Previous_gtids`` of a file: every GTID before it (None: no GTIDs are written)."""
-    stream = _open(
+    stream = open_stream(
         source, server_id, BinlogOffset(file, 4), only_events=[PreviousGtidsEvent, QueryEvent, XidEvent]
     )
     try:

@@ -135,7 +135,7 @@ class XaLocator:
     at transport speed — and what a scan finds is kept, so a region is scanned once per process.
 
     Args:
-        scan: scans a range for prepared groups (``binlog_reader.prepared_transactions``).
+        scan: scans a range for prepared groups (``binlog_scan.prepared_transactions``).
         files: the server's binlog files and their sizes, oldest first (``SHOW BINARY LOGS``).
         known: prepares already known (from the planning side's scan).
     """

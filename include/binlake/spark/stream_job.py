@@ -39,8 +39,8 @@ from binlake.schema.routes import routed
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.spans import snapshot_applies
-from binlake.source.binlog_reader import gap_message
 from binlake.source.connection import connect
+from binlake.source.event_rows import gap_message
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.snapshot_job import task_error

@@ -1,6 +1,6 @@
 """Repairs: tables the stream holds back from a change it could not replicate until a backfill.
 
-A change binlake cannot replicate exactly (``source.binlog_reader.Gap``: rows a session logged as a
+A change binlake cannot replicate exactly (``source.event_rows.Gap``: rows a session logged as a
 statement, an image without values only the server knew) leaves the sink table unable to follow
 its source from that position. The stream stops there and says so — unless a backfill of the whole
 table, read after that position, is staged: then it opens a *repair*. From the gap on, it applies

@@ -29,7 +29,7 @@ from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.row_match import ClearRange
 from binlake.sink.writer import IcebergWriter
-from binlake.source.binlog_reader import Gap, gap_message
+from binlake.source.event_rows import Gap, gap_message
 from binlake.state.backfills import BackfillUnit
 from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore, StreamBatch

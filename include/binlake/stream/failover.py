@@ -128,7 +128,7 @@ def check_binlog(
 
 def _purged(config: PipelineConfig, offset: BinlogOffset) -> bool:
     """Whether the server's binlog has moved on past ``offset``'s file (as purging leaves it)."""
-    from binlake.source.binlog_reader import binary_logs
+    from binlake.source.binlog_scan import binary_logs
 
     with contextlib.closing(connect(config.source)) as conn:
         files = [f for f, _ in binary_logs(conn)]

@@ -13,7 +13,7 @@ from typing import Any
 
 from binlake.config import PipelineConfig, SourceConfig
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_reader import Boundary, binary_logs, transactions
+from binlake.source.binlog_scan import Boundary, binary_logs, transactions
 from binlake.source.connection import connect, server_version
 from binlake.source.watermarks import current_offset
 from binlake.source.xa import PreparedXa, Xid

@@ -45,10 +45,11 @@ from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.schema.routes import routed
 from binlake.snapshot.spans import TableSpan, stream_spans
-from binlake.source.binlog_reader import Boundary, Gap
+from binlake.source.binlog_scan import Boundary
 from binlake.source.charsets import Charsets
 from binlake.source.connection import connect
 from binlake.source.discovery import TableSelector, discover, server_charsets
+from binlake.source.event_rows import Gap
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
 
 log = logging.getLogger(__name__)
