@@ -24,7 +24,8 @@ from binlake.events import (
     SchemaChange,
     TableId,
 )
-from binlake.source.ddl_columns import ColumnDef, default_text
+from binlake.source.ddl_columns import ColumnDef
+from binlake.source.ddl_defaults import default_text
 from binlake.source.ddl_tokens import UnparsedDdlError
 
 

@@ -25,7 +25,8 @@ from binlake.source.ddl_clauses import (
     skip_partitioning,
     table_charset,
 )
-from binlake.source.ddl_columns import column_definition, default_value
+from binlake.source.ddl_columns import column_definition
+from binlake.source.ddl_defaults import default_value
 from binlake.source.ddl_tokens import Cursor, UnparsedDdlError, skip_option, skip_wait
 
 
