@@ -31,7 +31,8 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from binlake.events import Column, CreateTable
 from binlake.schema.type_mapping import RowConverter, arrow_type, is_bool
-from binlake.source.row_decoder import TableMapDecoder, decimal_groups, text_encoding
+from binlake.source.column_codecs import decimal_groups, text_encoding
+from binlake.source.row_decoder import TableMapDecoder
 
 #: Widest DECIMAL decoded here: its unscaled value fits in an int64.
 _MAX_PRECISION = 18
@@ -372,7 +373,7 @@ def _values(buffer: np.ndarray, at: np.ndarray, spec: Spec) -> tuple[np.ndarray,
 
 
 def _decimals(raw: np.ndarray, spec: Spec) -> np.ndarray:
-    """MySQL's binary DECIMAL (see ``row_decoder._decimal``) as unscaled int64 values."""
+    """MySQL's binary DECIMAL (see ``column_codecs._decimal``) as unscaled int64 values."""
     negative = (raw[:, 0] & 0x80) == 0
     raw = (raw ^ np.where(negative, 0xFF, 0)[:, None]).astype(np.int64)
     raw[:, 0] = raw[:, 0] & 0x7F
