@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,24 +38,22 @@ import pymysql.cursors
 
 from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
-from binlake.events import Column, CreateTable, DataChange
+from binlake.events import CreateTable, DataChange
 from binlake.offsets import BinlogOffset
-from binlake.schema.type_mapping import TEMPORAL_TYPES, RowConverter, select_converter
+from binlake.schema.type_mapping import TEMPORAL_TYPES, RowConverter
 from binlake.source.binlog_reader import BinlogReader
 from binlake.source.binlog_scan import BinlogPurgedError, gtid_boundaries
 from binlake.source.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
-from binlake.source.chunk_splitter import Chunk, ChunkRange
-from binlake.source.collation import collated
+from binlake.source.chunk_corrections import RangeTest, Row, apply_by_key
+from binlake.source.chunk_splitter import Chunk
 from binlake.source.connection import ServerVersion, connect, server_version
 from binlake.source.discovery import column_names, discover, same_schema, schema_difference
-from binlake.source.event_rows import Gap, UnreplicableChangeError
-from binlake.source.row_decoder import ABSENT
+from binlake.source.event_rows import UnreplicableChangeError
 from binlake.source.watermarks import LowWatermark, current_offset
 
 log = logging.getLogger(__name__)
 
 Hook = Callable[[Chunk], None]
-Row = tuple[Any, ...]
 
 #: Reads of a keyless chunk before giving up when writes keep hitting its range (non-MariaDB).
 KEYLESS_ATTEMPTS = 5
@@ -356,7 +354,7 @@ class ChunkReader:
     ) -> tuple[pa.Table, list[DataChange]]:
         """Apply the changes that touch the chunk's range; returns the data and those changes."""
         key_column = self.table.column(chunk.key_column)
-        in_range = _RangeTest(conn, key_column, chunk.range)
+        in_range = RangeTest(conn, key_column, chunk.range)
         in_range.prepare(
             image[chunk.key_column] for c in changes for image in (c.before, c.after) if image is not None
         )
@@ -369,7 +367,7 @@ class ChunkReader:
             return data, relevant  # keyless: the caller re-reads; see the module docstring
         names = self.table.column_names
         rows: list[Row] = list(zip(*(col.to_pylist() for col in data.columns), strict=True))
-        result = _apply_by_key(rows, relevant, names, self.table.primary_key, chunk.key_column, in_range)
+        result = apply_by_key(rows, relevant, names, self.table.primary_key, chunk.key_column, in_range)
         columns = [list(col) for col in zip(*result, strict=True)] if result else [[] for _ in names]
         return pa.Table.from_batches([self.converter.batch(columns)]), relevant
 
@@ -377,96 +375,3 @@ class ChunkReader:
 def _run(hook: Hook | None, chunk: Chunk) -> None:
     if hook is not None:
         hook(chunk)
-
-
-def _apply_by_key(
-    rows: list[Row],
-    changes: Sequence[DataChange],
-    names: Sequence[str],
-    primary_key: Sequence[str],
-    key_column: str,
-    in_range: _RangeTest,
-) -> list[Row]:
-    positions = [names.index(k) for k in primary_key]
-    buffer: dict[Row, Row] = {tuple(r[i] for i in positions): r for r in rows}
-    for change in changes:
-        old: Row | None = None
-        if change.before is not None and in_range(change.before[key_column]):
-            old = buffer.pop(tuple(change.before[k] for k in primary_key), None)
-        if change.after is not None and in_range(change.after[key_column]):
-            after = tuple(change.after[n] for n in names)
-            if ABSENT in after:  # an image without every column: the others keep the row's values
-                after = _completed(change, after, old)
-            buffer[tuple(change.after[k] for k in primary_key)] = after
-    return list(buffer.values())
-
-
-def _completed(change: DataChange, after: Row, old: Row | None) -> Row:
-    """An update's after image that lacks columns, completed from the row it replaces (read by the
-    SELECT or an earlier change); a row from outside the chunk cannot be: read the chunk again."""
-    if old is None or ABSENT in old:
-        raise UnreplicableChangeError(
-            Gap(
-                change.table,
-                "an update whose row image lacks columns (`binlog_row_image` NOBLOB or MINIMAL) of a row "
-                "the chunk does not hold",
-                "set `binlog_row_image = 'FULL'` in the writing sessions",
-                change.offset,
-                change.timestamp,
-            )
-        )
-    return tuple(o if a is ABSENT else a for a, o in zip(after, old, strict=True))
-
-
-class _RangeTest:
-    """Whether a (normalised) key value lies in a chunk's range.
-
-    Text keys are compared by the server in the column's collation — the same rule the splitter
-    and the SELECT use — since Python's string order differs from e.g. ``utf8mb4_general_ci``.
-    Other keys compare in Python after the same normalisation as the rows.
-    """
-
-    def __init__(self, conn: pymysql.Connection[Any], column: Column, chunk_range: ChunkRange) -> None:
-        self.conn = conn
-        self.column = column
-        self.range = chunk_range
-        convert = select_converter(column)
-        self.start = chunk_range.start if convert is None else convert(chunk_range.start)
-        self.end = chunk_range.end if convert is None else convert(chunk_range.end)
-        self._text_results: dict[Any, bool] = {}
-
-    def prepare(self, values: Iterable[Any]) -> None:
-        """Ask the server about all text values at once (one round trip per 500 values)."""
-        if not self.column.is_text or self.range.is_all:
-            return
-        pending = sorted({v for v in values if v is not None and v not in self._text_results}, key=repr)
-        for i in range(0, len(pending), 500):
-            self._ask_server(pending[i : i + 500])
-
-    def __call__(self, value: Any) -> bool:
-        if self.range.is_all:
-            return True
-        if value is None:
-            return self.range.start is None
-        if self.column.is_text:
-            if value not in self._text_results:
-                self._ask_server([value])
-            return self._text_results[value]
-        return (self.start is None or value >= self.start) and (self.end is None or value < self.end)
-
-    def _ask_server(self, values: Sequence[Any]) -> None:
-        typed = collated(self.column)
-        tests, params = [], []
-        for i, value in enumerate(values):
-            conditions = []
-            if self.range.start is not None:
-                conditions.append(f"{typed} >= {typed}")
-                params += [value, self.range.start]
-            if self.range.end is not None:
-                conditions.append(f"{typed} < {typed}")
-                params += [value, self.range.end]
-            tests.append(f"SELECT {i}, {' AND '.join(conditions)}")
-        with self.conn.cursor() as cur:
-            cur.execute(" UNION ALL ".join(tests), params)
-            for index, inside in cur.fetchall():
-                self._text_results[values[int(index)]] = bool(inside)
