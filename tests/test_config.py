@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from binlake.config import PipelineConfig, ServerIdRange, load_config, parse_config
+from binlake.config import PipelineConfig, ServerIdRange
+from binlake.config_file import load_config, parse_config
 from binlake.errors import ConfigError
 
 MINIMAL = """

@@ -13,7 +13,6 @@ PACKAGE = Path(__file__).parents[1] / "include" / "binlake"
 #: Modules still over the size limit, with the lines they may not grow past (each one shrinks
 #: out of this list as its concepts move into modules of their own).
 OVERSIZE = {
-    "config.py": 508,
     "testing/demo.py": 484,
 }
 LIMIT = 450

@@ -23,7 +23,7 @@ def report_url(pipeline: str, index: Path) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _reports_folder(pipeline: str) -> Path | None:
-    from binlake.config import load_config
+    from binlake.config_file import load_config
 
     for found in read_pipeline_files():
         if found.name == pipeline:

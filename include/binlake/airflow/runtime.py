@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from binlake.airflow.pipelines import read_pipeline_file
-from binlake.config import SOURCE_ENV, PipelineConfig, load_config
+from binlake.config import PipelineConfig
+from binlake.config_file import SOURCE_ENV, load_config
 from binlake.errors import ConfigError
 from binlake.logs import register_secret
 

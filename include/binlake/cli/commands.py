@@ -10,7 +10,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from binlake.cli.render import print_checks, print_table, print_units, print_where, show, stream_line
-from binlake.config import PipelineConfig, load_config
+from binlake.config import PipelineConfig
+from binlake.config_file import load_config
 from binlake.errors import BinlakeError, ConfigError
 from binlake.logs import register_secret
 from binlake.offsets import BinlogOffset

@@ -9,7 +9,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from binlake.config import PipelineConfig, load_config, source_from_env
+from binlake.config import PipelineConfig
+from binlake.config_file import load_config, source_from_env
 from binlake.errors import BinlakeError
 from binlake.logs import register_secret, setup_logging
 from binlake.spark.session import spark_session
