@@ -27,7 +27,7 @@ from binlake.source.chunk_splitter import Chunk, ChunkRange, ChunkSplitter, Spli
 from binlake.source.connection import connect, server_version
 from binlake.source.discovery import discover
 from binlake.source.watermarks import current_offset
-from binlake.testing import demo
+from binlake.testing import demo, demo_rows
 from binlake.testing.private_server import PrivateMariaDB
 from tests.conftest import ServerFactory
 from tests.helpers import hold_commit, source_config
@@ -289,7 +289,7 @@ def test_every_demo_type_reads_the_same_through_select_and_binlog(
     # binlog only; normalised, they must equal a SELECT of the same rows, type by type.
     demo.create_schema(mariadb.admin_connection(), database)
     size = demo.DemoSize.for_rows(700)
-    for name, generator in demo._row_stream(size, seed=3):
+    for name, generator in demo_rows.row_stream(size, seed=3):
         schema = schema_of(source, database, name)
         rows = list(generator)
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import pymysql
 
-from binlake.testing.demo import DEMO_DATABASE, U64_MAX, insert_sql
+from binlake.testing.demo import DEMO_DATABASE, insert_sql
+from binlake.testing.demo_rows import U64_MAX
 
 log = logging.getLogger(__name__)
 
