@@ -72,3 +72,35 @@ def test_module_level_imports_form_no_cycle() -> None:
 def test_modules_stay_small(path: Path) -> None:
     """At most ``LIMIT`` lines."""
     assert len(path.read_text().splitlines()) <= LIMIT
+
+
+#: The data flow's order (README, "Layout"): the parts every step uses, then the steps in the
+#: order data goes through them, then the adapters that run them. An import may go to its own
+#: rank or an earlier one, never to a later step.
+RANKS = {
+    **dict.fromkeys(["binlake", "config", "config_file", "errors", "events", "offsets", "logs", "faults"], 0),
+    **dict.fromkeys(["source", "schema", "sink", "state"], 1),
+    "planner": 2,
+    "snapshot": 3,
+    "stream": 4,
+    "quality": 5,
+    "backfill": 6,
+    **dict.fromkeys(["status", "spark", "airflow", "cli", "testing"], 7),
+}
+
+
+def _area(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def test_no_step_imports_a_later_step() -> None:
+    modules = _modules()
+    areas = {_area(name) for name in modules}
+    assert areas <= set(RANKS), f"new folders or root modules need a rank: {sorted(areas - set(RANKS))}"
+    upward = sorted(
+        f"{name} imports {target}"
+        for name, path in modules.items()
+        for target in _imports(path, module_level=False)
+        if target in modules and RANKS[_area(target)] > RANKS[_area(name)]
+    )
+    assert upward == []
