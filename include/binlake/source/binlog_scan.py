@@ -85,9 +85,14 @@ def binary_logs(conn: pymysql.Connection[Any]) -> list[tuple[str, int]]:
 
 
 def open_stream(
-    source: SourceConfig, server_id: int, start: BinlogOffset, **options: Any
+    source: SourceConfig, server_id: int, start: BinlogOffset | None, **options: Any
 ) -> BinLogStreamReader:
-    """A non-blocking binlog dump from ``start`` (``binlog_reader``'s docstring: the settings)."""
+    """A non-blocking binlog dump from ``start`` — or, with ``start`` None, from where ``options``
+    say (``auto_position``: after a GTID set). The one place a dump is opened: secrets stay out
+    of the library's log, compressed events arrive plain (``binlog_reader``'s docstring: the rest)."""
+    where: dict[str, Any] = (
+        {} if start is None else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
+    )
     return BinLogStreamReader(
         connection_settings={
             "host": source.hostname,
@@ -99,11 +104,9 @@ def open_stream(
         server_id=server_id,
         # Compressed events (MariaDB log_bin_compress, MySQL transaction compression) made plain.
         pymysql_wrapper=BinlogConnection,
-        log_file=start.file,
-        log_pos=start.pos,
-        resume_stream=True,
         blocking=False,
         enable_logging=False,
+        **where,
         **options,
     )
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pymysql
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     FormatDescriptionEvent,
     GtidEvent,
@@ -186,19 +185,12 @@ def position_after(source: SourceConfig, server_id: int, gtid: str, flavor: str)
         cur.execute("SELECT @@gtid_binlog_pos" if flavor == "mariadb" else "SELECT @@GLOBAL.gtid_executed")
         row = cur.fetchone()
     gtid = str(with_unknown_sources(GtidSet.parse(gtid), GtidSet.parse(str(row[0] or "") if row else "")))
-    stream = BinLogStreamReader(
-        connection_settings={
-            "host": source.hostname,
-            "port": source.port,
-            "user": source.username,
-            "password": source.password.get_secret_value(),
-            "connect_timeout": source.connect_timeout_s,
-        },
-        server_id=server_id,
+    stream = open_stream(
+        source,
+        server_id,
+        None,
         is_mariadb=flavor == "mariadb",
         auto_position=gtid,
-        blocking=False,
-        enable_logging=False,
         only_events=[MariadbGtidEvent, GtidEvent, XidEvent, QueryEvent],
         only_tables=[""],
         only_schemas=[""],
