@@ -32,8 +32,8 @@ from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.chunks import TASKS_PER_SLOT
 from binlake.source.chunk_splitter import ChunkId
-from binlake.spark.snapshot_job import task_error, task_options
-from binlake.spark.snapshot_source import SnapshotDataSource
+from binlake.spark.snapshot_job import task_options
+from binlake.spark.tasks import TaskError, read_chunk_groups
 from binlake.state.backfills import TO_READ, BackfillLedger, BackfillUnit, StagedChunk
 from binlake.state.codec import encode_key
 from binlake.state.store import StateStore
@@ -94,25 +94,16 @@ def _read(
     base = task_options(config, schemas, writers)
     base["server_ids"] = config.backfill.reader_server_ids(config.source, config.pipeline.parallelism)
     base["folder"] = f"backfill/{_safe(todo[0].backfill_id)}"
-    spark.dataSource.register(SnapshotDataSource)
     wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
     for first in range(0, len(todo), wave_size):
         wave = todo[first : first + wave_size]
         groups = [_specs(u) for u in wave]
         try:
-            rows = (
-                spark.read.format("binlake_snapshot")
-                .options(**base, groups=json.dumps(groups))
-                .load()
-                .toArrow()
-            ).to_pylist()
-        except Exception as e:  # Spark wraps a failed task's error in its own exception
-            message = task_error(e)
-            if message is None:
-                raise
+            rows = read_chunk_groups(spark, base, groups)
+        except TaskError as e:
             raise BackfillError(
                 f"A backfill task failed; the units staged before it stay staged, and a rerun with the "
-                f"same id resumes. The task said: {message}"
+                f"same id resumes. The task said: {e}"
             ) from None
         _stage(config.pipeline.name, ledger, wave, rows, report)
         report.seconds = time.monotonic() - started

@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -44,7 +43,7 @@ from binlake.snapshot.rereads import (
 )
 from binlake.snapshot.switch import high_watermarks, switch
 from binlake.source.chunk_splitter import ChunkId
-from binlake.spark.snapshot_source import SnapshotDataSource
+from binlake.spark.tasks import TaskError, read_chunk_groups
 from binlake.state.leases import Holder, TableBusyError
 from binlake.state.store import StateStore
 
@@ -135,7 +134,6 @@ def _read_pending(
             "Fix: run `binlake plan --replan`."
         )
     track(report, plans)
-    spark.dataSource.register(SnapshotDataSource)
     base = task_options(config, schemas, writers)
     groups = chunk_groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
     wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
@@ -145,17 +143,14 @@ def _read_pending(
             _hold(store, name, held)  # taken, or renewed, before every wave
             try:
                 _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
-            except Exception as e:  # Spark wraps a failed task's error in its own exception
-                message = task_error(e)
-                if message is None:
-                    raise
+            except TaskError as e:
                 changed = changed_under(config, {t: schemas[t] for t in writers if t in schemas})
                 if changed:
-                    log.warning("a table changed its schema during the snapshot: %s", message)
+                    log.warning("a table changed its schema during the snapshot: %s", e)
                     return changed
                 raise SnapshotError(
                     f"A snapshot task failed; nothing of its wave was committed, and a rerun resumes "
-                    f"after the last committed wave. The task said: {message}"
+                    f"after the last committed wave. The task said: {e}"
                 ) from None
             report.seconds = time.monotonic() - started
             if progress:
@@ -164,15 +159,6 @@ def _read_pending(
         for identifier in held:
             store.leases(name).release(identifier, Holder.SNAPSHOT)
     return {}
-
-
-_TASK_ERROR = re.compile(r"^binlake(?:\.\w+)*\.\w*Error: (?P<message>.*)", re.MULTILINE | re.DOTALL)
-
-
-def task_error(error: BaseException) -> str | None:
-    """binlake's own error message inside a Spark task failure, or None if there is none."""
-    matches = list(_TASK_ERROR.finditer(str(error)))
-    return matches[-1].group("message").strip() if matches else None
 
 
 def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
@@ -218,9 +204,8 @@ def _run_wave(
     writers: dict[TableId, IcebergWriter],
     report: SnapshotReport,
 ) -> None:
-    frame = spark.read.format("binlake_snapshot").options(**base, groups=json.dumps(groups)).load()
     tables = json.loads(base["tables"])
-    rows = frame.toArrow().to_pylist()
+    rows = read_chunk_groups(spark, base, groups)
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_task[row["task"]].append(row)

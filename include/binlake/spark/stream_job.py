@@ -43,8 +43,8 @@ from binlake.source.connection import connect
 from binlake.source.event_rows import gap_message
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
 from binlake.spark.binlog_source import BinlogDataSource
-from binlake.spark.snapshot_job import task_error
 from binlake.spark.stream_task import read_segment
+from binlake.spark.tasks import task_error
 from binlake.state.backfills import BackfillLedger
 from binlake.state.leases import Holder, TableBusyError
 from binlake.state.offset_names import ORIGIN, STREAM
