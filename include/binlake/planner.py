@@ -83,8 +83,7 @@ def plan(
     checks = validate(config)
     if has_errors(checks):
         raise ValidationFailedError(checks)
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         name = config.pipeline.name
         schemas = discover_tables(config)
         planned = {p.table for p in store.plans(name).load()}
@@ -102,5 +101,3 @@ def plan(
             store.plans(name).save(plans)
         log.info("planned %d tables (%d kept their earlier plan)", len(plans), len(schemas) - len(plans))
         return store.plans(name).load([s.table for s in schemas])
-    finally:
-        store.close()

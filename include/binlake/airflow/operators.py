@@ -114,8 +114,7 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         from binlake.state.offset_names import STREAM
         from binlake.state.store import StateStore
 
-        store = StateStore(config.pipeline.resolved_state_uri)
-        try:
+        with StateStore(config.pipeline.resolved_state_uri) as store:
             plans = store.plans(config.pipeline.name).load()
             if self.job == "snapshot":
                 wanted = set(self.chunks)
@@ -135,8 +134,6 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
             tables = {sink_name(config, p.table) for p in plans}
             assets.emit(context, self.pipeline, self.catalog, tables)
             return {"stream_offset": offset.to_dict() if offset else None}
-        finally:
-            store.close()
 
     def _backfill_summary(self, store: Any, pipeline: str, context: Any) -> dict[str, Any]:
         from binlake.backfill.progress import unit_counts

@@ -70,13 +70,10 @@ def switch(path: str | Path) -> dict[str, Any]:
     config = load_pipeline(path)
     if config.source.startup_mode not in SNAPSHOT_MODES:
         return {"switch_offset": None, "startup_mode": config.source.startup_mode}
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         plans = store.plans(config.pipeline.name).load()
         unfinished = [str(c.chunk.id) for p in plans for c in p.chunks if c.status != "finished"]
         offset = store.offsets(config.pipeline.name).load(SWITCH)
-    finally:
-        store.close()
     if unfinished or offset is None:
         raise TaskFailedError(
             f"The snapshot is unfinished: {len(unfinished)} chunks not read (e.g. {unfinished[:3]}). "
@@ -96,11 +93,8 @@ def pending_schema_changes(path: str | Path) -> list[dict[str, Any]]:
     from binlake.state.store import StateStore
 
     config = load_pipeline(path)
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         pending = store.schema_requests(config.pipeline.name).all("pending")
-    finally:
-        store.close()
     return [
         {
             "offset": r.offset.to_dict(),
@@ -124,9 +118,8 @@ def apply_schema_changes(path: str | Path) -> list[str]:
     from binlake.stream.schema_changes import apply_request
 
     config = load_pipeline(path)
-    store = StateStore(config.pipeline.resolved_state_uri)
     touched: list[str] = []
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         for request in store.schema_requests(config.pipeline.name).all("pending"):
             status = apply_request(config, store, request)
             what = f"{describe_change(request.change)} at {request.offset}"
@@ -138,8 +131,6 @@ def apply_schema_changes(path: str | Path) -> list[str]:
             change = request.change
             target = change.new_table if isinstance(change, RenameTable) else change.table
             touched.append(sink_name(config, target))
-    finally:
-        store.close()
     return sorted(set(touched))
 
 
@@ -149,11 +140,8 @@ def sink_tables(path: str | Path) -> list[str]:
     from binlake.state.store import StateStore
 
     config = load_pipeline(path)
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         plans = store.plans(config.pipeline.name).load()
-    finally:
-        store.close()
     return sorted({sink_name(config, p.table) for p in plans})
 
 
@@ -195,11 +183,8 @@ def backfill_applied(path: str | Path, backfill_id: str) -> dict[str, int] | Non
     from binlake.state.store import StateStore
 
     config = load_pipeline(path)
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         units = BackfillLedger(store).units(config.pipeline.name, backfill_id)
-    finally:
-        store.close()
     counts = unit_counts(units)
     log.info("backfill %s: %s", backfill_id, counts)
     stale = [u for u in units if u.status == "stale"]

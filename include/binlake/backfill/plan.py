@@ -53,16 +53,13 @@ def plan_backfill(
     Raises:
         BackfillError: the pipeline cannot take this backfill now (saying why and what to do).
     """
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         ledger = BackfillLedger(store)
         units = ledger.units(config.pipeline.name, backfill_id)
         if units:
             return units  # a rerun resumes
         schemas = {s.table: s for s in discover_tables(config)}
         return _plan(config, store, ledger, backfill_id, schemas, tables, key_range or KeyRange(), chunk_size)
-    finally:
-        store.close()
 
 
 def _plan(

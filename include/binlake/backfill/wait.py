@@ -26,8 +26,7 @@ def wait_applied(
     """
     name = config.pipeline.name
     deadline = time.monotonic() + (timeout_s if timeout_s is not None else config.backfill.wait_timeout_s)
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         ledger = BackfillLedger(store)
         last: dict[str, int] = {}
         while True:
@@ -54,5 +53,3 @@ def wait_applied(
                     "for it: run `binlake stream`, then wait again."
                 )
             time.sleep(poll_s)
-    finally:
-        store.close()

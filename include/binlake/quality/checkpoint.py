@@ -97,8 +97,7 @@ def run_quality(
     groups = _sink_tables(config, tables)
     folder = config.pipeline.work_dir.resolve() / "reports" / _safe(f"{name}__{run}")
     docs = _DataDocs(folder, run)
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         catalog = open_catalog(config)
         plans = store.plans(name).load()
         for number, (identifier, sources) in enumerate(sorted(groups.items()), 1):
@@ -118,8 +117,6 @@ def run_quality(
         report.results = [replace(r, report=docs.page(r.table)) for r in report.results]
         for result in report.results:
             store.quality(name).record(result)
-    finally:
-        store.close()
     return report
 
 

@@ -58,8 +58,7 @@ def run_backfill(
     started = time.monotonic()
     name = config.pipeline.name
     units = plan_backfill(config, backfill_id, tables, key_range, chunk_size)
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         ledger = BackfillLedger(store)
         schemas = {s.table: s for s in discover_tables(config)}
         report = BackfillReport(name, backfill_id, units=len(units))
@@ -74,8 +73,6 @@ def run_backfill(
         report.staged = sum(u.status != "pending" for u in ledger.units(name, backfill_id))
         report.seconds = time.monotonic() - started
         return report
-    finally:
-        store.close()
 
 
 def _read(

@@ -181,8 +181,7 @@ def _schema_cut(config: Any, positions: Any, begin: Any, end: Any) -> Any:
     from binlake.state.store import StateStore
     from binlake.stream.schema_changes import SchemaChangeProtocol
 
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         protocol = SchemaChangeProtocol(config, store)
         for before, boundary in positions.statements(begin, end):
             try:
@@ -198,8 +197,6 @@ def _schema_cut(config: Any, positions: Any, begin: Any, end: Any) -> Any:
             protocol.handle(ddl)
             begin = ddl.offset
         return end
-    finally:
-        store.close()
 
 
 def _tables_at(config: Any, offset: Any) -> str:
@@ -207,11 +204,8 @@ def _tables_at(config: Any, offset: Any) -> str:
     from binlake.state.store import StateStore
     from binlake.stream.schema_changes import SchemaTracker
 
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         schemas = SchemaTracker(config, store).schemas_at(offset)
-    finally:
-        store.close()
     return json.dumps({t.name: table_to_dict(s) for t, s in schemas.items()})
 
 

@@ -67,8 +67,7 @@ def run_snapshot(
     """
     started = time.monotonic()
     name = config.pipeline.name
-    store = StateStore(config.pipeline.resolved_state_uri)
-    try:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
         report = SnapshotReport(name)
         restarts: Counter[TableId] = Counter()
         while True:
@@ -101,8 +100,6 @@ def run_snapshot(
         report.high_watermarks = high_watermarks(store, name)
         report.seconds = time.monotonic() - started
         return report
-    finally:
-        store.close()
 
 
 def _read_pending(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from typing import Any
 
 from sqlalchemy import (
@@ -23,6 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_incrementing
 
 from binlake.offsets import BinlogOffset
 
@@ -189,14 +189,14 @@ def create_tables(engine: Engine, attempts: int = 5) -> None:
     """Create binlake's tables if missing. Several processes may do so at once (the stream's driver
     and its source both open the store); the loser of that race sees "already exists" and checks
     again."""
-    for attempt in range(attempts):
-        try:
+    for attempt in Retrying(
+        retry=retry_if_exception_type(DBAPIError),
+        stop=stop_after_attempt(attempts),
+        wait=wait_incrementing(start=0.1, increment=0.1),
+        reraise=True,
+    ):
+        with attempt:
             metadata.create_all(engine)
-            return
-        except DBAPIError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.1 * (attempt + 1))
 
 
 def aware(value: dt.datetime) -> dt.datetime:

@@ -73,11 +73,8 @@ class SourcePositions:
 
     def heartbeat(self, head: BinlogOffset) -> None:
         """Record that the stream saw the source at ``head`` now (status shows it on an idle source)."""
-        store = StateStore(self.state_uri)
-        try:
+        with StateStore(self.state_uri) as store:
             store.offsets(self.pipeline).save(HEAD, head)
-        finally:
-            store.close()
 
     def sizes(self) -> dict[str, int]:
         if self._sizes is None:
