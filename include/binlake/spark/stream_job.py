@@ -43,6 +43,7 @@ from binlake.source.connection import connect
 from binlake.source.event_rows import gap_message
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
 from binlake.spark.binlog_source import BinlogDataSource
+from binlake.spark.query_progress import ProgressLog
 from binlake.spark.stream_task import read_segment
 from binlake.spark.tasks import task_error
 from binlake.state.backfills import BackfillLedger
@@ -309,6 +310,8 @@ def _run_query(
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{config.stream.trigger_interval_s} seconds")
+    progress = ProgressLog()
+    spark.streams.addListener(progress)
     query = writer.start()
     looked = time.monotonic()
     try:
@@ -330,6 +333,8 @@ def _run_query(
             log.info("stream stopped during a batch; the next run applies it again")
             return
         raise _stream_error(applier, e) from None
+    finally:
+        spark.streams.removeListener(progress)
 
 
 def _apply_due(applier: BatchApplier, query: Any, idle_s: float) -> None:

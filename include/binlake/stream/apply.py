@@ -34,6 +34,7 @@ from binlake.state.backfills import BackfillUnit
 from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.backfill import StagedBackfills, lowest_high
+from binlake.stream.batch_clock import BatchClock
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.patches import complete
@@ -156,23 +157,28 @@ class BatchApplier:
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
+        clock = BatchClock()
         try:
-            data = frame.toArrow()
+            with clock.phase("read"):  # the segment readers run on the executors here
+                data = frame.toArrow()
             blocks = data.filter(pc.equal(data.column("kind"), CHANGES))
             log.info(
                 "batch %d: %d changes read in %.2f s",
                 batch_id, pc.sum(blocks.column("rows")).as_py() or 0, time.monotonic() - started,
             )  # fmt: skip
-            self.apply(data, batch_id, started)
+            self.apply(data, batch_id, started, clock)
         except BaseException as e:
             self.error = e  # Spark wraps it in Java exceptions; the job re-raises the original
             raise
 
-    def apply(self, data: pa.Table, batch_id: int, started: float | None = None) -> StreamBatch | None:
-        """Apply one batch (``started``: when reading it began, for its rows/s)."""
+    def apply(
+        self, data: pa.Table, batch_id: int, started: float | None = None, clock: BatchClock | None = None
+    ) -> StreamBatch | None:
+        """Apply one batch (``started``: when reading it began, for its rows/s; ``clock``: where
+        its time went so far)."""
         with self._lock:
             try:
-                return self._apply(data, batch_id, started)
+                return self._apply(data, batch_id, started, clock or BatchClock())
             finally:
                 self._last_batch = time.monotonic()
 
@@ -217,7 +223,9 @@ class BatchApplier:
                     )
             return len(units)
 
-    def _apply(self, data: pa.Table, batch_id: int, started: float | None) -> StreamBatch | None:
+    def _apply(
+        self, data: pa.Table, batch_id: int, started: float | None, clock: BatchClock
+    ) -> StreamBatch | None:
         started = time.monotonic() if started is None else started
         segments = data.filter(pc.equal(data.column("kind"), SEGMENT))
         if segments.num_rows == 0:
@@ -227,20 +235,23 @@ class BatchApplier:
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
         end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
         changes = table_changes(data)
-        self._meet_gaps(gaps(data))
-        self._follow_schemas(end)
-        due = self.backfills.due(end) if self.backfills is not None else {}
-        streamed = self.store.offsets(self.pipeline).load(STREAM) if due else None
+        with clock.phase("schemas"):
+            self._meet_gaps(gaps(data))
+            self._follow_schemas(end)
         applied: dict[str, dict[str, int]] = {}
         by_sink: dict[str, list[_Prepared]] = {}
-        for name in sorted(set(changes) | set(due)):
-            prepared = self._prepare(name, changes.get(name), batch_id, end, due.get(name, []), streamed)
-            if prepared is not None:
-                by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
+        with clock.phase("prepare"):
+            due = self.backfills.due(end) if self.backfills is not None else {}
+            streamed = self.store.offsets(self.pipeline).load(STREAM) if due else None
+            for name in sorted(set(changes) | set(due)):
+                prepared = self._prepare(name, changes.get(name), batch_id, end, due.get(name, []), streamed)
+                if prepared is not None:
+                    by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
         for identifier, parts in by_sink.items():
             table_started = time.monotonic()
             crash_point("before-commit")
-            self._commit(parts, batch_id, end)
+            with clock.phase(f"commit {identifier}"):
+                self._commit(parts, batch_id, end)
             for part in parts:
                 kind = ("upserts", "deletes") if part.sink.keyed else ("inserts", "deletes")
                 applied[part.name] = {kind[0]: part.upserts.num_rows, kind[1]: part.deletes.num_rows}
@@ -264,11 +275,16 @@ class BatchApplier:
         )
         crash_point("after-commit")
         units = [u for parts in by_sink.values() for p in parts for u in p.units]
-        if units and self.backfills is not None:
-            self.backfills.applied(units)  # a crash before this re-applies them: same result
-            if self.repairs is not None:
-                self.repairs.applied(units)
-        self.store.stream_history(self.pipeline).record(batch, STREAM)
+        with clock.phase("state"):
+            if units and self.backfills is not None:
+                self.backfills.applied(units)  # a crash before this re-applies them: same result
+                if self.repairs is not None:
+                    self.repairs.applied(units)
+            self.store.stream_history(self.pipeline).record(batch, STREAM)
+        log.info(
+            "batch %d: %d changes in %.2f s: %s", batch_id, batch.rows, time.monotonic() - started,
+            clock.summary(),
+        )  # fmt: skip
         if self.on_batch is not None:
             self.on_batch(batch)
         return batch

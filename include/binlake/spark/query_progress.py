@@ -1,0 +1,31 @@
+"""Spark's own timing of each micro-batch, logged at INFO beside binlake's (``stream.batch_clock``):
+how long finding the batch's end took (``latestOffset``: the source's head, its admission by
+size, the cut at a schema change), planning, running it (``addBatch``: reading on the executors and
+binlake's apply), and Spark's write-ahead log and offset commits."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+log = logging.getLogger(__name__)
+
+
+class ProgressLog(StreamingQueryListener):
+    """Logs each progress report's durations (``spark.streams.addListener``)."""
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's names)
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        progress = event.progress
+        durations = ", ".join(f"{name} {ms / 1000:.2f} s" for name, ms in sorted(progress.durationMs.items()))
+        log.info("batch %d (Spark): %s", progress.batchId, durations)
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        pass
