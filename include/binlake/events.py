@@ -8,8 +8,11 @@ the library's shapes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pydantic import TypeAdapter
 
 from binlake.offsets import BinlogOffset
 
@@ -245,23 +248,13 @@ class DataChange:
 
 def table_to_dict(table: CreateTable) -> dict[str, Any]:
     """A table schema as plain JSON-able data (for Spark options and the schema history)."""
-    return {
-        "table": {"database": table.table.database, "table": table.table.table},
-        "columns": [{**c.__dict__, "values": list(c.values)} for c in table.columns],
-        "primary_key": list(table.primary_key),
-        "comment": table.comment,
-        "collation": table.collation,
-    }
+    data: dict[str, Any] = _adapter(CreateTable).dump_python(table, mode="json")
+    return data
 
 
 def table_from_dict(data: dict[str, Any]) -> CreateTable:
-    return CreateTable(
-        TableId(**data["table"]),
-        tuple(Column(**{**c, "values": tuple(c["values"])}) for c in data["columns"]),
-        tuple(data["primary_key"]),
-        data.get("comment"),
-        data.get("collation"),
-    )
+    table: CreateTable = _adapter(CreateTable).validate_python(data)
+    return table
 
 
 _CHANGE_KINDS: dict[str, type] = {
@@ -280,37 +273,21 @@ _CHANGE_KINDS: dict[str, type] = {
 
 
 def change_to_dict(change: SchemaChange) -> dict[str, Any]:
-    """A schema change as plain JSON-able data (for the state store and Airflow's XCom)."""
+    """A schema change as plain JSON-able data, its class named by ``kind`` (for the state store
+    and Airflow's XCom)."""
     kind = next(k for k, cls in _CHANGE_KINDS.items() if isinstance(change, cls))
-    if isinstance(change, CreateTable):
-        return {"kind": kind, **table_to_dict(change)}
-    data: dict[str, Any] = {"kind": kind}
-    for name, value in change.__dict__.items():
-        if isinstance(value, TableId):
-            data[name] = {"database": value.database, "table": value.table}
-        elif isinstance(value, Column):
-            data[name] = {**value.__dict__, "values": list(value.values)}
-        else:
-            data[name] = value
-    return data
+    return {"kind": kind, **_adapter(_CHANGE_KINDS[kind]).dump_python(change, mode="json")}
 
 
 def change_from_dict(data: dict[str, Any]) -> SchemaChange:
-    kind = _CHANGE_KINDS[data["kind"]]
-    if kind is CreateTable:
-        return table_from_dict(data)
-    args: dict[str, Any] = {}
-    for name, value in data.items():
-        if name == "kind":
-            continue
-        if name in ("table", "new_table"):
-            args[name] = TableId(**value)
-        elif name == "column":
-            args[name] = Column(**{**value, "values": tuple(value["values"])})
-        else:
-            args[name] = value
-    change: SchemaChange = kind(**args)
+    change: SchemaChange = _adapter(_CHANGE_KINDS[data["kind"]]).validate_python(data)
     return change
+
+
+@functools.cache
+def _adapter(kind: type) -> TypeAdapter[Any]:
+    """pydantic's (de)serialiser of a change class: built once, it costs milliseconds."""
+    return TypeAdapter(kind)
 
 
 def describe_change(change: SchemaChange) -> str:

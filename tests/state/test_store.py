@@ -212,7 +212,11 @@ def test_a_state_database_written_before_the_split_keeps_working(tmp_path: Path)
         assert [c.name for c in version.schema.columns] == ["id", "v"]
         (request,) = store.schema_requests("demo").all("pending")
         assert isinstance(request.change, AddColumn)
-        assert request.change.column.name == "w"
+        assert (request.change.column.name, request.change.position, request.change.after) == (
+            "w",
+            "after",
+            "v",
+        )
         (result,) = store.quality("demo").results()
         assert (result.run_name, result.success) == ("q-1", True)
         with pytest.raises(TableBusyError, match="held by `binlake stream`"):
