@@ -226,31 +226,12 @@ def _column(row: tuple[Any, ...], is_json: bool) -> Column:
 
 
 def parse_enum_values(column_type: str) -> tuple[str, ...]:
-    """The members of ``enum('a','it''s')`` or ``set(...)``, unescaped."""
-    inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
-    values: list[str] = []
-    i = 0
-    while i < len(inner):
-        if inner[i] != "'":
-            i += 1
-            continue
-        i += 1
-        current: list[str] = []
-        while i < len(inner):
-            if inner[i] == "'" and i + 1 < len(inner) and inner[i + 1] == "'":
-                current.append("'")
-                i += 2
-            elif inner[i] == "'":
-                i += 1
-                break
-            elif inner[i] == "\\" and i + 1 < len(inner):
-                current.append(inner[i + 1])
-                i += 2
-            else:
-                current.append(inner[i])
-                i += 1
-        values.append("".join(current))
-    return tuple(values)
+    """The members of ``enum('a','it''s')`` or ``set(...)`` as the server holds them: the SQL
+    tokenizer undoes every escape the server writes there (doubled quotes, backslash sequences
+    such as a newline's), where a scanner of its own had read a newline as the letter n."""
+    from binlake.source.ddl_tokens import tokens  # sqlglot: only where a table has ENUM/SET columns
+
+    return tuple(t.text for t in tokens(column_type) if t.kind == "string")
 
 
 def _mariadb_json_columns(
