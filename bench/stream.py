@@ -23,6 +23,7 @@ import argparse
 import datetime as dt
 import html
 import json
+import logging
 import statistics
 import tempfile
 import threading
@@ -197,6 +198,7 @@ def _steady(
 ) -> dict[str, Any]:
     demo.load(server.admin_connection, 50_000)
     config = _config(server, work, "steady", [r"shop\..*"], interval, mor)
+    phases = _PhaseLog()
     stop = threading.Event()
     stream = threading.Thread(target=lambda: run_stream(config, spark, stop=stop), daemon=True)
     stream.start()
@@ -209,6 +211,7 @@ def _steady(
     time.sleep(2 * interval)
     stop.set()
     stream.join(120)
+    phases.close()
     batches = [
         b for b in store.stream_history("steady").batches(limit=100_000) if b.lag_s is not None and b.rows
     ]
@@ -225,11 +228,47 @@ def _steady(
         "lag_max_s": round(max(lags), 2) if lags else None,
         "goal_p99_s": interval + 5,
         "merge_mode": "merge-on-read" if mor else "copy-on-write",
+        # Median seconds per batch in each phase: binlake's (stream.batch_clock) and Spark's own.
+        "phases_median_s": phases.medians(),
         "lag_series": [
             (round((b.finished_at - batches[0].finished_at).total_seconds(), 1), round(b.lag_s or 0, 2))
             for b in batches
         ],
     }
+
+
+class _PhaseLog(logging.Handler):
+    """Collects the per-batch phase timings the stream logs at INFO (``extra={"phases": …}``)."""
+
+    LOGGERS = ("binlake.stream.apply", "binlake.spark.query_progress")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: dict[str, list[dict[str, float]]] = {"binlake": [], "spark": []}
+        for name in self.LOGGERS:
+            logger = logging.getLogger(name)
+            logger.addHandler(self)
+            logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        phases = getattr(record, "phases", None)
+        if phases:
+            self.seen["spark" if record.name.endswith("query_progress") else "binlake"].append(phases)
+
+    def close(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeHandler(self)
+        super().close()
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for side, batches in self.seen.items():
+            names = {n for b in batches for n in b}
+            out[side] = {
+                n: round(statistics.median(b.get(n, 0.0) for b in batches), 3) for n in sorted(names)
+            }
+            out[side]["batches"] = len(batches)
+        return out
 
 
 def _svg(points: list[tuple[float, float]], goal: float) -> str:

@@ -21,8 +21,9 @@ class ProgressLog(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         progress = event.progress
-        durations = ", ".join(f"{name} {ms / 1000:.2f} s" for name, ms in sorted(progress.durationMs.items()))
-        log.info("batch %d (Spark): %s", progress.batchId, durations)
+        seconds = {name: ms / 1000 for name, ms in sorted(progress.durationMs.items())}
+        durations = ", ".join(f"{name} {s:.2f} s" for name, s in seconds.items())
+        log.info("batch %d (Spark): %s", progress.batchId, durations, extra={"phases": seconds})
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass

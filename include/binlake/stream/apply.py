@@ -283,7 +283,7 @@ class BatchApplier:
             self.store.stream_history(self.pipeline).record(batch, STREAM)
         log.info(
             "batch %d: %d changes in %.2f s: %s", batch_id, batch.rows, time.monotonic() - started,
-            clock.summary(),
+            clock.summary(), extra={"phases": dict(clock.spent)},
         )  # fmt: skip
         if self.on_batch is not None:
             self.on_batch(batch)
