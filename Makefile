@@ -100,7 +100,7 @@ lint: setup
 setup: system-deps $(UV)
 	$(UV) sync --locked --quiet
 	@# Spark's driver JVM starts ~5 s sooner from a class archive; built once (~1 min), a cache only.
-	$(BIN)/python -m binlake.spark.jvm_archive --if-missing
+	$(BIN)/python -m binlake.spark.runtime.jvm_archive --if-missing
 
 $(UV):
 	python3 -m venv $(TOOLS)
@@ -124,7 +124,7 @@ system-deps:
 
 ## dist/binlake.zip: the package for `spark-submit --py-files` on a cluster.
 spark-package: setup
-	$(BIN)/python -m binlake.spark.package dist/binlake.zip
+	$(BIN)/python -m binlake.spark.runtime.package dist/binlake.zip
 
 ## Regenerate uv.lock after changing dependencies in pyproject.toml.
 lock: $(UV)

@@ -26,7 +26,7 @@ from binlake.backfill.wait import wait_applied
 from binlake.config import PipelineConfig
 from binlake.planner import plan
 from binlake.spark.backfill_job import run_backfill
-from binlake.spark.session import spark_session
+from binlake.spark.runtime.session import spark_session
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StreamBatch

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from binlake.config import PipelineConfig
 from binlake.planner import plan
-from binlake.spark.session import spark_session
+from binlake.spark.runtime.session import spark_session
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB, private_mariadb

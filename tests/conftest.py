@@ -97,8 +97,8 @@ def spark() -> Iterator[Any]:
     binlake's jobs run with."""
     from pyspark.sql import SparkSession
 
-    from binlake.spark.jvm_archive import with_archive
-    from binlake.spark.session import defaults_for
+    from binlake.spark.runtime.jvm_archive import with_archive
+    from binlake.spark.runtime.session import defaults_for
 
     session = (
         SparkSession.builder.master("local[2]")

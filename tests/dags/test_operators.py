@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from binlake.airflow.operators import submit_conf
-from binlake.spark.jvm_archive import DRIVER_OPTIONS, QUIET, VARIABLE
+from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, QUIET, VARIABLE
 
 
 def test_spark_submit_gets_the_pipelines_spark_conf_and_the_jvm_archive(
@@ -35,6 +35,6 @@ def test_spark_submit_gets_the_pipelines_spark_conf_and_the_jvm_archive(
     # On a local master the workers run binlake's interpreter: binlake's Python daemon, unless the
     # pipeline says otherwise; not on a cluster (its executors may have binlake in a zip only).
     daemon = "spark.python.daemon.module"
-    assert submit_conf({}, None, "local[2]") == {daemon: "binlake.spark.python_daemon"}
+    assert submit_conf({}, None, "local[2]") == {daemon: "binlake.spark.runtime.python_daemon"}
     assert submit_conf({daemon: "pyspark.daemon"}, None, "local[*]") == {daemon: "pyspark.daemon"}
     assert submit_conf({}, None, "spark://host:7077") == {}

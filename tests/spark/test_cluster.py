@@ -20,7 +20,7 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.sink.catalog import open_catalog
-from binlake.spark.package import build
+from binlake.spark.runtime.package import build
 from binlake.testing.private_server import PrivateMariaDB, free_port
 from tests.helpers import assert_sink_equals_source, concurrent_writes, pipeline_dict, run_binlake
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from binlake.spark import jvm_archive
-from binlake.spark.jvm_archive import DRIVER_OPTIONS, VARIABLE, with_archive
+from binlake.spark.runtime import jvm_archive
+from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, VARIABLE, with_archive
 
 
 def test_the_archive_goes_first_into_the_drivers_options_when_it_exists(

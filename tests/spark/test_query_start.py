@@ -15,8 +15,8 @@ from typing import Any
 
 import pyspark
 
-from binlake.spark.python_daemon import PRELOAD, without_own_zip
-from binlake.spark.session import defaults_for
+from binlake.spark.runtime.python_daemon import PRELOAD, without_own_zip
+from binlake.spark.runtime.session import defaults_for
 
 INSTALLED = Path(pyspark.__file__).parent
 OWN_ZIP = str(INSTALLED / "python" / "lib" / "pyspark.zip")
@@ -50,7 +50,7 @@ def test_task_workers_import_the_installed_pyspark_with_the_stream_modules_loade
 
 def test_the_daemon_is_used_only_where_the_workers_run_binlakes_environment() -> None:
     daemon = "spark.python.daemon.module"
-    assert defaults_for("local[2]")[daemon] == "binlake.spark.python_daemon"
+    assert defaults_for("local[2]")[daemon] == "binlake.spark.runtime.python_daemon"
     assert daemon not in defaults_for("spark://host:7077")  # executors may have binlake in a zip only
 
 

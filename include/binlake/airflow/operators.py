@@ -14,8 +14,8 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from binlake.airflow import assets
 from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
 from binlake.config import PipelineConfig
-from binlake.spark.jvm_archive import with_archive
-from binlake.spark.session import daemon_conf
+from binlake.spark.runtime.jvm_archive import with_archive
+from binlake.spark.runtime.session import daemon_conf
 
 #: The Spark entry points (``jobs/`` at the project's root), unless ``BINLAKE_JOBS_DIR`` says.
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
@@ -40,10 +40,10 @@ def submit_conf(
 ) -> dict[str, Any]:
     """spark-submit's ``--conf``: the pipeline's ``spark.conf`` (the driver JVM starts before the
     job could apply it, so settings like ``spark.driver.memory`` must come here), the operator's own
-    ``conf`` over it, and binlake's class archive for the driver JVM (``spark/jvm_archive.py``).
+    ``conf`` over it, and binlake's class archive for the driver JVM (``spark/runtime/jvm_archive.py``).
 
     On a local ``master`` (the connection's) the workers run binlake's interpreter, so they start
-    from binlake's Python daemon, as jobs binlake starts itself do (``spark/session.py``).
+    from binlake's Python daemon, as jobs binlake starts itself do (``spark/runtime/session.py``).
     """
     return with_archive({**daemon_conf(master), **pipeline, **(operator or {})})
 

@@ -99,7 +99,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
     from binlake.planner import plan
     from binlake.sink.catalog import sink_name
     from binlake.snapshot.progress import print_progress
-    from binlake.spark.session import spark_session
+    from binlake.spark.runtime.session import spark_session
     from binlake.spark.snapshot_job import run_snapshot
 
     config = _load(args.config)
@@ -124,7 +124,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
 
 
 def stream_command(args: argparse.Namespace) -> int:
-    from binlake.spark.session import spark_session
+    from binlake.spark.runtime.session import spark_session
     from binlake.spark.stream_job import print_batch, run_stream
 
     config = _load(args.config)
@@ -154,7 +154,7 @@ def backfill_command(args: argparse.Namespace) -> int:
     from binlake.backfill.progress import print_progress
     from binlake.backfill.wait import wait_applied
     from binlake.spark.backfill_job import run_backfill
-    from binlake.spark.session import spark_session
+    from binlake.spark.runtime.session import spark_session
 
     config = _load(args.config)
     backfill_id = args.id or new_backfill_id()

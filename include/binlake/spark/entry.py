@@ -13,7 +13,7 @@ from binlake.config import PipelineConfig
 from binlake.config_file import load_config, source_from_env
 from binlake.errors import BinlakeError
 from binlake.logs import register_secret, setup_logging
-from binlake.spark.session import spark_session
+from binlake.spark.runtime.session import spark_session
 
 
 def job_parser(prog: str) -> argparse.ArgumentParser:

@@ -58,7 +58,7 @@ def build(path: Path) -> None:
         env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
         options = f"-XX:ArchiveClassesAtExit={staged} {QUIET}"
         done = subprocess.run(
-            [sys.executable, "-m", "binlake.spark.jvm_training", options, work],
+            [sys.executable, "-m", "binlake.spark.runtime.jvm_training", options, work],
             env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0 or not staged.is_file():
@@ -79,7 +79,7 @@ def remove_stale(path: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m binlake.spark.jvm_archive", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m binlake.spark.runtime.jvm_archive", description=__doc__)
     parser.add_argument("--if-missing", action="store_true", help="do nothing when the archive exists")
     args = parser.parse_args(argv)
     path = archive_path()

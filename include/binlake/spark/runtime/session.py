@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from binlake.config import PipelineConfig
-from binlake.spark.jvm_archive import with_archive
+from binlake.spark.runtime.jvm_archive import with_archive
 
 #: What every binlake session runs with; the pipeline's ``spark.conf`` comes after (and so wins).
 DEFAULTS: dict[str, Any] = {
@@ -18,11 +18,15 @@ DEFAULTS: dict[str, Any] = {
 
 
 def daemon_conf(master: str) -> dict[str, Any]:
-    """binlake's Python daemon (``spark/python_daemon.py``: Spark's Python processes start sooner)
-    on a local ``master``, where they run this environment. Not on a cluster: executors that get
+    """binlake's Python daemon (``spark/runtime/python_daemon.py``: Spark's Python processes start
+    sooner) on a local ``master``, where they run this environment. Not on a cluster: executors that get
     binlake through ``--py-files`` could not start a daemon from it (set it in ``spark.conf`` where
     binlake is installed on the executors)."""
-    return {"spark.python.daemon.module": "binlake.spark.python_daemon"} if master.startswith("local") else {}
+    return (
+        {"spark.python.daemon.module": "binlake.spark.runtime.python_daemon"}
+        if master.startswith("local")
+        else {}
+    )
 
 
 def defaults_for(master: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""``python -m binlake.spark.package dist/binlake.zip``: the binlake package as a zip for
+"""``python -m binlake.spark.runtime.package dist/binlake.zip``: the binlake package as a zip for
 ``spark-submit --py-files``, so executors on a cluster import the same binlake as the driver.
 
 Executors still need binlake's dependencies (pyarrow, pymysql, connectorx, mysql-replication,

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from typing_extensions import override
 
-from binlake.spark.jvm_archive import DRIVER_OPTIONS
+from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS
 
 
 class _Reader(DataSourceReader):
@@ -93,5 +93,5 @@ def train(options: str, work: str) -> None:
     jvm.wait(300)
 
 
-if __name__ == "__main__":  # python -m binlake.spark.jvm_training OPTIONS WORKDIR (jvm_archive.build)
+if __name__ == "__main__":  # python -m binlake.spark.runtime.jvm_training OPTIONS WORKDIR (jvm_archive.build)
     train(sys.argv[1], sys.argv[2])
