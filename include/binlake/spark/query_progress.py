@@ -14,12 +14,22 @@ log = logging.getLogger(__name__)
 
 
 class ProgressLog(StreamingQueryListener):
-    """Logs each progress report's durations (``spark.streams.addListener``)."""
+    """Logs each progress report's durations (``spark.streams.addListener``) until ``close``:
+    Spark delivers events on its own thread, and one may come after the query ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = True
+
+    def close(self) -> None:
+        self.open = False
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's names)
         pass
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        if not self.open:
+            return
         progress = event.progress
         seconds = {name: ms / 1000 for name, ms in sorted(progress.durationMs.items())}
         durations = ", ".join(f"{name} {s:.2f} s" for name, s in seconds.items())

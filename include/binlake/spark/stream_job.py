@@ -334,6 +334,7 @@ def _run_query(
             return
         raise _stream_error(applier, e) from None
     finally:
+        progress.close()
         spark.streams.removeListener(progress)
 
 
