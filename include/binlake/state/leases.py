@@ -115,20 +115,21 @@ class Leases:
     def hold(self, tables: Sequence[str], holder: Holder, ttl: dt.timedelta, wait_s: float = 0.0) -> None:
         """Take (or renew) ``holder``'s lease on every table for ``ttl``.
 
-        ``wait_s`` says how long to wait while another holder's lease is live: 0 fails at once
+        ``wait_s`` says how long to wait, in all, while another holder's lease is live: 0 fails at once
         (a snapshot or maintenance run refuses to start beside a writer); the stream waits for
         maintenance to finish, trying again every ``RETRY_S`` seconds.
 
         Raises:
             TableBusyError: a table is still held by another holder after ``wait_s`` seconds.
         """
-        for table in tables:
-            for attempt in Retrying(
-                retry=retry_if_exception_type(TableBusyError),
-                stop=stop_after_delay(wait_s),
-                wait=wait_fixed(RETRY_S),
-                before_sleep=before_sleep_log(log, logging.WARNING),
-                reraise=True,
-            ):
-                with attempt:
+        # One deadline for all the tables (a retry renews the leases already taken).
+        for attempt in Retrying(
+            retry=retry_if_exception_type(TableBusyError),
+            stop=stop_after_delay(wait_s),
+            wait=wait_fixed(RETRY_S),
+            before_sleep=before_sleep_log(log, logging.WARNING),
+            reraise=True,
+        ):
+            with attempt:
+                for table in tables:
                     self.acquire(table, holder, ttl)
