@@ -19,6 +19,7 @@ from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XA
 from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
+from binlake.source import table_maps
 from binlake.source.binlog_transport import BinlogConnection
 from binlake.source.connection import connect
 from binlake.source.xa import PreparedXa, XaLocator, Xid, shared_locator, xa_statement
@@ -90,6 +91,7 @@ def open_stream(
     """A non-blocking binlog dump from ``start`` — or, with ``start`` None, from where ``options``
     say (``auto_position``: after a GTID set). The one place a dump is opened: secrets stay out
     of the library's log, compressed events arrive plain (``binlog_reader``'s docstring: the rest)."""
+    table_maps.install()  # a table map is parsed once per distinct body (its docstring: why)
     where: dict[str, Any] = (
         {} if start is None else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
     )
