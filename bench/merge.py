@@ -1,12 +1,16 @@
 """Merge cost into Iceberg: seconds and bytes rewritten per batch, by workload and table layout.
 
-    .venv/bin/python bench/merge.py [--rows 1000000] [--batches 10] [--changes 10000]
+    .venv/bin/python bench/merge.py [--rows 1000000] [--batches 10] [--changes 10000] [--growth]
+        [--layout NAME ...]
 
 A 1M-row table (orders-like rows) gets 10 consecutive merges of 10k changes (9k updates, 1k
 deletes) through binlake's merge path, for two workloads — uniform random keys, and OLTP-like skew
 (90% of the changes hit the newest 10% of keys) — on each layout. Prints one JSON object; the
 issue's goals: skewed ≤ 1.0 s and ≤ 20% of the table's bytes rewritten per batch, uniform ≤ 1.5 s,
-no growth over the batches.
+no growth over the batches. ``--growth`` runs each layout at ``--rows`` and 4× as many in the same
+run: ``cost_growth_4x`` (median seconds per batch at 4× ÷ at 1×; goal ≤ 1.3) and the bytes written
+per batch as a share of the table (goal ≤ 5 %). The ``key index`` layout is what the stream's
+writers do on a merge-on-read table (``sink.key_index``); its first batch builds the index.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ LAYOUTS: dict[str, TableLayout] = {
         properties={"write.target-file-size-bytes": str(8 << 20), "write.merge.mode": "merge-on-read"}
     ),
 }
+#: Layouts whose writer keeps a key index (``sink.key_index``, what the stream's writers do).
+INDEXED = {"sorted, 8 MiB files, merge-on-read, key index": LAYOUTS["sorted, 8 MiB files, merge-on-read"]}
+LAYOUTS.update(INDEXED)
 
 
 def rows(ids: list[int], rng: random.Random, version: int) -> pa.Table:
@@ -89,7 +96,9 @@ def pick(rng: random.Random, live: list[int], count: int, skewed: bool) -> list[
     return list(hot)
 
 
-def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Namespace) -> dict[str, Any]:
+def run(
+    layout_name: str, layout: TableLayout, workload: str, args: argparse.Namespace, table_rows: int
+) -> dict[str, Any]:
     rng = random.Random(42)
     with tempfile.TemporaryDirectory(prefix="binlake-bench-") as tmp:
         warehouse = Path(tmp) / "warehouse"
@@ -97,8 +106,9 @@ def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Nam
         catalog = SqlCatalog("bench", uri=f"sqlite:///{tmp}/catalog.db", warehouse=f"file://{warehouse}")
         applier = IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), layout)
         applier.apply(TABLE)
-        writer = IcebergWriter(catalog, "bench.orders")
-        live = list(range(1, args.rows + 1))
+        index = Path(tmp) / "index" if layout_name in INDEXED else None
+        writer = IcebergWriter(catalog, "bench.orders", key_index_dir=index)
+        live = list(range(1, table_rows + 1))
         writer.table.append(rows(live, rng, 0))
         writer.table.refresh()
         table_bytes = sum(t.file.file_size_in_bytes for t in writer.table.scan().plan_files())
@@ -121,14 +131,17 @@ def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Nam
         return {
             "layout": layout_name,
             "workload": workload,
+            "rows": table_rows,
             "table_bytes": table_bytes,
             "files": files,
             "seconds_per_batch": [round(s, 3) for s in seconds],
             "median_s": round(statistics.median(seconds), 3),
             "max_s": round(max(seconds), 3),
+            "first_batch_s": round(seconds[0], 3),  # an indexed layout builds its index here
             "rewritten_share_median": round(statistics.median(rewritten) / table_bytes, 3),
             "rewritten_share_max": round(max(rewritten) / table_bytes, 3),
             "bytes_written_median": int(statistics.median(written)),
+            "written_share_median": round(statistics.median(written) / table_bytes, 4),
             "growth_last_vs_first_3": round(statistics.mean(seconds[-3:]) / statistics.mean(seconds[:3]), 2),
         }
 
@@ -136,16 +149,36 @@ def run(layout_name: str, layout: TableLayout, workload: str, args: argparse.Nam
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--growth",
+        action="store_true",
+        help="also run each layout at 4x --rows, and report cost_growth_4x (median s per batch, 4x ÷ 1x)",
+    )
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--changes", type=int, default=10_000)
     parser.add_argument("--layout", action="append", choices=list(LAYOUTS), help="only these layouts")
     args = parser.parse_args()
     started = time.monotonic()
+    sizes = [args.rows, 4 * args.rows] if args.growth else [args.rows]
     results = [
-        run(name, LAYOUTS[name], workload, args)
+        run(name, LAYOUTS[name], workload, args, size)
         for name in (args.layout or list(LAYOUTS))
         for workload in ("uniform", "skewed")
+        for size in sizes
     ]
+    growth = (
+        [
+            {
+                "layout": small["layout"],
+                "workload": small["workload"],
+                "cost_growth_4x": round(large["median_s"] / small["median_s"], 2),
+                "written_share_4x": large["written_share_median"],
+            }
+            for small, large in zip(results[::2], results[1::2], strict=True)
+        ]
+        if args.growth
+        else []
+    )
     print(
         json.dumps(
             {
@@ -153,8 +186,15 @@ def main() -> None:
                 "rows": args.rows,
                 "batches": args.batches,
                 "changes_per_batch": args.changes,
-                "goals": {"skewed_s": 1.0, "skewed_rewritten_share": 0.2, "uniform_s": 1.5},
+                "goals": {
+                    "skewed_s": 1.0,
+                    "skewed_rewritten_share": 0.2,
+                    "uniform_s": 1.5,
+                    "cost_growth_4x": 1.3,
+                    "written_share": 0.05,
+                },
                 "results": results,
+                "growth": growth,
                 "seconds": round(time.monotonic() - started, 1),
             }
         )

@@ -330,6 +330,12 @@ class PipelineConfig(_Model):
         return self.sink.catalog.warehouse or default
 
     @property
+    def key_index_dir(self) -> Path:
+        """Where merge-on-read sink tables keep their key indexes (``sink.key_index``): a cache,
+        rebuilt from the table when missing or behind."""
+        return (self.pipeline.work_dir / "key-index").resolve()
+
+    @property
     def checkpoint_root(self) -> Path:
         return (self.stream.checkpoint_dir or self.pipeline.work_dir / "checkpoints").resolve()
 

@@ -46,8 +46,17 @@ def head(server: PrivateMariaDB) -> Any:
         return current_offset(conn, server_version(conn))
 
 
+def _merged(config: Any, mode: str) -> Any:
+    """``config`` with its sink tables in merge ``mode`` (merge-on-read: through the key index)."""
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = config.source.password.get_secret_value()
+    raw["sink"]["table_properties"] = {**raw["sink"].get("table_properties", {}), "write.merge.mode": mode}
+    return type(config).model_validate(raw)
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
 def test_stream_after_snapshot_is_exact(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+    mode: str, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
     mariadb.execute(
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(10,2))",
@@ -56,7 +65,7 @@ def test_stream_after_snapshot_is_exact(
         "INSERT INTO page_views VALUES (1, 'x'), (1, 'x'), (2, 'y'), (NULL, 'n')",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=100)
+    config = _merged(stream_config(mariadb, database, tmp_path, chunk_size=100), mode)
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute(
@@ -79,6 +88,8 @@ def test_stream_after_snapshot_is_exact(
     again = run_stream(config, spark, until_caught_up=True)
     assert again.rows == 0
     assert before == {t: len(sink_rows(config, TableId.parse(t))) for t in report.applied}
+    if mode == "merge-on-read":  # the batches went through the key index, not around it
+        assert list(config.key_index_dir.glob(f"{database}.t-*.sqlite"))
 
 
 @pytest.mark.slow
@@ -117,7 +128,9 @@ def test_workload_during_snapshot_and_stream_then_caught_up_is_exact(
     assert_sink_equals_source(config)
 
 
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
 def test_kill_9_mid_batch_before_then_after_the_commit_then_restart_is_exact(
+    mode: str,
     mariadb: PrivateMariaDB,
     database: str,
     tmp_path: Path,
@@ -133,7 +146,7 @@ def test_kill_9_mid_batch_before_then_after_the_commit_then_restart_is_exact(
         "INSERT INTO page_views SELECT seq % 50, 0 FROM seq_1_to_1000",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=300)
+    config = _merged(stream_config(mariadb, database, tmp_path, chunk_size=300), mode)
     path = write_config_file(tmp_path, config, mariadb)
     plan(config)
     assert run_snapshot(config, spark).complete

@@ -26,6 +26,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -34,7 +35,9 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
@@ -56,6 +59,7 @@ from binlake.sink.exactly_once import (
     commit_result,
 )
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
+from binlake.sink.key_index import KeyIndex
 from binlake.sink.merge_on_read import merge_on_read, write_position_deletes
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
 from binlake.sink.row_match import (
@@ -79,12 +83,22 @@ class IcebergWriter:
         identifier: ``namespace.table``.
     """
 
-    def __init__(self, catalog: Catalog, identifier: str, merge_manifests_at: int = 0) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        identifier: str,
+        merge_manifests_at: int = 0,
+        key_index_dir: Path | None = None,
+    ) -> None:
         self.catalog = catalog
         self.identifier = identifier
         self.table = catalog.load_table(identifier)
         self.merge_manifests_at = merge_manifests_at
         """After a batch commit, merge the table's manifests once it has this many (0: never)."""
+        self.key_index_dir = key_index_dir
+        """Where merge-on-read keeps the table's key index (``sink.key_index``; None: no index,
+        each merge reads the keys of the files that may hold its keys)."""
+        self._key_index: KeyIndex | None = None
 
     # -- append files (snapshot) ----------------------------------------------------------------
 
@@ -362,24 +376,16 @@ class IcebergWriter:
     ) -> None:
         """The batch as position deletes of the replaced rows plus one file of new rows."""
         table = self.table
+        index = self._index(key_columns) if not clear else None
+        snapshot = table.current_snapshot()
+        before = snapshot.snapshot_id if snapshot is not None else None
+        added: list[str] = []
         with table.transaction() as tx:
             metadata = tx.table_metadata
-            wanted = list(dict.fromkeys([*key_columns, *(c.column for c in clear)]))
-            if any(c.source_table for c in clear) and SOURCE_TABLE_COLUMN not in wanted:
-                wanted.append(SOURCE_TABLE_COLUMN)
-            key_schema = metadata.schema().select(*wanted)
-            replaced = []
-            for task, _, _ in files_to_merge(self.table, keys, key_columns, clear):
-                # Read the file alone, without its delete files, so row numbers are file positions.
-                stored = ArrowScan(metadata, table.io, key_schema, AlwaysTrue()).to_table(
-                    tasks=[FileScanTask(task.file)]
-                )
-                positions = key_positions(stored, keys, key_columns)
-                if clear:
-                    cleared = pc.indices_nonzero(clear_mask(stored, clear)).to_pylist()
-                    positions = sorted(set(positions) | {int(i) for i in cleared})
-                if positions:
-                    replaced.append((task.file, positions))
+            if index is not None:
+                replaced = self._indexed_positions(index, keys)
+            else:
+                replaced = self._scanned_positions(metadata, keys, key_columns, clear)
             delete_files = write_position_deletes(table.io, metadata, replaced)
             if delete_files or upserts.num_rows:
                 write_uuid, counter = uuid.uuid4(), itertools.count(0)
@@ -395,7 +401,53 @@ class IcebergWriter:
                         rows = upserts.sort_by([(k, "ascending") for k in key_columns])
                         for data_file in write_data_files(metadata, rows, table.io, write_uuid, counter):
                             snap.append_data_file(data_file)
+                            added.append(data_file.file_path)
             tx.set_properties(properties)
+        if index is not None:
+            index.apply(table, keys, added, before)
+        elif self._key_index is not None:
+            self._key_index.forget()  # a backfill's ranges were merged without it
+
+    def _index(self, key_columns: list[str]) -> KeyIndex | None:
+        """The table's key index, describing its current snapshot (rebuilt if it does not)."""
+        if self.key_index_dir is None:
+            return None
+        if self._key_index is None or self._key_index.key_columns != key_columns:
+            name = f"{self.identifier}-{self.table.metadata.table_uuid}.sqlite"
+            self._key_index = KeyIndex(self.key_index_dir / name, key_columns)
+        if not self._key_index.describes(self.table):
+            self._key_index.rebuild(self.table)
+        return self._key_index
+
+    def _indexed_positions(self, index: KeyIndex, keys: pa.Table) -> list[tuple[DataFile, list[int]]]:
+        found = index.positions(keys)
+        if not found:
+            return []
+        files = {t.file.file_path: t.file for t in self.table.scan().plan_files()}
+        return [(files[path], positions) for path, positions in found.items()]
+
+    def _scanned_positions(
+        self, metadata: TableMetadata, keys: pa.Table, key_columns: list[str], clear: Sequence[ClearRange]
+    ) -> list[tuple[DataFile, list[int]]]:
+        """Positions of the batch's keys (and of the rows in ``clear`` ranges), from the key columns
+        of every file whose bounds may hold one."""
+        wanted = list(dict.fromkeys([*key_columns, *(c.column for c in clear)]))
+        if any(c.source_table for c in clear) and SOURCE_TABLE_COLUMN not in wanted:
+            wanted.append(SOURCE_TABLE_COLUMN)
+        key_schema = metadata.schema().select(*wanted)
+        replaced = []
+        for task, _, _ in files_to_merge(self.table, keys, key_columns, clear):
+            # Read the file alone, without its delete files, so row numbers are file positions.
+            stored = ArrowScan(metadata, self.table.io, key_schema, AlwaysTrue()).to_table(
+                tasks=[FileScanTask(task.file)]
+            )
+            positions = key_positions(stored, keys, key_columns)
+            if clear:
+                cleared = pc.indices_nonzero(clear_mask(stored, clear)).to_pylist()
+                positions = sorted(set(positions) | {int(i) for i in cleared})
+            if positions:
+                replaced.append((task.file, positions))
+        return replaced
 
     def rows_with_keys(self, keys: pa.Table) -> pa.Table:
         """The stored rows of these keys (``keys``: the table's key columns), with every delete

@@ -168,7 +168,7 @@ def run_stream(
                 writer = None  # another table carries the name now (a swap, a replaced table)
             if writer is None:
                 writer = writers[identifier] = IcebergWriter(
-                    catalog, identifier, config.stream.merge_manifests_at
+                    catalog, identifier, config.stream.merge_manifests_at, config.key_index_dir
                 )
             return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
 

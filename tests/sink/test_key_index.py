@@ -1,0 +1,201 @@
+"""The key index of merge-on-read tables: the same table as without it, rebuilt whenever it does not
+describe the table's current snapshot, and never trusted over the table."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from binlake.sink.key_index import KeyIndex, KeyIndexError
+from binlake.sink.writer import IcebergWriter
+from tests.sink.helpers import content, create, make_catalog, rows
+
+MOR = {"write.merge.mode": "merge-on-read"}
+
+
+def _batch(writer: IcebergWriter, batch: int, rng: random.Random, expected: dict[int, str]) -> None:
+    touched = rng.sample(range(3500), 80)
+    deleted, updated = touched[:15], touched[15:]
+    writer.merge_batch(
+        batch, rows(sorted(updated), f"b{batch}-"), pa.table({"id": pa.array(deleted, pa.int64())})
+    )
+    expected.update({k: f"b{batch}-{k}" for k in updated})
+    for k in deleted:
+        expected.pop(k, None)
+
+
+def _loaded(writer: IcebergWriter) -> dict[int, str]:
+    for start in range(0, 3000, 1000):
+        writer.table.append(rows(list(range(start, start + 1000)), "v"))
+    return {i: f"v{i}" for i in range(3000)}
+
+
+def test_batches_through_the_index_give_the_table_a_scan_gives(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    indexed = IcebergWriter(catalog, create(catalog, "a", properties=MOR), key_index_dir=tmp_path / "index")
+    scanned = IcebergWriter(catalog, create(catalog, "b", properties=MOR))
+    expected = _loaded(indexed)
+    _loaded(scanned)
+    rng_a, rng_b = random.Random(3), random.Random(3)
+    for batch in range(1, 9):
+        _batch(indexed, batch, rng_a, expected)
+        _batch(scanned, batch, rng_b, {})
+        assert indexed._key_index is not None
+        assert indexed._key_index.describes(indexed.table)
+    assert content(indexed) == content(scanned) == expected
+    summary = indexed.table.current_snapshot().summary  # type: ignore[union-attr]
+    assert summary is not None
+    assert int(summary.additional_properties["added-position-deletes"]) > 0
+
+
+def test_an_index_that_missed_a_commit_is_rebuilt_from_the_table(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another writer (or a crash between the commit and the index's update) moves the table on:
+    the index no longer describes it and is rebuilt, skipping rows position deletes removed."""
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog, properties=MOR)
+    first = IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index")
+    expected = _loaded(first)
+    rng = random.Random(11)
+    _batch(first, 1, rng, expected)
+    other = IcebergWriter(catalog, identifier)  # no index: it writes position deletes the index misses
+    keys = sorted(expected)[:50]
+    other.merge_batch(2, rows(keys, "other-"), None)
+    expected.update({k: f"other-{k}" for k in keys})
+    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+        first.merge_batch(3, rows(keys[:10], "again-"), pa.table({"id": pa.array(keys[10:20], pa.int64())}))
+    assert "indexed the keys" in caplog.text
+    expected.update({k: f"again-{k}" for k in keys[:10]})
+    for k in keys[10:20]:
+        expected.pop(k)
+    assert content(first) == expected
+
+    # A new writer (a new job) finds the index describing the table: no rebuild.
+    caplog.clear()
+    later = IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index")
+    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+        _batch(later, 4, rng, expected)
+    assert "indexed the keys" not in caplog.text
+    assert content(later) == expected
+
+
+def test_composite_keys_through_the_index(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(
+        catalog, create(catalog, key=("o", "line"), properties=MOR), key_index_dir=tmp_path
+    )
+    schema = pa.schema(
+        [pa.field("o", pa.int64(), False), pa.field("line", pa.int64(), False), ("v", pa.string())]
+    )
+    writer.table.append(
+        pa.table({"o": [1, 1, 2, 2], "line": [1, 2, 1, 2], "v": ["a", "b", "c", "d"]}, schema=schema)
+    )
+    writer.merge_batch(
+        1,
+        pa.table({"o": [1, 3], "line": [2, 1], "v": ["B", "new"]}, schema=schema),
+        pa.table({"o": pa.array([2], pa.int64()), "line": pa.array([1], pa.int64())}),
+    )
+    writer.merge_batch(2, pa.table({"o": [1], "line": [2], "v": ["BB"]}, schema=schema), None)
+    got = {(r["o"], r["line"]): r["v"] for r in writer.table.scan().to_arrow().to_pylist()}
+    assert got == {(1, 1): "a", (1, 2): "BB", (2, 2): "d", (3, 1): "new"}
+
+
+def test_a_key_stored_twice_stops_the_build(tmp_path: Path) -> None:
+    """Positions picked for one of two rows would leave the other: the table no longer equals its
+    source, and the build says so instead of choosing."""
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
+    writer.table.append(rows([1, 2, 3], "v"))
+    writer.table.append(rows([3], "w"))
+    with pytest.raises(KeyIndexError, match="a key is in two live rows"):
+        writer.merge_batch(1, rows([2], "u"), None)
+    stored = sorted((r["id"], r["v"]) for r in writer.table.scan().to_arrow().to_pylist())
+    assert stored == [(1, "v1"), (2, "v2"), (3, "v3"), (3, "w3")]  # nothing written
+
+
+def test_the_index_describes_one_table_and_snapshot(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, properties=MOR))
+    writer.table.append(rows([1, 2], "v"))
+    index = KeyIndex(tmp_path / "i.sqlite", ["id"])
+    assert not index.describes(writer.table)
+    index.rebuild(writer.table)
+    assert index.describes(writer.table)
+    assert index.positions(pa.table({"id": pa.array([2, 9], pa.int64())})) == {
+        writer.table.scan().plan_files()[0].file.file_path: [1]
+    }
+    writer.table.append(rows([3], "v"))
+    writer.table.refresh()
+    assert not index.describes(writer.table)
+    catalog.drop_table("db.t")
+    other = IcebergWriter(catalog, create(catalog, properties=MOR))
+    assert not index.describes(other.table)
+
+
+_KILLED_MID_UPDATE = """
+import os, sys
+import pyarrow as pa
+from pathlib import Path
+from pyiceberg.catalog.sql import SqlCatalog
+from binlake.sink import key_index
+from binlake.sink.writer import IcebergWriter
+from tests.sink.helpers import rows
+
+tmp = Path(sys.argv[1])
+catalog = SqlCatalog("test", uri=f"sqlite:///{tmp / 'catalog.db'}", warehouse=f"file://{tmp / 'warehouse'}")
+writer = IcebergWriter(catalog, "db.t", key_index_dir=tmp / "index")
+original = key_index.KeyIndex._add
+calls = []
+def killed(self, *args):  # after the commit, the batch's keys removed, its new rows' keys next
+    calls.append(args)
+    if len(calls) == 2:  # the first is the build's
+        os._exit(9)
+    return original(self, *args)
+key_index.KeyIndex._add = killed
+writer.merge_batch(1, rows([5, 6], "killed-"), pa.table({"id": pa.array([7], pa.int64())}))
+"""
+
+
+def test_a_process_killed_while_updating_the_index_leaves_it_to_be_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Iceberg commit landed and the process died while the index took the batch in: the next
+    writer must not trust the index (it rebuilds, and the next batch replaces the right rows)."""
+    import subprocess
+    import sys
+
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog, properties=MOR)
+    IcebergWriter(catalog, identifier).table.append(rows(list(range(20)), "v"))
+    died = subprocess.run(
+        [sys.executable, "-c", _KILLED_MID_UPDATE, str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert died.returncode == 9, died.stderr
+    writer = IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index")
+    index = KeyIndex(tmp_path / "index" / f"{identifier}-{writer.table.metadata.table_uuid}.sqlite", ["id"])
+    assert index.path.exists()
+    assert not index.describes(writer.table)
+    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+        writer.merge_batch(2, rows([6, 8], "after-"), pa.table({"id": pa.array([5], pa.int64())}))
+    assert "indexed the keys" in caplog.text
+    expected = {i: f"v{i}" for i in range(20) if i not in (5, 7)} | {6: "after-6", 8: "after-8"}
+    assert content(writer) == expected
+
+
+def test_a_damaged_index_file_is_rebuilt(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
+    writer.table.append(rows(list(range(10)), "v"))
+    writer.merge_batch(1, rows([1], "a-"), None)
+    assert writer._key_index is not None
+    path = writer._key_index.path
+    writer._key_index.close()
+    path.write_bytes(b"not a database" * 100)
+    later = IcebergWriter(catalog, writer.identifier, key_index_dir=tmp_path / "index")
+    later.merge_batch(2, rows([1, 2], "b-"), pa.table({"id": pa.array([3], pa.int64())}))
+    assert content(later) == {i: f"v{i}" for i in range(10) if i != 3} | {1: "b-1", 2: "b-2"}
