@@ -12,6 +12,7 @@ import pytest
 from binlake.sink.maintenance import MaintenanceOptions, maintain
 from binlake.sink.writer import IcebergWriter
 from binlake.state.store import StateStore
+from binlake.testing import duckdb_iceberg
 from tests.sink.helpers import content, create, make_catalog, rows
 
 MOR = {"write.merge.mode": "merge-on-read"}
@@ -41,9 +42,13 @@ def test_both_modes_give_the_same_table(tmp_path: Path, mode: str) -> None:
     writer = IcebergWriter(catalog, create(catalog, properties={"write.merge.mode": mode}))
     expected = apply_batches(writer, seed=5)
     assert content(writer) == expected
-    # DuckDB reads through pyiceberg's scan, which applies the position deletes.
+    # DuckDB reads through pyiceberg's scan, which applies the position deletes, and with its own
+    # iceberg extension, which reads binlake's delete files itself.
     frame = writer.table.scan().to_duckdb("t").sql("SELECT COUNT(*), COUNT(DISTINCT id) FROM t").fetchall()
     assert frame == [(len(expected), len(expected))]
+    own = duckdb_iceberg.read(writer.table).to_pylist()
+    assert {r["id"]: r["v"] for r in own} == expected
+    assert len(own) == len(expected)
 
 
 def test_merge_on_read_writes_deletes_instead_of_rewriting(tmp_path: Path) -> None:
@@ -86,7 +91,10 @@ def test_maintain_folds_delete_files_back_into_the_data(tmp_path: Path) -> None:
     writer = IcebergWriter(catalog, identifier)
     expected = apply_batches(writer, seed=9)
     writer.table.refresh()
-    assert any(task.delete_files for task in writer.table.scan().plan_files())
+    delete_files = {d.file_path: d for task in writer.table.scan().plan_files() for d in task.delete_files}
+    assert delete_files
+    # The snapshot's totals count the delete files, as Iceberg's own summaries do.
+    assert _totals(writer) == (len(delete_files), sum(d.record_count for d in delete_files.values()))
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     report = maintain(
         catalog, store, "p", identifier, None, MaintenanceOptions(dt.timedelta(0), dt.timedelta(0))
@@ -95,9 +103,17 @@ def test_maintain_folds_delete_files_back_into_the_data(tmp_path: Path) -> None:
     writer.table.refresh()
     tasks = list(writer.table.scan().plan_files())
     assert [t for t in tasks if t.delete_files] == []  # every delete file retired
+    assert _totals(writer) == (0, 0)
     assert content(writer) == expected
     deletes_on_disk = list((Path(writer.table.location().removeprefix("file://")) / "data").glob("deletes-*"))
     assert deletes_on_disk == []  # expired, then removed as orphans
     # Merging continues normally on the compacted table.
     writer.merge_batch(100, rows([1], "after"), None)
     assert content(writer)[1] == "after1"
+
+
+def _totals(writer: IcebergWriter) -> tuple[int, int]:
+    summary = writer.table.current_snapshot().summary  # type: ignore[union-attr]
+    assert summary is not None
+    extra = summary.additional_properties
+    return int(extra["total-delete-files"]), int(extra["total-position-deletes"])

@@ -66,6 +66,8 @@ class DeltaOverwrite(_OverwriteFiles):
         super().__init__(*args, **kwargs)
         self._added_delete_files = list(delete_files)
         self._retired = set(retired_delete_files)
+        self._retired_files: list[DataFile] = []
+        """The retired delete files, as found in the manifests (for the summary)."""
 
     def _manifests(self) -> list[ManifestFile]:
         manifests = super()._manifests()
@@ -95,6 +97,7 @@ class DeltaOverwrite(_OverwriteFiles):
                 continue
             entries = manifest.fetch_manifest_entry(io=self._io, discard_deleted=True)
             remaining = [e for e in entries if e.data_file.file_path not in self._retired]
+            self._retired_files += [e.data_file for e in entries if e.data_file.file_path in self._retired]
             if len(remaining) == len(entries):
                 kept.append(manifest)
             elif remaining:
@@ -114,15 +117,26 @@ class DeltaOverwrite(_OverwriteFiles):
 
     def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
         summary = super()._summary(snapshot_properties)
-        if self._added_delete_files:
-            # pyiceberg counts only data files; add the delete files, as Iceberg's summaries do.
-            extra = summary.additional_properties
-            size = sum(f.file_size_in_bytes for f in self._added_delete_files)
-            deletes = sum(f.record_count for f in self._added_delete_files)
-            extra["added-files-size"] = str(int(extra.get("added-files-size", 0)) + size)
-            extra["added-delete-files"] = str(len(self._added_delete_files))
-            extra["added-position-delete-files"] = str(len(self._added_delete_files))
-            extra["added-position-deletes"] = str(deletes)
+        # pyiceberg counts only data files; count the delete files added and retired too, in the
+        # batch's figures and in the table's totals, as Iceberg's summaries do (engines plan and
+        # report from the totals).
+        extra = summary.additional_properties
+        added = ("added-files-size", "added-delete-files", "added-position-deletes")
+        removed = ("removed-files-size", "removed-delete-files", "removed-position-deletes")
+        for files, sign, names in ((self._added_delete_files, 1, added), (self._retired_files, -1, removed)):
+            if not files:
+                continue
+            size, deletes = sum(f.file_size_in_bytes for f in files), sum(f.record_count for f in files)
+            counts = (size, len(files), deletes)
+            for name, count in zip(names, counts, strict=True):
+                extra[name] = str(int(extra.get(name, 0)) + count)
+            for total, count in zip(
+                ("total-files-size", "total-delete-files", "total-position-deletes"), counts, strict=True
+            ):
+                if total in extra:  # pyiceberg leaves the totals out when the parent had none
+                    extra[total] = str(max(0, int(extra[total]) + sign * count))
+            if sign > 0:
+                extra["added-position-delete-files"] = str(len(files))
         return summary
 
     def _delete_manifest_writer(self, spec_id: int) -> DeleteManifestWriter:
