@@ -259,6 +259,11 @@ class StreamConfig(_Model):
     merge_manifests_at: int = Field(default=32, ge=0)
     """Merge a table's manifests once a batch leaves it with this many (0: never): every commit
     adds one, and scans and merges read them all."""
+    compact: bool = True
+    """Compact merge-on-read tables inside the stream (``sink/compaction.py``): after a batch, a
+    bounded share of the files with many deleted rows, the small files of new rows and the delete
+    files are rewritten in a commit of their own, so files and delete files stay bounded;
+    ``false``: leave it to ``binlake maintain``."""
     schema_change_applier: Literal["inline", "external"] = "inline"
     """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
     (the stream records it and waits: Airflow's DDL DAG applies it)."""

@@ -49,7 +49,7 @@ from binlake.errors import BinlakeError
 log = logging.getLogger(__name__)
 
 #: Bumped when the file's layout changes: an index of another version is rebuilt.
-FORMAT = "1"
+FORMAT = "2"
 #: Keys per statement when looking up or removing (SQLite's bound-variable limit is 32766).
 _STEP = 20_000
 
@@ -117,7 +117,10 @@ class KeyIndex:
         self._remove_files()  # a new file: the old one may be in any state
         self._db = self._open()
         with self._transaction():
-            self._db.execute("CREATE TABLE files (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE)")
+            self._db.execute(
+                "CREATE TABLE files (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, "
+                "live INTEGER NOT NULL)"
+            )
             self._db.execute(
                 "CREATE TABLE keys (key INTEGER PRIMARY KEY, file INTEGER NOT NULL, pos INTEGER NOT NULL)"
                 if integer
@@ -144,18 +147,19 @@ class KeyIndex:
             self.path,
         )
 
-    def _add(self, path: str, keys: pa.Table, positions: pa.Array | None = None) -> int:
+    def _add(self, path: str, keys: pa.Table, positions: pa.Array | None = None, moved: bool = False) -> int:
         """Record ``keys`` as rows of ``path``, at ``positions`` (None: 0, 1, 2, … — the file's
-        rows in order)."""
+        rows in order); ``moved``: the keys were elsewhere (a compaction rewrote their file)."""
         if keys.num_rows == 0:
             return 0
         file = self._file_id(path)
         where = range(keys.num_rows) if positions is None else positions.to_pylist()
         try:
             self._db.executemany(
-                "INSERT INTO keys VALUES (?, ?, ?)",
+                f"INSERT {'OR REPLACE ' if moved else ''}INTO keys VALUES (?, ?, ?)",
                 zip(self._encode(keys), [file] * keys.num_rows, where, strict=True),
             )
+            self._db.execute("UPDATE files SET live = live + ? WHERE id = ?", (keys.num_rows, file))
         except sqlite3.IntegrityError:
             raise KeyIndexError(
                 f"Cannot index the keys ({', '.join(self.key_columns)}) of the sink table: a key is in two "
@@ -165,7 +169,7 @@ class KeyIndex:
         return int(keys.num_rows)
 
     def _file_id(self, path: str) -> int:
-        self._db.execute("INSERT OR IGNORE INTO files (path) VALUES (?)", (path,))
+        self._db.execute("INSERT OR IGNORE INTO files (path, live) VALUES (?, 0)", (path,))
         row = self._db.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
         return int(row[0])
 
@@ -200,11 +204,38 @@ class KeyIndex:
             encoded = sorted(self._encode(keys.select(self.key_columns)))  # B-tree order: fewer page visits
             for low in range(0, len(encoded), _STEP):
                 part = encoded[low : low + _STEP]
-                self._db.execute(f"DELETE FROM keys WHERE key IN ({','.join('?' * len(part))})", part)
+                marks = ",".join("?" * len(part))
+                gone = self._db.execute(
+                    f"SELECT file, COUNT(*) FROM keys WHERE key IN ({marks}) GROUP BY file", part
+                ).fetchall()
+                decrements = [(n, f) for f, n in gone]
+                self._db.executemany("UPDATE files SET live = live - ? WHERE id = ?", decrements)
+                self._db.execute(f"DELETE FROM keys WHERE key IN ({marks})", part)
             for path in added:
                 data = pq.read_table(table.io.new_input(path).open(), columns=self.key_columns)
                 self._add(path, data.cast(schema.as_arrow()))
         self._describe(identity)
+
+    def moved(self, table: Table, removed: Sequence[str], added: Sequence[str], before: int | None) -> None:
+        """After a commit that rewrote the files ``removed`` (their live rows) into ``added``: the
+        keys point into the new files, and the index describes the new snapshot (if it described
+        ``before``)."""
+        identity = _identity(table, self.key_columns)
+        meta = self._meta()
+        if meta.get("snapshot") != str(before) or meta.get("boot") != _boot():
+            return
+        schema = table.schema().select(*self.key_columns)
+        self.forget()
+        with self._transaction():
+            for path in added:
+                data = pq.read_table(table.io.new_input(path).open(), columns=self.key_columns)
+                self._add(path, data.cast(schema.as_arrow()), moved=True)
+            self._db.executemany("DELETE FROM files WHERE path = ?", [(path,) for path in removed])
+        self._describe(identity)
+
+    def live_rows(self) -> dict[str, int]:
+        """Data file → rows of it the index holds (its rows no delete removed)."""
+        return {path: int(live) for path, live in self._db.execute("SELECT path, live FROM files")}
 
     def forget(self) -> None:
         """The table changed in a way not recorded here: rebuild before the next use."""

@@ -16,7 +16,6 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
@@ -132,10 +131,9 @@ def compact(table: Table) -> tuple[int, int]:
             retired_delete_files=retired,
         ) as snap:
             for tasks in small:
-                data = pa.concat_tables(
-                    ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[t])
-                    for t in tasks
-                )
+                # One scan of them all: pyiceberg brings the files' columns to one Arrow schema
+                # (files from other writers hold string or large_string, say).
+                data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=tasks)
                 if keys:
                     data = data.sort_by([(k, "ascending") for k in keys])
                 for task in tasks:

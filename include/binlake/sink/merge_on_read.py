@@ -18,14 +18,22 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
 )
+from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
+
+from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.sink.file_bounds import files_to_merge
+from binlake.sink.row_match import ClearRange, clear_mask, key_positions
 
 #: The table property (Iceberg's own) that turns merge-on-read on.
 MERGE_MODE = "write.merge.mode"
@@ -85,3 +93,27 @@ def write_position_deletes(
         delete_file.spec_id = spec_id
         written.append(delete_file)
     return written
+
+
+def scanned_positions(
+    table: Table, metadata: TableMetadata, keys: pa.Table, key_columns: list[str], clear: Sequence[ClearRange]
+) -> list[tuple[DataFile, list[int]]]:
+    """Positions of the batch's keys (and of the rows in ``clear`` ranges), from the key columns
+    of every file whose bounds may hold one (the way without a key index: it reads the table)."""
+    wanted = list(dict.fromkeys([*key_columns, *(c.column for c in clear)]))
+    if any(c.source_table for c in clear) and SOURCE_TABLE_COLUMN not in wanted:
+        wanted.append(SOURCE_TABLE_COLUMN)
+    key_schema = metadata.schema().select(*wanted)
+    replaced = []
+    for task, _, _ in files_to_merge(table, keys, key_columns, clear):
+        # Read the file alone, without its delete files, so row numbers are file positions.
+        stored = ArrowScan(metadata, table.io, key_schema, AlwaysTrue()).to_table(
+            tasks=[FileScanTask(task.file)]
+        )
+        positions = key_positions(stored, keys, key_columns)
+        if clear:
+            cleared = pc.indices_nonzero(clear_mask(stored, clear)).to_pylist()
+            positions = sorted(set(positions) | {int(i) for i in cleared})
+        if positions:
+            replaced.append((task.file, positions))
+    return replaced

@@ -37,14 +37,13 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
-from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
-from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink import exactly_once
+from binlake.sink import compaction, exactly_once
+from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.copy_on_write import overwrite
 from binlake.sink.exactly_once import (
     MAX_ATTEMPTS,
@@ -60,14 +59,13 @@ from binlake.sink.exactly_once import (
 )
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
 from binlake.sink.key_index import KeyIndex
-from binlake.sink.merge_on_read import merge_on_read, write_position_deletes
+from binlake.sink.merge_on_read import merge_on_read, scanned_positions, write_position_deletes
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
 from binlake.sink.row_match import (
     ClearRange,
     batch_keys,
     clear_mask,
     in_range,
-    key_positions,
     row_counts,
     take_rows,
 )
@@ -89,6 +87,7 @@ class IcebergWriter:
         identifier: str,
         merge_manifests_at: int = 0,
         key_index_dir: Path | None = None,
+        compaction: CompactionPolicy | None = None,
     ) -> None:
         self.catalog = catalog
         self.identifier = identifier
@@ -99,6 +98,11 @@ class IcebergWriter:
         """Where merge-on-read keeps the table's key index (``sink.key_index``; None: no index,
         each merge reads the keys of the files that may hold its keys)."""
         self._key_index: KeyIndex | None = None
+        self.compaction = compaction
+        """When to compact a merge-on-read table after a batch (``sink/compaction.py``; None: never,
+        and only with a key index, which counts each file's live rows)."""
+        self._changes = 0
+        """Rows of the last batch merged through the key index (what a compaction may spend)."""
 
     # -- append files (snapshot) ----------------------------------------------------------------
 
@@ -245,41 +249,21 @@ class IcebergWriter:
                 continue
             result = commit_result(self.table, "committed", started, attempt)
             self._merge_manifests()
+            self._compact()
             return result
         raise CommitConflictError(
             f"Could not apply batch {batch_id} to {self.identifier}: {MAX_ATTEMPTS} conflicts"
         )
 
     def _merge_manifests(self) -> None:
-        """Merge the current snapshot's manifests into few, once there are ``merge_manifests_at``.
+        if self.merge_manifests_at and not merge_on_read(self.table.metadata):
+            compaction.merge_manifests(self.table, self.merge_manifests_at)
 
-        Every batch commit adds a manifest that every later scan and merge reads (pyiceberg has no
-        rewrite-manifests): planning grows with the commits (0.02 s after 10, 0.4 s after 200).
-        A merge-append without files is that rewrite: one snapshot, the same data files, the
-        table's properties (the stream's offset) untouched. Merge-on-read tables keep their
-        delete manifests apart, so they are left alone. Best effort: a conflict skips it.
-        """
-        snapshot = self.table.current_snapshot()
-        if not self.merge_manifests_at or snapshot is None or merge_on_read(self.table.metadata):
-            return
-        count = len(snapshot.manifests(self.table.io))
-        if count < self.merge_manifests_at:
-            return
-        started = time.monotonic()
-        try:
-            with self.table.transaction() as tx:
-                tx.set_properties(_MERGE_PROPERTIES)
-                with tx.update_snapshot().merge_append():
-                    pass
-        except CommitFailedException as e:
-            log.info(
-                "merging the manifests of %s conflicted (%s): left for a later batch", self.identifier, e
-            )
-            return
-        after = self.table.current_snapshot()
-        merged = len(after.manifests(self.table.io)) if after else 0
-        log.info("merged the %d manifests of %s into %d in %.2f s", count, self.identifier, merged,
-                 time.monotonic() - started)  # fmt: skip
+    def _compact(self) -> None:
+        """Compact a bounded share of a merge-on-read table if it is due (``sink/compaction.py``)."""
+        changes, self._changes = self._changes, 0
+        if self.compaction is not None and self._key_index is not None and changes:
+            compaction.after_batch(self.table, self._key_index, changes, self.compaction)
 
     def _applied(self, batch_id: int, offset: BinlogOffset | None) -> bool:
         if offset is not None:
@@ -385,7 +369,7 @@ class IcebergWriter:
             if index is not None:
                 replaced = self._indexed_positions(index, keys)
             else:
-                replaced = self._scanned_positions(metadata, keys, key_columns, clear)
+                replaced = scanned_positions(self.table, metadata, keys, key_columns, clear)
             delete_files = write_position_deletes(table.io, metadata, replaced)
             if delete_files or upserts.num_rows:
                 write_uuid, counter = uuid.uuid4(), itertools.count(0)
@@ -405,6 +389,7 @@ class IcebergWriter:
             tx.set_properties(properties)
         if index is not None:
             index.apply(table, keys, added, before)
+            self._changes = keys.num_rows
         elif self._key_index is not None:
             self._key_index.forget()  # a backfill's ranges were merged without it
 
@@ -426,29 +411,6 @@ class IcebergWriter:
         files = {t.file.file_path: t.file for t in self.table.scan().plan_files()}
         return [(files[path], positions) for path, positions in found.items()]
 
-    def _scanned_positions(
-        self, metadata: TableMetadata, keys: pa.Table, key_columns: list[str], clear: Sequence[ClearRange]
-    ) -> list[tuple[DataFile, list[int]]]:
-        """Positions of the batch's keys (and of the rows in ``clear`` ranges), from the key columns
-        of every file whose bounds may hold one."""
-        wanted = list(dict.fromkeys([*key_columns, *(c.column for c in clear)]))
-        if any(c.source_table for c in clear) and SOURCE_TABLE_COLUMN not in wanted:
-            wanted.append(SOURCE_TABLE_COLUMN)
-        key_schema = metadata.schema().select(*wanted)
-        replaced = []
-        for task, _, _ in files_to_merge(self.table, keys, key_columns, clear):
-            # Read the file alone, without its delete files, so row numbers are file positions.
-            stored = ArrowScan(metadata, self.table.io, key_schema, AlwaysTrue()).to_table(
-                tasks=[FileScanTask(task.file)]
-            )
-            positions = key_positions(stored, keys, key_columns)
-            if clear:
-                cleared = pc.indices_nonzero(clear_mask(stored, clear)).to_pylist()
-                positions = sorted(set(positions) | {int(i) for i in cleared})
-            if positions:
-                replaced.append((task.file, positions))
-        return replaced
-
     def rows_with_keys(self, keys: pa.Table) -> pa.Table:
         """The stored rows of these keys (``keys``: the table's key columns), with every delete
         file applied; reads only the files whose key bounds may hold one of them."""
@@ -468,7 +430,3 @@ class IcebergWriter:
                 f"Cannot merge into {self.identifier}: it has no identifier fields (no primary key)."
             )
         return names
-
-
-#: Iceberg's manifest merging, on for the merge-appends of `_merge_manifests` (merge any 2+).
-_MERGE_PROPERTIES = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"}

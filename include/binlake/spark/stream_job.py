@@ -37,6 +37,7 @@ from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
 from binlake.schema.routes import routed
 from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.spans import snapshot_applies
 from binlake.source.connection import connect
@@ -168,7 +169,11 @@ def run_stream(
                 writer = None  # another table carries the name now (a swap, a replaced table)
             if writer is None:
                 writer = writers[identifier] = IcebergWriter(
-                    catalog, identifier, config.stream.merge_manifests_at, config.key_index_dir
+                    catalog,
+                    identifier,
+                    config.stream.merge_manifests_at,
+                    config.key_index_dir,
+                    CompactionPolicy() if config.stream.compact else None,
                 )
             return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
 

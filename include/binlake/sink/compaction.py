@@ -1,0 +1,287 @@
+"""Compaction inside the stream: a table's manifests, files and delete files stay bounded.
+
+Copy-on-write tables coalesce what each commit writes, so only their manifests pile up (one per
+commit): ``merge_manifests`` merges them once there are ``stream.merge_manifests_at``.
+
+Every merge-on-read batch adds a data file of new rows and a position-delete file, and every later
+scan and merge plans them all: left alone, a table's commits slow down as batches accumulate
+(``bench/merge.py``: 0.22 → 0.37 s over 8 batches). ``binlake maintain`` folds everything back,
+but only while the stream is stopped. So after a batch's commit the writer asks this module
+whether the table is due, and if so compacts a bounded share of it in a commit of its own, as
+Flink's and Paimon's writers compact every few checkpoints:
+
+- **files with many deleted rows** (at least ``deleted_share`` of their rows, Iceberg's own
+  ``delete-ratio`` default for rewrite-data-files: 0.3) are rewritten without those rows, the most
+  deleted first, up to ``budget_factor`` × the batch's changes in rows per compaction (at least one
+  file), so the cost of a compaction follows the changes, not the table: rewriting a file whose
+  share is s removes s of its rows' worth of deletes, so a budget of 1/s × the changes keeps up;
+- **small files** (under a quarter of ``write.target-file-size-bytes``, which each batch's new rows
+  are) are rewritten into one key-sorted file once there are ``small_files`` of them;
+- **delete files** no live file needs any more are retired, and once more than ``delete_files``
+  remain they are merged into one per partition (dropping the positions of rewritten files).
+
+Which rows a file has lost comes from the key index (its live rows per file), so deciding costs no
+read. The rewrite reads the chosen files with their deletes applied, writes them sorted on the key,
+and the index learns where those keys moved. The commit keeps the stream's offset and batch id (a
+compaction changes no row), and a conflict leaves the compaction to a later batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile, ManifestContent
+from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table.snapshots import Operation
+
+from binlake.faults import crash_point
+from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.key_index import KeyIndex
+from binlake.sink.merge_on_read import write_position_deletes
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's default write.target-file-size-bytes
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    """When the stream compacts a merge-on-read table, and how much at a time (module docstring)."""
+
+    deleted_share: float = 0.3
+    budget_factor: float = 4.0
+    small_files: int = 8
+    delete_files: int = 16
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What one compaction chose: data files to rewrite, delete files to retire, and whether the
+    remaining delete files are merged."""
+
+    rewrite: list[FileScanTask]
+    retire: set[str]
+    merge_deletes: bool
+    reasons: list[str]
+
+    @property
+    def due(self) -> bool:
+        return bool(self.rewrite or self.retire or self.merge_deletes)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    files_rewritten: int
+    files_written: int
+    rows_rewritten: int
+    delete_files_retired: int
+    delete_files_written: int
+    seconds: float
+    removed: list[str]
+    added: list[str]
+
+
+def choose(
+    tasks: Sequence[FileScanTask], live: dict[str, int], changes: int, target: int, policy: CompactionPolicy
+) -> Compaction:
+    """What to compact now: ``live`` is each data file's live rows (the key index's count),
+    ``changes`` the rows of the batch just committed."""
+    reasons = []
+    deleted = {
+        t.file.file_path: t.file.record_count - live.get(t.file.file_path, 0) for t in tasks if t.delete_files
+    }
+    worn = sorted(
+        (t for t in tasks if deleted.get(t.file.file_path, 0) >= policy.deleted_share * t.file.record_count),
+        key=lambda t: -deleted[t.file.file_path] / max(1, t.file.record_count),
+    )
+    chosen: dict[str, FileScanTask] = {}
+    budget = max(1, int(policy.budget_factor * changes))
+    spent = 0
+    for task in worn:
+        if chosen and spent + task.file.record_count > budget:
+            break
+        chosen[task.file.file_path] = task
+        spent += task.file.record_count
+    if chosen:
+        reasons.append(f"{len(chosen)} of {len(worn)} files with ≥ {policy.deleted_share:.0%} rows deleted")
+    small = [t for t in tasks if t.file.file_size_in_bytes < target // 4]
+    if len(small) >= policy.small_files:
+        chosen.update({t.file.file_path: t for t in small})
+        reasons.append(f"{len(small)} small files")
+    delete_files = {d.file_path for t in tasks for d in t.delete_files}
+    needed = {d.file_path for t in tasks if t.file.file_path not in chosen for d in t.delete_files}
+    retire = delete_files - needed  # every file they point at is rewritten now
+    merge = len(delete_files - retire) > policy.delete_files
+    if merge:
+        reasons.append(f"{len(delete_files - retire)} delete files")
+    return Compaction(list(chosen.values()), retire if (chosen or merge) else set(), merge, reasons)
+
+
+def compact(table: Table, plan: Compaction, tasks: Sequence[FileScanTask]) -> CompactionResult:
+    """Carry out ``plan`` (chosen from ``tasks``, the table's current files) in one commit. Nothing
+    is retried: a conflict raises pyiceberg's CommitFailedException and the compaction waits for a
+    later batch."""
+    started = time.monotonic()
+    keys = identifier_columns(table.schema())
+    rewritten = {t.file.file_path for t in plan.rewrite}
+    live_files = {}
+    merged_deletes: list[DataFile] = []
+    retired = set(plan.retire)
+    added: list[str] = []
+    rows = 0
+    with table.transaction() as tx:
+        metadata = tx.table_metadata
+        if plan.merge_deletes:
+            live_files = {t.file.file_path: t.file for t in tasks if t.file.file_path not in rewritten}
+            # Every delete file of the snapshot, also those older than every live file (attached to
+            # none, they would stay in the manifests for good).
+            old = _delete_files(table)
+            merged_deletes = write_position_deletes(table.io, metadata, _positions(table, old, live_files))
+            retired |= old
+        write_uuid, counter = uuid.uuid4(), itertools.count(0)
+        with DeltaOverwrite(
+            operation=Operation.OVERWRITE,
+            transaction=tx,
+            io=table.io,
+            commit_uuid=write_uuid,
+            snapshot_properties={"binlake.operation": "compact"},
+            delete_files=merged_deletes,
+            retired_delete_files=retired,
+        ) as snap:
+            for group in _by_partition(plan.rewrite):
+                # One scan of them all: pyiceberg brings the files' columns to one Arrow schema
+                # (files from other writers hold string or large_string, say).
+                data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=group)
+                rows += data.num_rows
+                if keys:
+                    data = data.sort_by([(k, "ascending") for k in keys])
+                for task in group:
+                    snap.delete_data_file(task.file)
+                if data.num_rows:
+                    for data_file in write_data_files(metadata, data, table.io, write_uuid, counter):
+                        snap.append_data_file(data_file)
+                        added.append(data_file.file_path)
+            crash_point("compaction-written")  # files written, not committed
+    return CompactionResult(
+        len(plan.rewrite),
+        len(added),
+        rows,
+        len(retired),
+        len(merged_deletes),
+        time.monotonic() - started,
+        sorted(rewritten),
+        added,
+    )
+
+
+def target_file_size(table: Table) -> int:
+    return int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+
+
+def _delete_files(table: Table) -> set[str]:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return set()
+    return {
+        entry.data_file.file_path
+        for manifest in snapshot.manifests(table.io)
+        if manifest.content == ManifestContent.DELETES
+        for entry in manifest.fetch_manifest_entry(io=table.io, discard_deleted=True)
+    }
+
+
+def _by_partition(tasks: Iterable[FileScanTask]) -> list[list[FileScanTask]]:
+    groups: dict[tuple[int, str], list[FileScanTask]] = defaultdict(list)
+    for task in tasks:
+        groups[(task.file.spec_id, repr(task.file.partition))].append(task)
+    return list(groups.values())
+
+
+def _positions(
+    table: Table, delete_files: set[str], live: dict[str, DataFile]
+) -> list[tuple[DataFile, list[int]]]:
+    """The positions the delete files hold for the data files still live (others are dropped)."""
+    parts = []
+    for path in sorted(delete_files):
+        with table.io.new_input(path).open() as stream:
+            parts.append(pq.read_table(stream, columns=["file_path", "pos"]))
+    if not parts:
+        return []
+    found = pa.concat_tables(parts)
+    found = found.filter(pc.is_in(found.column("file_path"), pa.array(list(live), pa.string())))
+    by_file: dict[str, list[int]] = defaultdict(list)
+    for path, pos in zip(found.column("file_path").to_pylist(), found.column("pos").to_pylist(), strict=True):
+        by_file[path].append(int(pos))
+    return [(live[path], sorted(set(positions))) for path, positions in by_file.items()]
+
+
+def after_batch(table: Table, index: KeyIndex, changes: int, policy: CompactionPolicy) -> None:
+    """Compact a bounded share of the table if it is due, in a commit of its own after a batch of
+    ``changes`` rows (merged through ``index``); best effort: a conflict leaves it for later."""
+    if not index.describes(table):
+        return
+    tasks = list(table.scan().plan_files())
+    plan = choose(tasks, index.live_rows(), changes, target_file_size(table), policy)
+    if not plan.due:
+        return
+    snapshot = table.current_snapshot()
+    before = snapshot.snapshot_id if snapshot is not None else None
+    try:
+        result = compact(table, plan, tasks)
+    except CommitFailedException as e:
+        log.info("compacting %s conflicted (%s): left for a later batch", table.name(), e)
+        return
+    crash_point("compaction-committed")  # committed, the key index not yet told
+    index.moved(table, result.removed, result.added, before)
+    log.info(
+        "compacted %s (%s): %d files (%d rows) into %d, %d delete files retired, %d written, in %.2f s",
+        ".".join(table.name()), "; ".join(plan.reasons), result.files_rewritten, result.rows_rewritten,
+        result.files_written, result.delete_files_retired, result.delete_files_written, result.seconds,
+    )  # fmt: skip
+
+
+#: Iceberg's manifest merging, on for the merge-appends of `merge_manifests` (merge any 2+).
+_MERGE_PROPERTIES = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"}
+
+
+def merge_manifests(table: Table, at: int) -> None:
+    """Merge the current snapshot's manifests into few, once there are ``at`` (copy-on-write tables).
+
+    Every batch commit adds a manifest that every later scan and merge reads (pyiceberg has no
+    rewrite-manifests): planning grows with the commits (0.02 s after 10, 0.4 s after 200).
+    A merge-append without files is that rewrite: one snapshot, the same data files, the
+    table's properties (the stream's offset) untouched. Merge-on-read tables keep their
+    delete manifests apart, so they are left alone. Best effort: a conflict skips it.
+    """
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return
+    count = len(snapshot.manifests(table.io))
+    if count < at:
+        return
+    started = time.monotonic()
+    try:
+        with table.transaction() as tx:
+            tx.set_properties(_MERGE_PROPERTIES)
+            with tx.update_snapshot().merge_append():
+                pass
+    except CommitFailedException as e:
+        log.info("merging the manifests of %s conflicted (%s): left for a later batch", table.name(), e)
+        return
+    after = table.current_snapshot()
+    merged = len(after.manifests(table.io)) if after else 0
+    log.info("merged the %d manifests of %s into %d in %.2f s", count, ".".join(table.name()), merged,
+             time.monotonic() - started)  # fmt: skip

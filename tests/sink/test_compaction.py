@@ -1,0 +1,160 @@
+"""Compaction inside the stream: a merge-on-read table's data files and delete files stay bounded
+over many batches, the table stays exact (for pyiceberg and DuckDB's own reader), the key index
+follows the rows it moves, and the stream's exactly-once record survives it."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from binlake.offsets import BinlogOffset
+from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.writer import IcebergWriter
+from binlake.testing import duckdb_iceberg
+from tests.sink.helpers import content, create, make_catalog, rows
+
+#: Files of ~1000 rows count as full-sized; each batch's new rows make a small file.
+PROPERTIES = {"write.merge.mode": "merge-on-read", "write.target-file-size-bytes": str(12_000)}
+POLICY = CompactionPolicy(deleted_share=0.3, budget_factor=4.0, small_files=4, delete_files=3)
+
+
+def _writer(tmp_path: Path, policy: CompactionPolicy | None = POLICY) -> IcebergWriter:
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog, properties=PROPERTIES)
+    return IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index", compaction=policy)
+
+
+def _counts(writer: IcebergWriter) -> tuple[int, int]:
+    writer.table.refresh()
+    tasks = list(writer.table.scan().plan_files())
+    return len(tasks), len({d.file_path for t in tasks for d in t.delete_files})
+
+
+def _compactions(writer: IcebergWriter) -> int:
+    return sum(
+        1
+        for s in writer.table.snapshots()
+        if s.summary is not None and s.summary.additional_properties.get("binlake.operation") == "compact"
+    )
+
+
+def test_files_and_delete_files_stay_bounded_and_the_table_exact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = _writer(tmp_path)
+    for start in range(0, 4000, 1000):
+        writer.table.append(rows(list(range(start, start + 1000)), "v"))
+    initial = _counts(writer)[0]
+    expected = {i: f"v{i}" for i in range(4000)}
+    rng = random.Random(7)
+    con = duckdb_iceberg.connect()
+    peak = (0, 0)
+    with caplog.at_level(logging.INFO, logger="binlake.sink.compaction"):
+        for batch in range(1, 41):
+            touched = rng.sample(range(4200), 100)  # uniform: every file loses rows
+            deleted, updated = touched[:20], touched[20:]
+            writer.merge_batch(
+                batch,
+                rows(sorted(updated), f"b{batch}-"),
+                pa.table({"id": pa.array(deleted, pa.int64())}),
+                BinlogOffset("mysql-bin.000001", 1000 + batch),
+            )
+            expected.update({k: f"b{batch}-{k}" for k in updated})
+            for k in deleted:
+                expected.pop(k, None)
+            assert content(writer) == expected, f"batch {batch}"
+            if batch % 8 == 0:
+                own = duckdb_iceberg.read(writer.table, con).to_pylist()
+                assert len(own) == len(expected)
+                assert {r["id"]: r["v"] for r in own} == expected
+            peak = max(peak, _counts(writer))
+    assert "compacted db.t" in caplog.text
+    assert _compactions(writer) >= 3
+    # Bounded: without compaction 40 batches leave 40 more data files and 40 delete files.
+    data_files, delete_files = peak
+    assert data_files <= initial + POLICY.small_files + 2
+    assert delete_files <= POLICY.delete_files + 1
+    # The index followed every move: it describes the table and counts its live rows exactly.
+    index = writer._key_index
+    assert index is not None
+    assert index.describes(writer.table)
+    assert sum(index.live_rows().values()) == len(expected)
+    # The stream's record survives the compactions: a replayed batch is skipped.
+    replay = writer.merge_batch(40, rows([1], "again-"), None, BinlogOffset("mysql-bin.000001", 1040))
+    assert replay.outcome == "skipped"
+
+
+def test_no_compaction_without_a_policy(tmp_path: Path) -> None:
+    writer = _writer(tmp_path, policy=None)
+    writer.table.append(rows(list(range(1000)), "v"))
+    initial = _counts(writer)[0]
+    for batch in range(1, 7):
+        writer.merge_batch(batch, rows([batch, 500 + batch], f"b{batch}-"), None)
+    assert _compactions(writer) == 0
+    assert _counts(writer) == (initial + 6, 6)
+
+
+_CRASHING_WRITER = """
+import sys
+import pyarrow as pa
+from pathlib import Path
+from pyiceberg.catalog.sql import SqlCatalog
+from binlake.offsets import BinlogOffset
+from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.writer import IcebergWriter
+from tests.sink.helpers import rows
+
+tmp = Path(sys.argv[1])
+catalog = SqlCatalog("test", uri=f"sqlite:///{tmp / 'catalog.db'}", warehouse=f"file://{tmp / 'warehouse'}")
+policy = CompactionPolicy(small_files=2, delete_files=0)
+writer = IcebergWriter(catalog, "db.t", key_index_dir=tmp / "index", compaction=policy)
+writer.merge_batch(
+    1, rows([5, 6, 2000], "one-"), pa.table({"id": pa.array([7], pa.int64())}), BinlogOffset("b.000001", 10)
+)
+"""
+
+
+@pytest.mark.parametrize("point", ["compaction-written", "compaction-committed"])
+def test_kill_9_during_a_compaction_then_the_stream_goes_on_exact(point: str, tmp_path: Path) -> None:
+    """Killed with the compaction's files written but not committed, or committed before the key
+    index learned of it: the replayed batch is skipped, the next ones land exactly."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from binlake.faults import VARIABLE
+
+    writer = _writer(tmp_path, policy=CompactionPolicy(small_files=2, delete_files=0))
+    writer.table.append(rows(list(range(1000)), "v"))
+    killed = subprocess.run(
+        [sys.executable, "-c", _CRASHING_WRITER, str(tmp_path)],
+        env={**os.environ, VARIABLE: point},
+        capture_output=True,
+        text=True,
+        check=False,
+        start_new_session=True,  # the crash point kills its whole process group
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    writer.table.refresh()
+    assert _compactions(writer) == (1 if point == "compaction-committed" else 0)
+    expected = {i: f"v{i}" for i in range(1000) if i != 7} | {5: "one-5", 6: "one-6", 2000: "one-2000"}
+    assert content(writer) == expected
+    again = writer.merge_batch(1, rows([5], "replayed-"), None, BinlogOffset("b.000001", 10))
+    assert again.outcome == "skipped"
+    writer.merge_batch(
+        2,
+        rows([6, 8, 2000], "two-"),
+        pa.table({"id": pa.array([5], pa.int64())}),
+        BinlogOffset("b.000001", 20),
+    )
+    del expected[5]
+    expected |= {6: "two-6", 8: "two-8", 2000: "two-2000"}
+    assert content(writer) == expected
+    own = duckdb_iceberg.read(writer.table).to_pylist()
+    assert {r["id"]: r["v"] for r in own} == expected
+    assert len(own) == len(expected)
