@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
+from binlake.config import StreamConfig
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.schema.type_mapping import arrow_schema
@@ -61,7 +62,8 @@ LAYOUTS: dict[str, TableLayout] = {
     ),
 }
 #: Layouts whose writer keeps a key index (``sink.key_index``, what the stream's writers do), and
-#: of those, the ones that also compact after batches (``stream.compact``, the stream's default).
+#: of those, the ones that also compact after batches (``stream.compact``, the stream's default) and
+#: keep the stream's default number of snapshots (``stream.keep_snapshots``).
 INDEXED = {
     f"sorted, 8 MiB files, merge-on-read, key index{more}": LAYOUTS["sorted, 8 MiB files, merge-on-read"]
     for more in ("", ", compaction")
@@ -118,7 +120,10 @@ def run(
         applier.apply(TABLE)
         index = Path(tmp) / "index" if layout_name in INDEXED else None
         policy = CompactionPolicy() if layout_name in COMPACTED else None
-        writer = IcebergWriter(catalog, "bench.orders", key_index_dir=index, compaction=policy)
+        keep = StreamConfig().keep_snapshots if policy is not None else 0  # the stream's default
+        writer = IcebergWriter(
+            catalog, "bench.orders", key_index_dir=index, compaction=policy, keep_snapshots=keep
+        )
         live = list(range(1, table_rows + 1))
         writer.table.append(rows(live, rng, 0))
         writer.table.refresh()

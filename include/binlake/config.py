@@ -259,6 +259,11 @@ class StreamConfig(_Model):
     merge_manifests_at: int = Field(default=32, ge=0)
     """Merge a table's manifests once a batch leaves it with this many (0: never): every commit
     adds one, and scans and merges read them all."""
+    keep_snapshots: int = Field(default=100, ge=0)
+    """Snapshots of each table the stream keeps (time travel that far back; 0: all, left to
+    ``binlake maintain``): the stream expires the oldest beyond it (``sink/snapshot_retention.py``),
+    since every commit reads and rewrites metadata that holds them all. Snapshots recording
+    snapshot or backfill chunks are kept."""
     compact: bool = True
     """Compact merge-on-read tables inside the stream (``sink/compaction.py``): after a batch, a
     bounded share of the files with many deleted rows, the small files of new rows and the delete

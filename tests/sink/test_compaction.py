@@ -34,6 +34,11 @@ def _counts(writer: IcebergWriter) -> tuple[int, int]:
     return len(tasks), len({d.file_path for t in tasks for d in t.delete_files})
 
 
+def _manifests(writer: IcebergWriter) -> int:
+    snapshot = writer.table.current_snapshot()
+    return len(snapshot.manifests(writer.table.io)) if snapshot is not None else 0
+
+
 def _compactions(writer: IcebergWriter) -> int:
     return sum(
         1
@@ -52,7 +57,7 @@ def test_files_and_delete_files_stay_bounded_and_the_table_exact(
     expected = {i: f"v{i}" for i in range(4000)}
     rng = random.Random(7)
     con = duckdb_iceberg.connect()
-    peak = (0, 0)
+    peak, manifests = (0, 0), 0
     with caplog.at_level(logging.INFO, logger="binlake.sink.compaction"):
         for batch in range(1, 41):
             touched = rng.sample(range(4200), 100)  # uniform: every file loses rows
@@ -72,12 +77,15 @@ def test_files_and_delete_files_stay_bounded_and_the_table_exact(
                 assert len(own) == len(expected)
                 assert {r["id"]: r["v"] for r in own} == expected
             peak = max(peak, _counts(writer))
+            manifests = max(manifests, _manifests(writer))
     assert "compacted db.t" in caplog.text
     assert _compactions(writer) >= 3
     # Bounded: without compaction 40 batches leave 40 more data files and 40 delete files.
     data_files, delete_files = peak
     assert data_files <= initial + POLICY.small_files + 2
     assert delete_files <= POLICY.delete_files + 1
+    # So are the manifests: a compaction merges them (without, they pile up: 30 here).
+    assert manifests <= 2 * POLICY.small_files + 4
     # The index followed every move: it describes the table and counts its live rows exactly.
     index = writer._key_index
     assert index is not None
@@ -96,6 +104,29 @@ def test_no_compaction_without_a_policy(tmp_path: Path) -> None:
         writer.merge_batch(batch, rows([batch, 500 + batch], f"b{batch}-"), None)
     assert _compactions(writer) == 0
     assert _counts(writer) == (initial + 6, 6)
+
+
+def test_merge_on_read_manifests_are_merged_without_compaction(tmp_path: Path) -> None:
+    """Without compaction, ``merge_manifests_at`` bounds a merge-on-read table's manifests (data
+    and deletes) as a copy-on-write table's; the merged deletes still apply to the rows they did
+    (sequence numbers kept), for pyiceberg and DuckDB."""
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, properties=PROPERTIES), merge_manifests_at=6)
+    writer.table.append(rows(list(range(1000)), "v"))
+    expected = {i: f"v{i}" for i in range(1000)}
+    most = 0
+    for batch in range(1, 21):
+        updated, deleted = [batch, 300 + batch, 2000 + batch], [600 + batch]
+        deletes = pa.table({"id": pa.array(deleted, pa.int64())})
+        writer.merge_batch(batch, rows(updated, f"b{batch}-"), deletes)
+        expected.update({k: f"b{batch}-{k}" for k in updated})
+        expected.pop(600 + batch)
+        most = max(most, _manifests(writer))
+        assert content(writer) == expected, f"batch {batch}"
+    assert most <= 6
+    assert _counts(writer)[1] == 20  # delete files are left alone: only their manifests merged
+    own = duckdb_iceberg.read(writer.table, duckdb_iceberg.connect()).to_pylist()
+    assert {r["id"]: r["v"] for r in own} == expected
 
 
 _CRASHING_WRITER = """

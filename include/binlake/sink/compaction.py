@@ -49,8 +49,8 @@ from pyiceberg.table.snapshots import Operation
 from binlake.faults import crash_point
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.key_index import KeyIndex
-from binlake.sink.merge_on_read import write_position_deletes
-from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
+from binlake.sink.merge_on_read import merge_on_read, write_position_deletes
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def compact(table: Table, plan: Compaction, tasks: Sequence[FileScanTask]) -> Co
     retired = set(plan.retire)
     added: list[str] = []
     rows = 0
-    with table.transaction() as tx:
+    with transaction(table) as tx:
         metadata = tx.table_metadata
         if plan.merge_deletes:
             live_files = {t.file.file_path: t.file for t in tasks if t.file.file_path not in rewritten}
@@ -160,6 +160,7 @@ def compact(table: Table, plan: Compaction, tasks: Sequence[FileScanTask]) -> Co
             snapshot_properties={"binlake.operation": "compact"},
             delete_files=merged_deletes,
             retired_delete_files=retired,
+            merge_manifests=True,
         ) as snap:
             for group in _by_partition(plan.rewrite):
                 # One scan of them all: pyiceberg brings the files' columns to one Arrow schema
@@ -228,22 +229,23 @@ def _positions(
     return [(live[path], sorted(set(positions))) for path, positions in by_file.items()]
 
 
-def after_batch(table: Table, index: KeyIndex, changes: int, policy: CompactionPolicy) -> None:
+def after_batch(table: Table, index: KeyIndex, changes: int, policy: CompactionPolicy) -> bool:
     """Compact a bounded share of the table if it is due, in a commit of its own after a batch of
-    ``changes`` rows (merged through ``index``); best effort: a conflict leaves it for later."""
+    ``changes`` rows (merged through ``index``), its manifests merged; whether it did. Best
+    effort: a conflict leaves it for later."""
     if not index.describes(table):
-        return
+        return False
     tasks = list(table.scan().plan_files())
     plan = choose(tasks, index.live_rows(), changes, target_file_size(table), policy)
     if not plan.due:
-        return
+        return False
     snapshot = table.current_snapshot()
     before = snapshot.snapshot_id if snapshot is not None else None
     try:
         result = compact(table, plan, tasks)
     except CommitFailedException as e:
         log.info("compacting %s conflicted (%s): left for a later batch", table.name(), e)
-        return
+        return False
     crash_point("compaction-committed")  # committed, the key index not yet told
     index.moved(table, result.removed, result.added, before)
     log.info(
@@ -251,6 +253,7 @@ def after_batch(table: Table, index: KeyIndex, changes: int, policy: CompactionP
         ".".join(table.name()), "; ".join(plan.reasons), result.files_rewritten, result.rows_rewritten,
         result.files_written, result.delete_files_retired, result.delete_files_written, result.seconds,
     )  # fmt: skip
+    return True
 
 
 #: Iceberg's manifest merging, on for the merge-appends of `merge_manifests` (merge any 2+).
@@ -258,13 +261,14 @@ _MERGE_PROPERTIES = {"commit.manifest-merge.enabled": "true", "commit.manifest.m
 
 
 def merge_manifests(table: Table, at: int) -> None:
-    """Merge the current snapshot's manifests into few, once there are ``at`` (copy-on-write tables).
+    """Merge the current snapshot's manifests into few, once there are ``at``.
 
-    Every batch commit adds a manifest that every later scan and merge reads (pyiceberg has no
-    rewrite-manifests): planning grows with the commits (0.02 s after 10, 0.4 s after 200).
-    A merge-append without files is that rewrite: one snapshot, the same data files, the
-    table's properties (the stream's offset) untouched. Merge-on-read tables keep their
-    delete manifests apart, so they are left alone. Best effort: a conflict skips it.
+    Every batch commit adds a manifest (two on a merge-on-read table: its rows and its deletes)
+    that every later scan, merge and commit reads (pyiceberg has no rewrite-manifests): planning
+    grows with the commits (0.02 s after 10, 0.4 s after 200). On a copy-on-write table a
+    merge-append without files is that rewrite; a merge-on-read table's delete manifests need
+    binlake's producer (one manifest per content and spec). Either way one snapshot, the same
+    files, the table's properties (the stream's offset) untouched. Best effort: a conflict skips it.
     """
     snapshot = table.current_snapshot()
     if snapshot is None:
@@ -274,10 +278,20 @@ def merge_manifests(table: Table, at: int) -> None:
         return
     started = time.monotonic()
     try:
-        with table.transaction() as tx:
-            tx.set_properties(_MERGE_PROPERTIES)
-            with tx.update_snapshot().merge_append():
-                pass
+        with transaction(table) as tx:
+            if merge_on_read(table.metadata):
+                with DeltaOverwrite(
+                    operation=Operation.OVERWRITE,
+                    transaction=tx,
+                    io=table.io,
+                    snapshot_properties={"binlake.operation": "merge-manifests"},
+                    merge_manifests=True,
+                ):
+                    pass
+            else:
+                tx.set_properties(_MERGE_PROPERTIES)
+                with tx.update_snapshot().merge_append():
+                    pass
     except CommitFailedException as e:
         log.info("merging the manifests of %s conflicted (%s): left for a later batch", table.name(), e)
         return

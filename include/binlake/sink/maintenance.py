@@ -26,7 +26,7 @@ from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
 from binlake.state.leases import Holder, TableBusyError
 from binlake.state.store import StateStore, StoredPlan
 
@@ -119,7 +119,7 @@ def compact(table: Table) -> tuple[int, int]:
     retired = _retirable_delete_files(table, small, rewritten)
     keys = identifier_columns(table.schema())
     replaced = written = 0
-    with table.transaction() as tx:
+    with transaction(table) as tx:
         metadata = tx.table_metadata
         write_uuid, counter = uuid.uuid4(), itertools.count(0)
         with DeltaOverwrite(

@@ -42,7 +42,7 @@ from pyiceberg.table.snapshots import Operation
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink import compaction, exactly_once
+from binlake.sink import compaction, exactly_once, snapshot_retention
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.copy_on_write import overwrite
 from binlake.sink.exactly_once import (
@@ -60,7 +60,7 @@ from binlake.sink.exactly_once import (
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
 from binlake.sink.key_index import KeyIndex
 from binlake.sink.merge_on_read import merge_on_read, scanned_positions, write_position_deletes
-from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
 from binlake.sink.row_match import (
     ClearRange,
     batch_keys,
@@ -88,6 +88,7 @@ class IcebergWriter:
         merge_manifests_at: int = 0,
         key_index_dir: Path | None = None,
         compaction: CompactionPolicy | None = None,
+        keep_snapshots: int = 0,
     ) -> None:
         self.catalog = catalog
         self.identifier = identifier
@@ -101,6 +102,9 @@ class IcebergWriter:
         self.compaction = compaction
         """When to compact a merge-on-read table after a batch (``sink/compaction.py``; None: never,
         and only with a key index, which counts each file's live rows)."""
+        self.keep_snapshots = keep_snapshots
+        """After a batch commit, expire the oldest snapshots beyond this many (``sink/snapshot_retention.py``;
+        0: never)."""
         self._changes = 0
         """Rows of the last batch merged through the key index (what a compaction may spend)."""
 
@@ -140,7 +144,7 @@ class IcebergWriter:
                     "group's files and read its uncommitted chunks again (`binlake snapshot` does)."
                 )
             try:
-                with self.table.transaction() as tx:
+                with transaction(self.table) as tx:
                     tx.add_files(list(files), snapshot_properties=summary)
                     if source_schema is not None:
                         tx.set_properties({SOURCE_SCHEMA_KEY: source_schema})
@@ -248,22 +252,26 @@ class IcebergWriter:
                 log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
                 continue
             result = commit_result(self.table, "committed", started, attempt)
-            self._merge_manifests()
-            self._compact()
+            if not self._compact():  # a compaction merges the manifests too
+                self._merge_manifests()
+            if self.keep_snapshots:
+                snapshot_retention.expire(self.table, self.keep_snapshots)
             return result
         raise CommitConflictError(
             f"Could not apply batch {batch_id} to {self.identifier}: {MAX_ATTEMPTS} conflicts"
         )
 
     def _merge_manifests(self) -> None:
-        if self.merge_manifests_at and not merge_on_read(self.table.metadata):
+        if self.merge_manifests_at:
             compaction.merge_manifests(self.table, self.merge_manifests_at)
 
-    def _compact(self) -> None:
-        """Compact a bounded share of a merge-on-read table if it is due (``sink/compaction.py``)."""
+    def _compact(self) -> bool:
+        """Compact a bounded share of a merge-on-read table if it is due (``sink/compaction.py``);
+        whether it did."""
         changes, self._changes = self._changes, 0
         if self.compaction is not None and self._key_index is not None and changes:
-            compaction.after_batch(self.table, self._key_index, changes, self.compaction)
+            return compaction.after_batch(self.table, self._key_index, changes, self.compaction)
+        return False
 
     def _applied(self, batch_id: int, offset: BinlogOffset | None) -> bool:
         if offset is not None:
@@ -290,7 +298,7 @@ class IcebergWriter:
         clear: Sequence[ClearRange],
     ) -> None:
         table = self.table
-        with table.transaction() as tx:
+        with transaction(table) as tx:
             metadata = tx.table_metadata
             schema = metadata.schema().as_arrow()
             wanted = row_counts(removes, schema)
@@ -325,7 +333,7 @@ class IcebergWriter:
             self._merge_on_read(properties, upserts, keys, key_columns, clear)
             return
         table = self.table
-        with table.transaction() as tx:
+        with transaction(table) as tx:
             metadata = tx.table_metadata
             order = [(k, "ascending") for k in key_columns]
             rewrites: list[tuple[Any, FileScanTask, pa.Table]] = []  # (low bound, file, its new rows)
@@ -364,7 +372,7 @@ class IcebergWriter:
         snapshot = table.current_snapshot()
         before = snapshot.snapshot_id if snapshot is not None else None
         added: list[str] = []
-        with table.transaction() as tx:
+        with transaction(table) as tx:
             metadata = tx.table_metadata
             if index is not None:
                 replaced = self._indexed_positions(index, keys)

@@ -174,6 +174,7 @@ def run_stream(
                     config.stream.merge_manifests_at,
                     config.key_index_dir,
                     CompactionPolicy() if config.stream.compact else None,
+                    config.stream.keep_snapshots,
                 )
             return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
 
