@@ -32,7 +32,14 @@ SCHEMA_CHANGE_BEHAVIORS: tuple[str, ...] = get_args(SchemaChangeBehavior)
 STARTUP_MODES: tuple[str, ...] = get_args(StartupMode)
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+#: Catalog property names whose values are credentials (redacted from logs; all are SecretStr).
+_CREDENTIAL_KEY = re.compile(r"(?i)secret|password|token|credential|key|auth|session")
 _SINK_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def default_catalog_name(pipeline: str) -> str:
+    """The catalog name of a pipeline that names none (the only one earlier releases used)."""
+    return f"binlake_{pipeline}"
 
 
 def _compile_regex(value: str) -> str:
@@ -191,11 +198,44 @@ class SourceConfig(_Model):
         return self
 
 
+#: The catalog kinds pyiceberg implements (``pyiceberg.catalog.CatalogType``).
+CatalogKind = Literal["sql", "rest", "glue", "hive", "dynamodb", "bigquery", "in-memory"]
+
+
 class CatalogConfig(_Model):
+    type: CatalogKind = "sql"
+    """The Iceberg catalog: ``sql`` (SQLite or Postgres through SQLAlchemy), ``rest`` (Polaris,
+    Nessie, Lakekeeper, Unity, Gravitino …), ``glue``, ``hive``, ``dynamodb``, ``bigquery``."""
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")
+    """The catalog's name: a SQL catalog keeps its tables under it, so every reader of a SQL
+    catalog must use the same; Assets are ``iceberg://<name>/<namespace>/<table>``. Default:
+    ``binlake_<pipeline.name>`` (what earlier releases always used). Written out, not ``${VAR}``
+    (Airflow reads it when it parses the DAGs)."""
     uri: str | None = None
-    """SQLAlchemy URL of the Iceberg SQL catalog; default: SQLite ``<work_dir>/catalog.db``."""
+    """``sql``: the SQLAlchemy URL (default: SQLite ``<work_dir>/catalog.db``); ``rest``: the
+    server's URL; ``hive``: ``thrift://host:9083``; others: as pyiceberg documents (or none)."""
     warehouse: str | None = None
-    """Warehouse location; default: ``file://<work_dir>/warehouse``."""
+    """Warehouse location; default for ``sql``: ``file://<work_dir>/warehouse``; others: what the
+    catalog assigns when unset."""
+    properties: dict[str, SecretStr] = Field(default_factory=dict)
+    """Any other pyiceberg catalog property, passed as is (``credential``, ``token``, ``scope``,
+    ``s3.endpoint``, ``client.region``, ``glue.id`` …). Values are kept as secrets: catalogs take
+    their credentials here, so none is shown by repr, logs or errors; use ``${VAR}`` for them."""
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> CatalogConfig:
+        if self.type == "rest" and not self.uri:
+            raise ValueError(
+                "a `rest` catalog needs `uri`, the server's URL (e.g. http://polaris:8181/api/catalog)"
+            )
+        if self.type == "hive" and not self.uri:
+            raise ValueError("a `hive` catalog needs `uri`, the metastore's thrift URL (thrift://host:9083)")
+        reserved = {"type", "uri", "warehouse"} & set(self.properties)
+        if reserved:
+            raise ValueError(
+                f"set {', '.join(sorted(reserved))} as keys of `sink.catalog`, not in `properties`"
+            )
+        return self
 
 
 class SinkConfig(_Model):
@@ -331,13 +371,23 @@ class PipelineConfig(_Model):
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
 
     @property
-    def catalog_uri(self) -> str:
-        return self.sink.catalog.uri or f"sqlite:///{self.pipeline.work_dir.resolve() / 'catalog.db'}"
+    def catalog_name(self) -> str:
+        """The Iceberg catalog's name (``sink.catalog.name``, default ``binlake_<pipeline>``)."""
+        return self.sink.catalog.name or default_catalog_name(self.pipeline.name)
 
     @property
-    def warehouse(self) -> str:
-        default = f"file://{self.pipeline.work_dir.resolve() / 'warehouse'}"
-        return self.sink.catalog.warehouse or default
+    def catalog_uri(self) -> str | None:
+        """The catalog's URI; for ``sql`` SQLite under ``work_dir`` unless set."""
+        if self.sink.catalog.uri or self.sink.catalog.type != "sql":
+            return self.sink.catalog.uri
+        return f"sqlite:///{self.pipeline.work_dir.resolve() / 'catalog.db'}"
+
+    @property
+    def warehouse(self) -> str | None:
+        """The warehouse location; for ``sql`` ``file://<work_dir>/warehouse`` unless set."""
+        if self.sink.catalog.warehouse or self.sink.catalog.type != "sql":
+            return self.sink.catalog.warehouse
+        return f"file://{self.pipeline.work_dir.resolve() / 'warehouse'}"
 
     @property
     def key_index_dir(self) -> Path:
@@ -351,5 +401,10 @@ class PipelineConfig(_Model):
 
     def secrets(self) -> list[str]:
         """The secret values in this config, for log redaction."""
-        value = self.source.password.get_secret_value()
-        return [value] if value else []
+        values = [self.source.password.get_secret_value()]
+        values += [
+            value.get_secret_value()
+            for key, value in self.sink.catalog.properties.items()
+            if _CREDENTIAL_KEY.search(key)  # not every property: "true" must stay in the logs
+        ]
+        return [value for value in values if value]

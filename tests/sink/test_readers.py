@@ -5,11 +5,16 @@ files itself), coalesced copy-on-write files, merged manifests, and schema chang
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
+import shutil
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 from pyiceberg.types import StringType
@@ -105,3 +110,40 @@ def test_a_missing_extension_says_what_to_do(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(duckdb, "__version__", "0.0.1")
     with pytest.raises(RuntimeError, match=r"holds it for DuckDB v\d.*0\.0\.1 is installed.*pin both"):
         duckdb_iceberg.extension_path("iceberg")
+
+
+def test_the_readme_duckdb_lines_read_the_demo_table(tmp_path: Path) -> None:
+    """The README's DuckDB reader block, run as written in the folder of a demo-like pipeline (its
+    catalog under the demo's name and path), with DuckDB's extension folder holding the wheels'
+    extensions so that ``INSTALL`` needs no network (a dead proxy makes sure)."""
+    from binlake.config_file import parse_config
+    from binlake.sink.catalog import open_catalog
+
+    text = "pipeline: {name: demo, work_dir: .binlake}\n"
+    text += "source: {hostname: db, username: u, tables: ['shop\\\\..*']}\n"
+    config = parse_config(text.replace(".binlake", str(tmp_path / ".binlake")), "demo.yaml", {})
+    catalog = open_catalog(config)
+    orders = CreateTable(TableId("shop", "orders"), TABLE.columns, TABLE.primary_key)
+    IcebergMetadataApplier(
+        catalog,
+        lambda t: (t.database, t.table),
+        TableLayout(properties={"write.merge.mode": "merge-on-read"}),
+    ).apply(orders)
+    writer = IcebergWriter(catalog, "shop.orders")
+    schema = writer.table.schema().as_arrow()
+    writer.table.append(_rows(list(range(1, 31)), 0, schema))
+    writer.merge_batch(1, _rows([3, 4], 1, schema), pa.table({"id": pa.array([5, 6, 7], pa.int64())}))
+
+    folder = tmp_path / "home" / ".duckdb" / "extensions" / f"v{duckdb.__version__}"
+    platform = duckdb.connect().execute("PRAGMA platform").fetchone()[0]
+    (folder / platform).mkdir(parents=True)
+    for name in duckdb_iceberg.EXTENSIONS:
+        shutil.copy(duckdb_iceberg.extension_path(name), folder / platform / f"{name}.duckdb_extension")
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("<!-- duckdb-reader:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    dead = "http://127.0.0.1:9"
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "http_proxy": dead, "https_proxy": dead}
+    env.update(HTTP_PROXY=dead, HTTPS_PROXY=dead)
+    run = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["27"]  # 30 rows, 3 deleted through a merge-on-read delete file

@@ -266,7 +266,7 @@ def test_the_printed_query_hint_runs(
     lines = result.stdout.splitlines()
     start = lines.index("query them from Python:") + 1
     code = "\n".join(line[2:] for line in lines[start:] if line.startswith("  "))
-    assert "SqlCatalog(" in code
+    assert "load_catalog('binlake_test', type='sql'" in code
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "42" in run.stdout  # the DuckDB count of the table, as printed for users

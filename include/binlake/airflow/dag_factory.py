@@ -38,17 +38,15 @@ def _tags(pipeline: PipelineFile, *more: str) -> list[str]:
     return sorted({"binlake", "cdc", pipeline.name, *more, *pipeline.airflow.tags})
 
 
-def _catalog(pipeline: PipelineFile) -> str:
-    return f"binlake_{pipeline.name}"
-
-
 def pipeline_dag(pipeline: PipelineFile) -> DAG:
     """validate → plan → snapshot (mapped Spark jobs) → switch → quality → stream → quality."""
     path = str(pipeline.path)
     with DAG(
         dag_id=pipeline.dag_id,
         description=f"CDC of {', '.join(pipeline.tables) or 'the source'} into Iceberg",
-        doc_md=_PIPELINE_DOC.format(name=pipeline.name, path=path, pool=pipeline.airflow.pool),
+        doc_md=_PIPELINE_DOC.format(
+            name=pipeline.name, path=path, pool=pipeline.airflow.pool, catalog=pipeline.catalog
+        ),
         schedule=pipeline.airflow.schedule,
         start_date=START,
         catchup=False,
@@ -90,7 +88,7 @@ def pipeline_dag(pipeline: PipelineFile) -> DAG:
             job="snapshot",
             config_path=path,
             pipeline=pipeline.name,
-            catalog=_catalog(pipeline),
+            catalog=pipeline.catalog,
             conn_id=pipeline.airflow.spark_conn_id,
             pool=pipeline.airflow.pool,
             outlets=[assets.sink_alias(pipeline.name)],
@@ -104,7 +102,7 @@ def pipeline_dag(pipeline: PipelineFile) -> DAG:
             job="stream",
             config_path=path,
             pipeline=pipeline.name,
-            catalog=_catalog(pipeline),
+            catalog=pipeline.catalog,
             stream_mode="{{ params.stream_mode }}",
             conn_id=pipeline.airflow.spark_conn_id,
             outlets=[assets.sink_alias(pipeline.name)],
@@ -155,7 +153,7 @@ def ddl_dag(pipeline: PipelineFile) -> DAG:
             from airflow.sdk import get_current_context
 
             touched = work.apply_schema_changes(path)
-            assets.emit(get_current_context(), pipeline.name, _catalog(pipeline), touched)
+            assets.emit(get_current_context(), pipeline.name, pipeline.catalog, touched)
             return touched
 
         applied = apply()
@@ -221,7 +219,7 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
 
             counts = work.backfill_applied(path, backfill_id)
             if counts is not None:
-                assets.emit(get_current_context(), pipeline.name, _catalog(pipeline), sink_tables)
+                assets.emit(get_current_context(), pipeline.name, pipeline.catalog, sink_tables)
             return PokeReturnValue(is_done=counts is not None, xcom_value=counts)
 
         planned: Any = plan()  # its dict's keys are XComs of their own (multiple_outputs)
@@ -230,7 +228,7 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
             job="backfill",
             config_path=path,
             pipeline=pipeline.name,
-            catalog=_catalog(pipeline),
+            catalog=pipeline.catalog,
             backfill_id="{{ run_id }}",
             conn_id=pipeline.airflow.spark_conn_id,
             pool=pipeline.airflow.pool,
@@ -265,7 +263,7 @@ Change data capture from MySQL/MariaDB into Apache Iceberg, configured by `{path
 7. **quality_after_stream**: the same checks once the stream has stopped (each scheduled
    `until-caught-up` run ends with the sink checked at the source's position).
 
-Sink tables are Assets `iceberg://binlake_{name}/<namespace>/<table>`.
+Sink tables are Assets `iceberg://{catalog}/<namespace>/<table>`.
 """
 
 _DDL_DOC = """\

@@ -8,6 +8,7 @@ without validating the rest: each task loads the whole config when it runs.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from binlake.config import AirflowConfig, PipelineSection
+from binlake.config import AirflowConfig, PipelineSection, default_catalog_name
 from binlake.errors import ConfigError
+
+_CATALOG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 #: Where the pipeline files are, unless ``BINLAKE_PIPELINES_DIR`` says otherwise.
 DEFAULT_FOLDER = Path(__file__).resolve().parents[2] / "pipelines"
@@ -31,6 +34,9 @@ class PipelineFile:
     airflow: AirflowConfig
     behavior: str
     tables: tuple[str, ...]
+    catalog: str
+    """The Iceberg catalog's name (``sink.catalog.name``, default ``binlake_<name>``): it names
+    the sink tables' Assets."""
 
     @property
     def dag_id(self) -> str:
@@ -84,4 +90,20 @@ def read_pipeline_file(path: Path) -> PipelineFile:
         airflow,
         str(section.get("schema_change_behavior", "lenient")),
         tuple(str(t) for t in source.get("tables") or []),
+        _catalog_name(raw, name, path),
     )
+
+
+def _catalog_name(raw: dict[str, Any], pipeline: str, path: Path) -> str:
+    sink: Any = raw.get("sink")
+    catalog: Any = sink.get("catalog") if isinstance(sink, dict) else None
+    name = catalog.get("name") if isinstance(catalog, dict) else None
+    if name is None:
+        return default_catalog_name(pipeline)
+    if not isinstance(name, str) or not _CATALOG_NAME.fullmatch(name):
+        raise ConfigError(
+            "`sink.catalog.name` must be written out (not from ${VAR}: it names the DAGs' Assets) "
+            "with letters, digits, `_` and `-`",
+            str(path),
+        )
+    return name

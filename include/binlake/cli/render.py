@@ -66,16 +66,27 @@ def print_units(counts: dict[str, int]) -> None:
 
 
 def print_where(config: PipelineConfig, tables: list[str]) -> None:
-    from binlake.sink.catalog import catalog_name
+    from binlake.sink.catalog import display_uri
 
     example = tables[0] if tables else "<namespace>.<table>"
+    settings = config.sink.catalog
+    uri = display_uri(config.catalog_uri) if config.catalog_uri else None  # no password printed
+    arguments = [repr(config.catalog_name), f"type={settings.type!r}"]
+    arguments += [
+        f"{key}={value!r}" for key, value in (("uri", uri), ("warehouse", config.warehouse)) if value
+    ]
     print(f"Iceberg tables: {', '.join(tables)}")
-    print(f"catalog: {config.catalog_uri}\nwarehouse: {config.warehouse}")
+    print(f"catalog: {config.catalog_name} ({settings.type}) {uri or ''}")
+    print(f"warehouse: {config.warehouse or '-'}")
     print(
         "query them from Python:\n"
-        "  from pyiceberg.catalog.sql import SqlCatalog\n"
-        f"  catalog = SqlCatalog('{catalog_name(config)}', uri='{config.catalog_uri}', "
-        f"warehouse='{config.warehouse}')\n"
+        "  from pyiceberg.catalog import load_catalog\n"
+        + (
+            f"  # add sink.catalog.properties: {', '.join(sorted(settings.properties))}\n"
+            if settings.properties
+            else ""
+        )
+        + f"  catalog = load_catalog({', '.join(arguments)})\n"
         f"  catalog.load_table('{example}').scan().to_pandas()\n"
         f"  catalog.load_table('{example}').scan().to_duckdb('{example.split('.')[-1]}')"
         f".sql('SELECT COUNT(*) FROM {example.split('.')[-1]}').show()"

@@ -2,32 +2,79 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog import Catalog, load_catalog
 from sqlalchemy.engine.url import make_url
 
 from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.schema.routes import sink_table
 
 
-def catalog_name(config: PipelineConfig) -> str:
-    """The catalog's name; a SQL catalog keeps its tables under it, so readers must use the same."""
-    return f"binlake_{config.pipeline.name}"
+class CatalogError(BinlakeError):
+    """The pipeline's Iceberg catalog could not be opened."""
+
+
+def catalog_properties(config: PipelineConfig) -> dict[str, str]:
+    """What binlake hands pyiceberg's ``load_catalog`` besides the name: ``type``, ``uri`` and
+    ``warehouse`` when set, and ``sink.catalog.properties`` (secrets revealed: for pyiceberg only)."""
+    settings = config.sink.catalog
+    properties: dict[str, str] = {"type": settings.type}
+    if config.catalog_uri:
+        properties["uri"] = config.catalog_uri
+    if config.warehouse:
+        properties["warehouse"] = config.warehouse
+    properties.update({key: value.get_secret_value() for key, value in settings.properties.items()})
+    return properties
 
 
 def open_catalog(config: PipelineConfig) -> Catalog:
-    """The pipeline's Iceberg SQL catalog (SQLite under work_dir by default, Postgres at scale)."""
-    uri = config.catalog_uri
-    url = make_url(uri)
+    """The pipeline's Iceberg catalog, of any kind pyiceberg implements (``sink.catalog``): SQLite
+    under work_dir by default, Postgres at scale, or a REST, Glue, Hive … catalog the lakehouse
+    already runs. pyiceberg's own configuration of the same name (``.pyiceberg.yaml``,
+    ``PYICEBERG_CATALOG__<NAME>__…``) applies too; ``sink.catalog``'s keys win.
+
+    Raises:
+        CatalogError: the catalog could not be opened (unreachable, refused, misconfigured).
+    """
+    properties = catalog_properties(config)
+    if config.sink.catalog.type == "sql":
+        _make_local_folders(properties)
+    try:
+        return load_catalog(config.catalog_name, **properties)
+    except Exception as e:  # pyiceberg raises what its client libraries raise
+        where = f" at {display_uri(config.catalog_uri)}" if config.catalog_uri else ""
+        raise CatalogError(
+            f"Could not open the Iceberg {config.sink.catalog.type} catalog `{config.catalog_name}`{where}: "
+            f"{_without_secrets(f'{type(e).__name__}: {e}', properties)}. Fix: check `sink.catalog` in the "
+            "pipeline file (uri, warehouse, properties: credentials, endpoints) and that the catalog "
+            "is reachable from this machine."
+        ) from None
+
+
+def _make_local_folders(properties: dict[str, str]) -> None:
+    url = make_url(properties["uri"])
     if url.drivername.startswith("sqlite") and url.database:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-    warehouse = config.warehouse
+    warehouse = properties.get("warehouse", "")
     if warehouse.startswith("file://"):
         Path(warehouse.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-    return SqlCatalog(catalog_name(config), uri=uri, warehouse=warehouse)
+
+
+def display_uri(uri: str) -> str:
+    """``uri`` with its password, if any, masked (for messages and hints)."""
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", uri)
+
+
+def _without_secrets(text: str, properties: dict[str, str]) -> str:
+    """``text`` with every configured value that could be a credential masked."""
+    for key, value in properties.items():
+        if key not in ("type", "warehouse") and len(value) >= 4 and value in text:
+            text = text.replace(value, display_uri(value) if key == "uri" else "***")
+    return " ".join(text.split())[:500]
 
 
 def sink_identifier(config: PipelineConfig, table: TableId) -> tuple[str, str]:

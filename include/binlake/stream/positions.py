@@ -26,21 +26,30 @@ HEAD = "stream.head"
 
 def config_options(config: PipelineConfig) -> dict[str, str]:
     """The pipeline's config as Spark options: ``config`` (JSON, work_dir made absolute, so every
-    process reads the same state store and catalog whatever its working folder) and ``password``
-    apart (Spark redacts options named like it)."""
+    process reads the same state store and catalog whatever its working folder), and its secrets
+    apart, in options Spark redacts by their names: ``password`` and ``catalog_secret`` (the
+    catalog's properties, which carry its credentials)."""
     absolute = config.model_copy(
         update={
             "pipeline": config.pipeline.model_copy(update={"work_dir": config.pipeline.work_dir.resolve()})
         }
     )
-    data = absolute.model_dump(mode="json", exclude={"source": {"password"}})
-    return {"config": json.dumps(data), "password": config.source.password.get_secret_value()}
+    data = absolute.model_dump(
+        mode="json", exclude={"source": {"password"}, "sink": {"catalog": {"properties"}}}
+    )
+    catalog = {key: value.get_secret_value() for key, value in config.sink.catalog.properties.items()}
+    return {
+        "config": json.dumps(data),
+        "password": config.source.password.get_secret_value(),
+        "catalog_secret": json.dumps(catalog),  # named so that Spark redacts it too
+    }
 
 
 def config_from_options(options: dict[str, str]) -> PipelineConfig:
     """The pipeline's config a Spark job got as options (see ``config_options``)."""
     data = json.loads(options["config"])
     data["source"]["password"] = options["password"]
+    data["sink"]["catalog"]["properties"] = json.loads(options.get("catalog_secret", "{}"))
     return PipelineConfig.model_validate(data)
 
 
