@@ -1,6 +1,13 @@
 # binlake with Airflow, Spark (pyspark's own distribution) and Java 17: one image for the Airflow
 # services and the Spark master and workers of docker-compose.yaml. Built from this repository's
 # lock file, as `make setup` builds the venv on a machine.
+
+# The Data Docs' scripts, styles and fonts (binlake.quality.report_assets), from web/'s npm lock.
+FROM node:20-bookworm-slim AS web
+WORKDIR /web
+COPY web/package.json web/package-lock.json web/.npmrc ./
+RUN npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
@@ -14,8 +21,9 @@ COPY jobs jobs
 COPY dags dags
 COPY plugins plugins
 COPY docker docker
+COPY --from=web /web/node_modules web/node_modules
 RUN make .tools/bin/uv && .tools/bin/uv sync --locked --no-dev \
- && PYSPARK_PYTHON=/opt/binlake/.venv/bin/python .venv/bin/python -m binlake.spark.jvm_archive
+ && PYSPARK_PYTHON=/opt/binlake/.venv/bin/python .venv/bin/python -m binlake.spark.runtime.jvm_archive
 
 ENV PATH=/opt/binlake/.venv/bin:$PATH \
     PYSPARK_PYTHON=/opt/binlake/.venv/bin/python \

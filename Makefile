@@ -97,20 +97,27 @@ lint: setup
 	$(BIN)/mypy
 
 ## Set-up: system packages, uv at a pinned version, the venv exactly as uv.lock says, the JVM archive.
-setup: system-deps $(UV)
+setup: system-deps $(UV) web/node_modules/.package-lock.json
 	$(UV) sync --locked --quiet
 	@# Spark's driver JVM starts ~5 s sooner from a class archive; built once (~1 min), a cache only.
 	$(BIN)/python -m binlake.spark.runtime.jvm_archive --if-missing
+
+# The scripts, styles and fonts the Data Docs load, from npm (binlake.quality.report_assets).
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	npm ci --prefix web --ignore-scripts --no-audit --no-fund --loglevel=error
 
 $(UV):
 	python3 -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-# MariaDB server binaries (for the private test/demo server) and Java 17 (for Spark), from Debian.
+# MariaDB server binaries (for the private test/demo server), Java 17 (for Spark), npm (the
+# reports' scripts and styles) and Chromium (the browser tests of the UI and reports), from Debian.
 system-deps:
 	@missing=""; \
 	command -v mariadbd >/dev/null || command -v mysqld >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ] || missing="$$missing mariadb-server"; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || missing="$$missing docker-compose"; \
 	python3 -c 'import sys, ensurepip; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || python3.11 -c 'import ensurepip' 2>/dev/null || missing="$$missing python3.11 python3.11-venv"; \
 	if [ -n "$$missing" ]; then \

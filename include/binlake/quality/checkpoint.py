@@ -26,6 +26,7 @@ from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
+from binlake.quality import report_assets
 from binlake.quality.expectations import Expectation, configured, key_expectations, needed_columns
 from binlake.quality.reconcile import RowCount, expected_rows
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
@@ -274,6 +275,7 @@ class _DataDocs:
 
     def build(self) -> Path:
         self.context.build_data_docs()
+        report_assets.vendor(self.folder)
         return self.folder / "index.html"
 
     def page(self, identifier: str) -> str | None:
