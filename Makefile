@@ -75,7 +75,7 @@ airflow: setup
 	  $(BIN)/airflow db migrate >/dev/null && \
 	  $(BIN)/airflow pools set binlake 2 "binlake snapshot Spark jobs" >/dev/null && \
 	  echo "Airflow on http://127.0.0.1:$(AIRFLOW_PORT): user admin, password in $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json.generated" && \
-	  exec $(BIN)/airflow standalone
+	  exec $(BIN)/python -m binlake.airflow.standalone  # Ctrl-C or SIGTERM stops every process it started
 
 ## The test suite: lint, types, docker-compose.yaml, then every test (CI runs exactly this).
 test: setup lint compose-check
