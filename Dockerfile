@@ -22,7 +22,7 @@ COPY dags dags
 COPY plugins plugins
 COPY docker docker
 COPY --from=web /web/node_modules web/node_modules
-RUN make .tools/bin/uv && .tools/bin/uv sync --locked --no-dev \
+RUN make .tools/bin/uv && .tools/bin/uv sync --locked --no-dev --compile-bytecode \
  && PYSPARK_PYTHON=/opt/binlake/.venv/bin/python .venv/bin/python -m binlake.spark.runtime.jvm_archive
 
 ENV PATH=/opt/binlake/.venv/bin:$PATH \
