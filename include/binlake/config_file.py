@@ -15,7 +15,7 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from binlake.config import PipelineConfig
+from binlake.config import PipelineConfig, PipelineSection
 from binlake.errors import ConfigError
 
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
@@ -63,6 +63,29 @@ def load_config(
         raise ConfigError(f"the file cannot be read: {e.strerror}", str(file)) from None
     env = os.environ.copy() if environ is None else environ
     return parse_config(text, str(file), env, source_overrides)
+
+
+def load_pipeline_section(
+    path: str | os.PathLike[str], environ: dict[str, str] | None = None
+) -> PipelineSection:
+    """Only the file's ``pipeline`` section, interpolated and validated: what a process needs that
+    cannot complete the rest (the Airflow API server serving reports has no source connection).
+
+    Raises:
+        ConfigError: the file cannot be read, or its ``pipeline`` section is not valid.
+    """
+    file = Path(path)
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot be read as YAML: {' '.join(str(e).split())}", str(file)) from None
+    section = raw.get("pipeline") if isinstance(raw, dict) else None
+    env = os.environ.copy() if environ is None else environ
+    data = _interpolate(section if isinstance(section, dict) else {}, env, ("pipeline",), str(file))
+    try:
+        return PipelineSection.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_validation_text(e, {"pipeline": data}), str(file)) from None
 
 
 def parse_config(

@@ -23,15 +23,17 @@ def report_url(pipeline: str, index: Path) -> str:
 
 @functools.lru_cache(maxsize=64)
 def _reports_folder(pipeline: str) -> Path | None:
-    from binlake.config_file import load_config
+    # Only the pipeline section: the API server cannot complete the source from an Airflow
+    # connection (a pipeline whose source comes from one has no host in its YAML).
+    from binlake.config_file import load_pipeline_section
 
     for found in read_pipeline_files():
         if found.name == pipeline:
             try:
-                config = load_config(found.path)
+                section = load_pipeline_section(found.path)
             except BinlakeError:
                 return None
-            return (config.pipeline.work_dir.resolve() / "reports").resolve()
+            return (section.work_dir.resolve() / "reports").resolve()
     return None
 
 
