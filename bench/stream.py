@@ -226,6 +226,13 @@ def _steady(
         "lag_p50_s": round(statistics.median(lags), 2) if lags else None,
         "lag_p99_s": round(cuts[98], 2) if lags else None,
         "lag_max_s": round(max(lags), 2) if lags else None,
+        # An upward trend: the mean lag of the last third of the batches over the first third's.
+        "lag_trend_last_vs_first_third": (
+            round(statistics.mean(lags[-len(lags) // 3 :]) / statistics.mean(lags[: len(lags) // 3]), 2)
+            if len(lags) >= 6
+            else None
+        ),
+        "workload_asked_changes_per_s": round(rate),
         "goal_p99_s": interval + 5,
         "merge_mode": "merge-on-read" if mor else "copy-on-write",
         # Median seconds per batch in each phase: binlake's (stream.batch_clock) and Spark's own.
@@ -339,6 +346,11 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--txn-rows", type=int, default=1000)
     parser.add_argument("--steady-rate", type=float, default=2000)
+    parser.add_argument(
+        "--steady-share", type=float, default=0.0,
+        help="steady workload at this share of the single reader's rows/s measured in the catch-up part "
+        "(the issue's goal: 0.5); overrides --steady-rate",
+    )  # fmt: skip
     parser.add_argument("--steady-seconds", type=float, default=300)
     parser.add_argument("--trigger-interval", type=float, default=5)
     parser.add_argument("--merge-on-read", action="store_true", help="steady part into merge-on-read tables")
@@ -350,10 +362,14 @@ def main() -> None:
         spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "bench")
         try:
             catch_up = {} if args.steady_only else _catch_up(server, work, spark, args.changes, args.txn_rows)
+            reader = catch_up.get("single_reader_rows_per_s")
+            rate = args.steady_share * reader if args.steady_share and reader else args.steady_rate
             steady = {} if args.catch_up_only else _steady(
-                server, work, spark, args.steady_rate, args.steady_seconds, args.trigger_interval,
-                args.merge_on_read,
+                server, work, spark, rate, args.steady_seconds, args.trigger_interval, args.merge_on_read,
             )  # fmt: skip
+            if steady and reader:
+                steady["rate_share"] = round(steady["workload_changes_per_s"] / reader, 3)
+                steady["rate_share_asked"] = args.steady_share or round(args.steady_rate / reader, 3)
         finally:
             spark.stop()
     result = {"benchmark": "stream", "master": "local[2]", "catch_up": catch_up, "steady": steady}
