@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from binlake.config import PipelineConfig, ServerIdRange
-from binlake.config_file import load_config, parse_config
+from binlake.config_file import load_config, load_pipeline_section, parse_config
 from binlake.errors import ConfigError
 
 MINIMAL = """
@@ -198,3 +198,20 @@ def test_demo_pipeline_file_is_valid() -> None:
     config = load_config(path, {"BINLAKE_DEMO_PORT": "3399", "BINLAKE_DEMO_PASSWORD": "x"})
     assert config.source.port == 3399
     assert config.source.chunk_key_columns == {"shop.page_views": "customer_id"}
+
+
+def test_the_pipeline_section_alone_reads_without_the_source(tmp_path: Path) -> None:
+    """What the Airflow API server reads to serve a pipeline's reports: the source of this file
+    comes from an Airflow connection, so the whole config cannot be loaded there."""
+    path = tmp_path / "shop.yaml"
+    path.write_text(
+        "pipeline: {name: shop, work_dir: '${WORK:-/srv/binlake}'}\n"
+        "source: {tables: ['shop\\\\..*']}\nairflow: {source_conn_id: shop_db}\n"
+    )
+    with pytest.raises(ConfigError, match=r"source\.hostname"):
+        load_config(path, {})
+    assert load_pipeline_section(path, {}).work_dir == Path("/srv/binlake")
+    assert load_pipeline_section(path, {"WORK": str(tmp_path)}).work_dir == tmp_path
+    path.write_text("pipeline: {name: 'not a name'}\n")
+    with pytest.raises(ConfigError, match=r"pipeline\.name"):
+        load_pipeline_section(path, {})

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from binlake.config import PipelineConfig, PipelineSection
 from binlake.errors import ConfigError
@@ -81,11 +81,20 @@ def load_pipeline_section(
         raise ConfigError(f"cannot be read as YAML: {' '.join(str(e).split())}", str(file)) from None
     section = raw.get("pipeline") if isinstance(raw, dict) else None
     env = os.environ.copy() if environ is None else environ
-    data = _interpolate(section if isinstance(section, dict) else {}, env, ("pipeline",), str(file))
+    data = {
+        "pipeline": _interpolate(section if isinstance(section, dict) else {}, env, ("pipeline",), str(file))
+    }
     try:
-        return PipelineSection.model_validate(data)
+        return _PipelineOnly.model_validate(data).pipeline
     except ValidationError as e:
-        raise ConfigError(_validation_text(e, {"pipeline": data}), str(file)) from None
+        raise ConfigError(_validation_text(e, data), str(file)) from None
+
+
+class _PipelineOnly(BaseModel):
+    """A config file's ``pipeline`` section, the rest ignored (errors keep their full key path)."""
+
+    model_config = ConfigDict(extra="ignore")
+    pipeline: PipelineSection
 
 
 def parse_config(
