@@ -37,6 +37,10 @@ _CREDENTIAL_KEY = re.compile(r"(?i)secret|password|token|credential|key|auth|ses
 _SINK_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 
 
+#: What a catalog name may hold (``sink.catalog.name``; Airflow's DAG parsing checks it too).
+CATALOG_NAME = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+
+
 def default_catalog_name(pipeline: str) -> str:
     """The catalog name of a pipeline that names none (the only one earlier releases used)."""
     return f"binlake_{pipeline}"
@@ -206,7 +210,7 @@ class CatalogConfig(_Model):
     type: CatalogKind = "sql"
     """The Iceberg catalog: ``sql`` (SQLite or Postgres through SQLAlchemy), ``rest`` (Polaris,
     Nessie, Lakekeeper, Unity, Gravitino …), ``glue``, ``hive``, ``dynamodb``, ``bigquery``."""
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")
+    name: str | None = Field(default=None, pattern=CATALOG_NAME)
     """The catalog's name: a SQL catalog keeps its tables under it, so every reader of a SQL
     catalog must use the same; Assets are ``iceberg://<name>/<namespace>/<table>``. Default:
     ``binlake_<pipeline.name>`` (what earlier releases always used). Written out, not ``${VAR}``

@@ -55,14 +55,17 @@ def load_config(
             key path, the value found (secrets hidden) and what is valid.
     """
     file = Path(path)
+    env = os.environ.copy() if environ is None else environ
+    return parse_config(_read(file), str(file), env, source_overrides)
+
+
+def _read(file: Path) -> str:
     try:
-        text = file.read_text(encoding="utf-8")
+        return file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"the file does not exist (looked in {file.resolve().parent})", str(file)) from None
     except OSError as e:
         raise ConfigError(f"the file cannot be read: {e.strerror}", str(file)) from None
-    env = os.environ.copy() if environ is None else environ
-    return parse_config(text, str(file), env, source_overrides)
 
 
 def load_pipeline_section(
@@ -75,11 +78,7 @@ def load_pipeline_section(
         ConfigError: the file cannot be read, or its ``pipeline`` section is not valid.
     """
     file = Path(path)
-    try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot be read as YAML: {' '.join(str(e).split())}", str(file)) from None
-    section = raw.get("pipeline") if isinstance(raw, dict) else None
+    section = _sections(_read(file), str(file)).get("pipeline")
     env = os.environ.copy() if environ is None else environ
     data = {
         "pipeline": _interpolate(section if isinstance(section, dict) else {}, env, ("pipeline",), str(file))
@@ -101,6 +100,17 @@ def parse_config(
     text: str, source_name: str, environ: dict[str, str], source_overrides: dict[str, Any] | None = None
 ) -> PipelineConfig:
     """Validate a pipeline config given as YAML text (see :func:`load_config`)."""
+    data = _interpolate(_sections(text, source_name), environ, (), source_name)
+    if source_overrides and isinstance(data.get("source"), dict):
+        data["source"] = {**data["source"], **source_overrides}
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_validation_text(e, data), source_name) from None
+
+
+def _sections(text: str, source_name: str) -> dict[str, Any]:
+    """The YAML text's top-level mapping of sections."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -111,13 +121,7 @@ def parse_config(
         raise ConfigError(
             f"the top level must be a mapping of sections, found {type(raw).__name__}", source_name
         )
-    data = _interpolate(raw, environ, (), source_name)
-    if source_overrides and isinstance(data.get("source"), dict):
-        data["source"] = {**data["source"], **source_overrides}
-    try:
-        return PipelineConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_validation_text(e, data), source_name) from None
+    return raw
 
 
 def _yaml_error_text(error: yaml.YAMLError) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Iterable
 
 REDACTED = "***"
 
@@ -17,10 +18,13 @@ _lock = threading.Lock()
 _secrets: set[str] = set()
 
 
+#: Secrets shorter than this are not hidden: redacting them would mangle ordinary words.
+MIN_SECRET_LENGTH = 4
+
+
 def register_secret(value: str) -> None:
-    """Make every later log record hide ``value`` (values shorter than 4 characters are ignored,
-    since redacting them would mangle ordinary words)."""
-    if len(value) >= 4:
+    """Make every later log record hide ``value`` (see ``MIN_SECRET_LENGTH``)."""
+    if len(value) >= MIN_SECRET_LENGTH:
         with _lock:
             _secrets.add(value)
 
@@ -28,7 +32,14 @@ def register_secret(value: str) -> None:
 def redact(text: str) -> str:
     """``text`` with every registered secret replaced by ``***``."""
     with _lock:
-        found = [s for s in _secrets if s in text]
+        registered = list(_secrets)
+    return mask(text, registered)
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` (of at least ``MIN_SECRET_LENGTH``) replaced by ``***``,
+    the longest first (a secret holding another is hidden whole)."""
+    found = {s for s in secrets if len(s) >= MIN_SECRET_LENGTH and s in text}
     for secret in sorted(found, key=len, reverse=True):
         text = text.replace(secret, REDACTED)
     return text

@@ -16,10 +16,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from binlake.config import AirflowConfig, PipelineSection, default_catalog_name
+from binlake.config import CATALOG_NAME, AirflowConfig, PipelineSection, default_catalog_name
 from binlake.errors import ConfigError
-
-_CATALOG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 #: Where the pipeline files are, unless ``BINLAKE_PIPELINES_DIR`` says otherwise.
 DEFAULT_FOLDER = Path(__file__).resolve().parents[2] / "pipelines"
@@ -100,7 +98,7 @@ def _catalog_name(raw: dict[str, Any], pipeline: str, path: Path) -> str:
     name = catalog.get("name") if isinstance(catalog, dict) else None
     if name is None:
         return default_catalog_name(pipeline)
-    if not isinstance(name, str) or not _CATALOG_NAME.fullmatch(name):
+    if not isinstance(name, str) or not re.fullmatch(CATALOG_NAME, name):
         raise ConfigError(
             "`sink.catalog.name` must be written out (not from ${VAR}: it names the DAGs' Assets) "
             "with letters, digits, `_` and `-`",

@@ -89,10 +89,12 @@ def vendor(site: Path, packages: Path | None = None) -> int:
         )  # fmt: skip
         return 0
     target = site.parent / VENDOR
-    for path in sorted(set(ASSETS.values())):
+    files = set(ASSETS.values())
+    files |= {
+        f.relative_to(packages).as_posix() for d in FOLDERS for f in (packages / d).rglob("*") if f.is_file()
+    }
+    for path in sorted(files):
         _copy(packages / path, target / path)
-    for folder in FOLDERS:
-        shutil.copytree(packages / folder, target / folder, dirs_exist_ok=True)
     return sum(_rewrite(page, site) for page in site.rglob("*.html"))
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.engine.url import make_url
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import TableId
+from binlake.logs import mask
 from binlake.schema.routes import sink_table
 
 
@@ -70,11 +71,13 @@ def display_uri(uri: str) -> str:
 
 
 def _without_secrets(text: str, properties: dict[str, str]) -> str:
-    """``text`` with every configured value that could be a credential masked."""
-    for key, value in properties.items():
-        if key not in ("type", "warehouse") and len(value) >= 4 and value in text:
-            text = text.replace(value, display_uri(value) if key == "uri" else "***")
-    return " ".join(text.split())[:500]
+    """``text`` with every configured value that could be a credential masked (the URI only in
+    its password)."""
+    uri = properties.get("uri")
+    if uri:
+        text = text.replace(uri, display_uri(uri))
+    secrets = [value for key, value in properties.items() if key not in ("type", "uri", "warehouse")]
+    return " ".join(mask(text, secrets).split())[:500]
 
 
 def sink_identifier(config: PipelineConfig, table: TableId) -> tuple[str, str]:
