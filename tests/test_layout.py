@@ -84,7 +84,7 @@ RANKS = {
     "snapshot": 3,
     "stream": 4,
     "quality": 5,
-    "backfill": 6,
+    **dict.fromkeys(["backfill", "verify"], 6),
     **dict.fromkeys(["status", "spark", "airflow", "cli", "testing"], 7),
 }
 

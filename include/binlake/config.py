@@ -342,6 +342,18 @@ class BackfillConfig(_Model):
         return f"{first}-{first + max(1, parallelism) - 1}"
 
 
+class VerifyConfig(_Model):
+    """``binlake verify``: checksums of the source's chunks against the sink's."""
+
+    server_id: int | None = Field(default=None, ge=1)
+    """First replica id of its binlog readers (the roll-forward, then one per connection for
+    MySQL's watermarks); default ``source.server_id``'s end + 1000. Unique among the source's
+    replicas."""
+
+    def reader_server_id(self, source: SourceConfig) -> int:
+        return self.server_id if self.server_id is not None else source.server_id.end + 1000
+
+
 class AirflowConfig(_Model):
     """How the pipeline's Airflow DAGs run (read when Airflow parses the DAG files: no ``${VAR}``)."""
 
@@ -349,6 +361,8 @@ class AirflowConfig(_Model):
     """Schedule of the main DAG (``binlake__<name>``); default none: triggered from the UI."""
     backfill_schedule: str | None = None
     """Schedule of the backfill DAG (cron or preset); default none: triggered with its form."""
+    verify_schedule: str | None = None
+    """Schedule of the verify DAG (``binlake__<name>__verify``); default none: triggered with its form."""
     pool: str = "default_pool"
     """Airflow pool the snapshot's Spark tasks run in (bounds how many run at once)."""
     snapshot_jobs: int = Field(default=4, ge=1)
@@ -372,6 +386,7 @@ class PipelineConfig(_Model):
     route: list[RouteRule] = Field(default_factory=list)
     quality: QualityConfig = Field(default_factory=QualityConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
 
     @property

@@ -77,6 +77,14 @@ class BackfillStatus(BaseModel):
     rows: int
 
 
+class VerifyStatus(BaseModel):
+    verify_id: str
+    tables: dict[str, dict[str, int]]
+    """Table → chunks per verdict (equal, drifted, unverified, repaired)."""
+    drifted: list[str]
+    """Each drifted chunk: ``table [start, end): source N rows, sink M rows``."""
+
+
 class PipelineStatus(BaseModel):
     pipeline: str
     tables: list[TableStatus]
@@ -85,6 +93,7 @@ class PipelineStatus(BaseModel):
     schema_changes: list[SchemaChangeStatus]
     quality: QualityStatus | None
     backfills: list[BackfillStatus]
+    verification: VerifyStatus | None = None
 
 
 def pipeline_status(config: PipelineConfig) -> PipelineStatus:
@@ -100,6 +109,7 @@ def pipeline_status(config: PipelineConfig) -> PipelineStatus:
             schema_changes=_schema_changes(store, name),
             quality=_quality(store, name),
             backfills=_backfills(store, name),
+            verification=_verification(store, name),
         )
 
 
@@ -174,6 +184,26 @@ def _quality(store: StateStore, pipeline: str) -> QualityStatus | None:
         tables=len(run),
         # a table's page lies under <report folder>/validations/: the run's index is beside it
         report=f"{page.split('/validations/')[0]}/index.html" if page else None,
+    )
+
+
+def _verification(store: StateStore, pipeline: str) -> VerifyStatus | None:
+    """The last ``binlake verify``: its verdicts per table, and where the sink drifted."""
+    latest = store.verifications(pipeline).latest()
+    if latest is None:
+        return None
+    verify_id, verdicts = latest
+    tables: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for v in verdicts:
+        tables[v.table][v.status] += 1
+    return VerifyStatus(
+        verify_id=verify_id,
+        tables={t: dict(c) for t, c in tables.items()},
+        drifted=[
+            f"{v.table} {v.range}: source {v.source_rows} rows, sink {v.sink_rows} rows"
+            for v in verdicts
+            if v.status == "drifted"
+        ],
     )
 
 

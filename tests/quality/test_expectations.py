@@ -6,7 +6,7 @@ import pytest
 
 from binlake.errors import ConfigError
 from binlake.offsets import BinlogOffset
-from binlake.quality.checkpoint import _sink_offset
+from binlake.quality.checkpoint import sink_offset
 from binlake.quality.expectations import Expectation, configured, key_expectations, needed_columns
 
 
@@ -47,12 +47,12 @@ def test_only_the_columns_expectations_read_are_loaded() -> None:
     assert needed_columns([*suite, Expectation("expect_table_columns_to_match_set", {})], columns) == columns
 
 
-def test_sink_offset_is_the_later_of_stream_and_table_else_the_switch() -> None:
+def testsink_offset_is_the_later_of_stream_and_table_else_the_switch() -> None:
     a, b, c = BinlogOffset("b.000001", 400), BinlogOffset("b.000002", 4), BinlogOffset("b.000001", 100)
-    assert _sink_offset(a, b, c) == b
-    assert _sink_offset(b, a, c) == b
-    assert _sink_offset(None, None, c) == c
-    assert _sink_offset(None, None, None) is None
+    assert sink_offset(a, b, c) == b
+    assert sink_offset(b, a, c) == b
+    assert sink_offset(None, None, c) == c
+    assert sink_offset(None, None, None) is None
 
 
 def test_no_row_count_when_the_sink_is_not_a_full_copy() -> None:

@@ -73,14 +73,14 @@ def _plan(
     chunk_size: int | None,
 ) -> list[BackfillUnit]:
     name = config.pipeline.name
-    plans = _checked_plans(config, store, schemas, tables, key_range)
+    plans = checked_plans(config, store, schemas, tables, key_range)
     size = chunk_size or config.source.chunk_size
     split: dict[TableId, list[ChunkRange]] = {}
     with contextlib.closing(connect(config.source)) as conn:
         splitter = ChunkSplitter(conn, size)
         for stored in plans:
             chunks = splitter.split(schemas[stored.table], stored.key_column).chunks
-            split[stored.table] = [r for r in (_clip(c.range, key_range) for c in chunks) if r is not None]
+            split[stored.table] = [r for r in (clip(c.range, key_range) for c in chunks) if r is not None]
     # Units small enough for the stream to hold (unit_rows) and many enough to keep every Spark
     # slot busy, like the snapshot's groups.
     total = sum(len(r) for r in split.values())
@@ -110,26 +110,28 @@ def _plan(
     return ledger.units(name, backfill_id)
 
 
-def _checked_plans(
+def checked_plans(
     config: PipelineConfig,
     store: StateStore,
     schemas: dict[TableId, CreateTable],
     tables: Sequence[str] | None,
     key_range: KeyRange,
+    action: str = "backfill",
 ) -> list[StoredPlan]:
-    """The planned tables to backfill, refused (saying why and what to do) unless it can be done."""
+    """The planned tables to ``action`` (backfill, verify: both compare the sink's rows with the
+    chunks of a key range), refused (saying why and what to do) unless it can be done."""
     name = config.pipeline.name
     plans = store.plans(name).load()
     if not plans or store.offsets(name).load(SWITCH) is None:
         raise BackfillError(
-            f"Pipeline `{name}` has no finished snapshot: a backfill re-reads tables the stream keeps. "
+            f"Pipeline `{name}` has no finished snapshot: {action} works on tables the stream keeps. "
             "Fix: run `binlake snapshot` (and the stream) first."
         )
     known = {p.table.name: p for p in plans}
     unknown = sorted(set(tables or ()) - known.keys())
     if unknown:
         raise BackfillError(
-            f"Cannot backfill {unknown}: not tables of the pipeline; its tables: {sorted(known)}."
+            f"Cannot {action} {unknown}: not tables of the pipeline; its tables: {sorted(known)}."
         )
     chosen = [known[t] for t in tables] if tables else plans
     streamed = store.offsets(name).load(STREAM)
@@ -137,39 +139,39 @@ def _checked_plans(
     for stored in chosen:
         schema = schemas.get(stored.table)
         if schema is None:
-            raise BackfillError(f"Cannot backfill {stored.table}: the table no longer exists in the source.")
+            raise BackfillError(f"Cannot {action} {stored.table}: the table no longer exists in the source.")
         column = choose_key_column(schema, stored.key_column)
         if column.is_text and not tables:
             skipped.append(stored)  # all tables asked for: the ones that cannot be are named, not fatal
             log.warning(
-                "backfill leaves %s out: its chunk key `%s` is text (%s), which the stream cannot compare "
-                "in the column's collation; re-snapshot it instead", stored.table, column.name,
+                "%s leaves %s out: its chunk key `%s` is text (%s), which the stream cannot compare "
+                "in the column's collation; re-snapshot it instead", action, stored.table, column.name,
                 column.column_type,
             )  # fmt: skip
             continue
         if column.is_text:
             raise BackfillError(
-                f"Cannot backfill {stored.table}: its chunk key `{column.name}` is text "
+                f"Cannot {action} {stored.table}: its chunk key `{column.name}` is text "
                 f"({column.column_type}), and the stream cannot tell which stored rows lie in a chunk "
                 "without the server's collation. Fix: re-snapshot the table instead "
                 "(`binlake plan --replan` then `binlake snapshot`)."
             )
         if not key_range.is_all and not column.is_integral:
             raise BackfillError(
-                f"Cannot backfill a key range of {stored.table}: its chunk key `{column.name}` is "
-                f"{column.column_type}, and ranges are given as integers. Fix: backfill the whole table."
+                f"Cannot {action} a key range of {stored.table}: its chunk key `{column.name}` is "
+                f"{column.column_type}, and ranges are given as integers. Fix: {action} the whole table."
             )
         marks = [c.high_watermark for c in stored.chunks if c.high_watermark is not None]
         if marks and (streamed is None or streamed < max(marks)):
             raise BackfillError(
-                f"Cannot backfill {stored.table} yet: the stream has not passed its snapshot (chunks read "
+                f"Cannot {action} {stored.table} yet: the stream has not passed its snapshot (chunks read "
                 f"up to {max(marks)}; the stream is at {streamed or 'its start'}). Fix: run the stream "
                 "(`binlake stream --until-caught-up`) first."
             )
     return [p for p in chosen if p not in skipped]
 
 
-def _clip(chunk: ChunkRange, key_range: KeyRange) -> ChunkRange | None:
+def clip(chunk: ChunkRange, key_range: KeyRange) -> ChunkRange | None:
     """``chunk`` ∩ ``key_range`` (None when empty)."""
     if key_range.is_all:
         return chunk

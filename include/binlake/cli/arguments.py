@@ -17,6 +17,7 @@ from binlake.cli.commands import (
     status_command,
     stream_command,
     validate_command,
+    verify_command,
 )
 
 
@@ -85,6 +86,22 @@ def parser() -> argparse.ArgumentParser:
     )
     backfill.set_defaults(handler=backfill_command)
     backfill.add_argument("--json", action="store_true", help="print the summary as JSON")
+    verify = commands.add_parser(
+        "verify",
+        help="compare each chunk's checksum on the source with the sink's at the same binlog position",
+    )
+    verify.add_argument("--table", action="append", default=[], help="only this source table; repeat")
+    verify.add_argument("--from", dest="key_from", type=int, help="first chunk-key value (integral keys)")
+    verify.add_argument("--to", dest="key_to", type=int, help="chunk-key value to stop before")
+    verify.add_argument("--id", help="verification id (default: a new one)")
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="backfill drifted chunks, wait for the stream, verify them again",
+    )
+    verify.add_argument("--timeout", type=float, help="seconds --repair waits for the stream to apply it")
+    verify.add_argument("--json", action="store_true", help="print only the JSON summary")
+    verify.set_defaults(handler=verify_command)
     status = commands.add_parser("status", help="the plan, chunk progress and the stream's offset and lag")
     status.set_defaults(handler=status_command)
     status.add_argument("--json", action="store_true", help="print the status as JSON")

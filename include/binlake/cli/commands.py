@@ -9,7 +9,15 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any
 
-from binlake.cli.render import print_checks, print_table, print_units, print_where, show, stream_line
+from binlake.cli.render import (
+    print_checks,
+    print_table,
+    print_units,
+    print_verdicts,
+    print_where,
+    show,
+    stream_line,
+)
 from binlake.config import PipelineConfig
 from binlake.config_file import load_config
 from binlake.errors import BinlakeError, ConfigError
@@ -183,6 +191,51 @@ def backfill_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def verify_command(args: argparse.Namespace) -> int:
+    from binlake.backfill.plan import KeyRange
+    from binlake.verify.verification import new_verify_id, verify
+
+    config = _load(args.config)
+    verify_id = args.id or new_verify_id()
+    report = verify(
+        config, verify_id, args.table or None, KeyRange(args.key_from, args.key_to), progress=print_verdicts
+    )
+    if args.repair and not report.clean:
+        report = _repair(config, report, args.timeout)
+    if not args.json:
+        verdict = "the sink equals the source" if report.clean else "the sink DIFFERS from the source"
+        print(f"verify `{verify_id}` of `{config.pipeline.name}`: {verdict} ({len(report.verdicts)} chunks, "
+              f"{report.seconds:.1f} s; `binlake status` shows it)")  # fmt: skip
+    print(json.dumps(report.as_dict(), default=str))
+    return EXIT_OK if report.clean else EXIT_CHECKS_FAILED
+
+
+def _repair(config: PipelineConfig, report: Any, timeout: float | None) -> Any:
+    """Backfill the drifted chunks, wait for the stream to apply them, verify them again."""
+    from binlake.backfill.plan import new_backfill_id
+    from binlake.backfill.progress import print_progress
+    from binlake.backfill.wait import wait_applied
+    from binlake.spark.backfill_job import run_backfill
+    from binlake.spark.runtime.session import spark_session
+    from binlake.verify.repair import after_repair, drifted_ranges, stage_repair
+    from binlake.verify.verification import verify
+
+    backfill_id = new_backfill_id()
+    units = stage_repair(config, report, backfill_id)
+    print(f"repair: backfill `{backfill_id}` of the {units} drifted chunks; the stream applies it")
+    spark = spark_session(config, "backfill")
+    try:
+        run_backfill(config, spark, backfill_id, progress=print_progress)
+    finally:
+        spark.stop()
+    wait_applied(config, backfill_id, timeout, progress=print_units)
+    second = verify(
+        config, f"{report.verify_id}-repair", ranges=drifted_ranges(report), progress=print_verdicts
+    )
+    report.backfill_id = backfill_id
+    return after_repair(config, report, second)
+
+
 def quality_command(args: argparse.Namespace) -> int:
     from binlake.quality.checkpoint import print_quality, run_quality
 
@@ -216,6 +269,15 @@ def status_command(args: argparse.Namespace) -> int:
         q = status.quality
         verdict = "all expectations met" if q.success else f"FAILED: {', '.join(q.failed)}"
         print(f"quality: run {q.run_name} at {q.checked_at}: {verdict} ({q.report})")
+    if status.verification:
+        v = status.verification
+        counts = "; ".join(
+            f"{t}: " + ", ".join(f"{n} {state}" for state, n in sorted(c.items()))
+            for t, c in v.tables.items()
+        )
+        print(f"verify {v.verify_id}: {counts}")
+        for line in v.drifted:
+            print(f"  drifted: {line}")
     for b in status.backfills:
         units = ", ".join(f"{n} {state}" for state, n in sorted(b.units.items()))
         print(f"backfill {b.backfill_id} ({', '.join(b.tables)}): {units}; {b.rows:,} rows staged")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, JustifyMethod
 from rich.table import Table
@@ -63,6 +63,19 @@ def print_units(counts: dict[str, int]) -> None:
         "backfill units: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items())),
         file=sys.stderr,
     )
+
+
+def print_verdicts(table: Any) -> None:
+    """One table's verification, as it finishes (a ``verify.verification.TableVerification``)."""
+    line = (
+        f"verify {table.table}: {len(table.verdicts)} chunks, {table.count('equal')} equal, "
+        f"{table.count('drifted')} drifted, {table.count('unverified')} unverified"
+    )
+    print(line, file=sys.stderr)
+    for v in table.verdicts:
+        if v.status in ("drifted", "unverified"):
+            detail = v.note or f"source {v.source_rows} rows, sink {v.sink_rows} rows at {v.at}"
+            print(f"  {v.status} chunk {v.index} {v.range}: {detail}", file=sys.stderr)
 
 
 def print_where(config: PipelineConfig, tables: list[str]) -> None:

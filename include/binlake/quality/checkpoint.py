@@ -105,9 +105,9 @@ def run_quality(
             if not catalog.table_exists(identifier):
                 result = _missing(run, identifier)
             else:
-                stream_at = store.offsets(name).load(STREAM)  # before the table: see `_sink_offset`
+                stream_at = store.offsets(name).load(STREAM)  # before the table: see `sink_offset`
                 writer = IcebergWriter(catalog, identifier)
-                offset = _sink_offset(stream_at, writer.stream_offset(), store.offsets(name).load(SWITCH))
+                offset = sink_offset(stream_at, writer.stream_offset(), store.offsets(name).load(SWITCH))
                 counts = [expected_rows(config, store, s, offset, plans) for s in sources]
                 result = docs.validate(identifier, writer, _expectations(config, identifier, writer, counts))
                 result.results.extend(_skipped(counts))
@@ -144,7 +144,7 @@ def _sink_tables(config: PipelineConfig, wanted: Sequence[str] | None) -> dict[s
     return chosen
 
 
-def _sink_offset(
+def sink_offset(
     stream_at: BinlogOffset | None, table_at: BinlogOffset | None, switch: BinlogOffset | None
 ) -> BinlogOffset | None:
     """The binlog offset the sink table holds the source at.

@@ -26,6 +26,7 @@ from binlake.state.schema_history import SchemaHistory, SchemaVersion
 from binlake.state.schema_requests import SchemaChangeRequest, SchemaChangeRequests, SchemaChangeStatus
 from binlake.state.stream_history import STREAM_HISTORY, StreamBatch, StreamHistory
 from binlake.state.tables import backfill_units_table, create_tables, repairs_table
+from binlake.state.verifications import Verifications
 
 __all__ = [
     "STREAM_HISTORY",
@@ -88,3 +89,6 @@ class StateStore:
 
     def quality(self, pipeline: str) -> QualityResults:
         return QualityResults(self.engine, pipeline)
+
+    def verifications(self, pipeline: str) -> Verifications:
+        return Verifications(self.engine, pipeline)

@@ -134,6 +134,23 @@ quality_results_table = Table(
     Column("checked_at", DateTime(timezone=True), nullable=False),
 )
 
+verify_chunks_table = Table(
+    "binlake_verify_chunks",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("verify_id", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("chunk", Integer, primary_key=True),
+    Column("key_column", String(200), nullable=False),
+    Column("chunk_range", Text, nullable=False),  # JSON: {start, end} (state.codec keys)
+    Column("status", String(20), nullable=False),  # equal | drifted | unverified | repaired
+    Column("source_rows", BigInteger),
+    Column("sink_rows", BigInteger),
+    Column("at", Text),  # JSON offset the chunk was compared at
+    Column("note", Text),
+    Column("verified_at", DateTime(timezone=True), nullable=False),
+)
+
 backfill_units_table = Table(
     "binlake_backfill_units",
     metadata,

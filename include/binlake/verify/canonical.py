@@ -1,0 +1,162 @@
+"""One rendering of a row that the source server and binlake compute alike, and its checksum.
+
+A chunk's checksum is its row count and the sum (mod 2^64) of a 64-bit hash per row: the first
+8 bytes of the MD5 of the row's canonical text. Sums, not XOR, so two equal rows of a table without
+a primary key do not cancel out. The source computes it in SQL, over the rows as the server holds
+them; the sink computes it from Arrow values (the sink's rows, and binlog images rolled forward),
+so a type mapping that loses anything (a DECIMAL's scale, a FLOAT's bits, a TIMESTAMP's zone, a
+BIT's width, a collation's bytes) gives another checksum.
+
+Canonical text of a value, per type (SQL rendering ↔ Python rendering of the mapped value):
+
+- integers, YEAR, BIGINT UNSIGNED: decimal digits; booleans (TINYINT(1), BIT(1)): ``1`` / ``0``;
+- DECIMAL: digits with exactly the column's scale; FLOAT/DOUBLE: the server's shortest text of the
+  double (FLOAT widened to DOUBLE: every bit counts), ``double_text``;
+- BIT(n): the unsigned integer; DATE ``YYYY-MM-DD``; DATETIME/TIMESTAMP (in UTC)
+  ``YYYY-MM-DD HH:MM:SS.ffffff``; zero dates are NULL (as binlake reads them); TIME: signed
+  microseconds;
+- text (CHAR … JSON, ENUM, SET): the value's UTF-8 bytes; binary and geometry (WKB): upper-case hex.
+
+A row is ``len:value`` (bytes) or ``N`` (NULL) per column, joined by ``,``: lengths make it
+unambiguous whatever the values hold.
+"""
+
+from __future__ import annotations
+
+import decimal
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from binlake.events import Column, quote
+from binlake.schema.type_mapping import GEOMETRY_TYPES, arrow_type, is_bool
+
+_DATETIME = "%Y-%m-%d %H:%i:%s.%f"
+_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "year", "time"}
+_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
+MASK = (1 << 64) - 1
+
+
+def value_sql(column: Column) -> str:
+    """SQL rendering one value of ``column`` canonically (NULL stays NULL)."""
+    c, t = quote(column.name), column.data_type
+    if is_bool(column):
+        return f"IF({c} IS NULL, NULL, IF({c} + 0 <> 0, '1', '0'))"
+    if t == "year" or t == "bit":
+        return f"CAST({c} + 0 AS CHAR)"
+    if t == "time":
+        return f"CAST(TIME_TO_SEC({c}) * 1000000 AS SIGNED)"
+    if t in ("float",):
+        return f"CAST(CAST({c} AS DOUBLE) AS CHAR)"
+    if t == "date":
+        return f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, CAST({c} AS CHAR))"
+    if t in ("datetime", "timestamp"):
+        return f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, DATE_FORMAT({c}, '{_DATETIME}'))"
+    if t in GEOMETRY_TYPES:
+        return f"HEX(ST_AsBinary({c}))"
+    if t in _TEXT_TYPES:
+        return c
+    if arrow_type(column) == pa.binary():
+        return f"HEX({c})"
+    return f"CAST({c} AS CHAR)"
+
+
+def row_sql(columns: Sequence[Column]) -> str:
+    """SQL of a row's canonical text (see the module docstring)."""
+    pieces = []
+    for column in columns:
+        value = f"CONVERT({value_sql(column)} USING utf8mb4)"
+        pieces.append(f"IFNULL(CONCAT(OCTET_LENGTH({value}), ':', {value}), 'N')")
+    return f"CONCAT_WS(',', {', '.join(pieces)})"
+
+
+def checksum_sql(columns: Sequence[Column]) -> str:
+    """``COUNT(*), SUM(hash)`` of the rows a query selects (SUM is exact: a DECIMAL)."""
+    return f"COUNT(*), SUM(CAST(CONV(LEFT(MD5({row_sql(columns)}), 16), 16, 10) AS UNSIGNED))"
+
+
+def double_text(value: float) -> str:
+    """A double as MariaDB and MySQL print it (``my_gcvt``): the shortest round-trip digits, in
+    fixed notation when the decimal point falls inside them, or up to 14 zeros after ``0.``, or up
+    to 15 integer digits; else ``d.ddde±x`` without a plus sign (checked against the server over
+    the whole range)."""
+    if value == 0:
+        return "0"
+    number = decimal.Decimal(repr(value)).normalize()
+    sign, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # finite: MySQL stores no NaN or infinity
+    length = len(digits)
+    point = exponent + length  # digits before the decimal point (negative: zeros after "0.")
+    if -14 <= point <= 0 or 0 < point < length or length <= point <= 15:
+        return format(number, "f")
+    text = "".join(map(str, digits))
+    mantissa = text[0] + ("." + text[1:] if length > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{point - 1}"
+
+
+def _python(render: Callable[[Any], str]) -> Callable[[pa.Array], pa.Array]:
+    def apply(values: pa.Array) -> pa.Array:
+        return pa.array([None if v is None else render(v) for v in values.to_pylist()], pa.string())
+
+    return apply
+
+
+def _booleans(values: pa.Array) -> pa.Array:
+    return pc.if_else(values, "1", "0")
+
+
+def _cast(values: pa.Array) -> pa.Array:
+    return pc.cast(values, pa.string())
+
+
+def _timestamps(values: pa.Array) -> pa.Array:
+    return pc.strftime(values, "%Y-%m-%d %H:%M:%S")  # microsecond units print their 6 digits
+
+
+def _same(values: pa.Array) -> pa.Array:
+    return values
+
+
+def value_renderer(column: Column) -> Callable[[pa.Array], pa.Array]:
+    """Renders Arrow values of ``column`` (as ``schema.type_mapping`` maps it) canonically."""
+    t, mapped = column.data_type, arrow_type(column)
+    if pa.types.is_boolean(mapped):
+        return _booleans
+    if t == "bit":
+        return _python(lambda v: str(int.from_bytes(v, "big")))
+    if pa.types.is_integer(mapped) or pa.types.is_date(mapped):
+        return _cast
+    if pa.types.is_decimal(mapped) or t == "decimal":
+        return _python(lambda v: v if isinstance(v, str) else format(v, "f"))
+    if pa.types.is_floating(mapped):
+        return _python(lambda v: double_text(float(v)))
+    if pa.types.is_timestamp(mapped):
+        return _timestamps
+    if pa.types.is_binary(mapped):
+        return _python(lambda v: v.hex().upper())
+    return _same
+
+
+def row_texts(rows: pa.Table, columns: Sequence[Column]) -> pa.Array:
+    """Each row's canonical text (as ``row_sql`` renders it on the server)."""
+    pieces = []
+    for column in columns:
+        values = rows.column(column.name).combine_chunks().cast(arrow_type(column))
+        text = pc.cast(value_renderer(column)(values), pa.binary())
+        length = pc.cast(pc.cast(pc.binary_length(text), pa.string()), pa.binary())
+        pieces.append(pc.fill_null(pc.binary_join_element_wise(length, text, b":"), b"N"))
+    if not pieces:
+        return pa.array([b""] * rows.num_rows, pa.binary())
+    joined = pc.binary_join_element_wise(*pieces, b",")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
+def row_hashes(rows: pa.Table, columns: Sequence[Column]) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    """The 64-bit hash of each row (the first 8 bytes of its canonical text's MD5)."""
+    texts = row_texts(rows, columns).to_pylist()
+    digests = b"".join(hashlib.md5(t).digest()[:8] for t in texts)
+    return np.frombuffer(digests, dtype=">u8").astype(np.uint64)

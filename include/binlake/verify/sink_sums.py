@@ -1,0 +1,196 @@
+"""Chunk checksums of the sink, rolled forward along the binlog to each source sum's position.
+
+The sink table is pinned first — one snapshot and the binlog offset ``O`` it holds the source at
+(``quality.checkpoint.sink_offset``) — and read once, every row hashed (``verify.canonical``) and
+counted in the chunk its key lies in. The source's sums are read after, at positions ``P ≥ O``. The
+binlog between says how the source moved from ``O`` to each ``P``: each row change removes its
+before image and adds its after image (full images: ``binlog_row_image=FULL``), which holds for
+tables with and without a primary key. Changes the snapshot's chunks already hold are dropped as
+the stream drops them (``stream.emit_filter``). So the sink's sum rolled forward to ``P`` equals
+the source's sum at ``P`` exactly when the sink held the source at ``O`` — whether the stream runs
+meanwhile or not, and without waiting for it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+
+from binlake.config import PipelineConfig
+from binlake.events import Column, CreateTable
+from binlake.offsets import BinlogOffset
+from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.schema.type_mapping import RowConverter, arrow_schema, select_converter
+from binlake.source.binlog_reader import BinlogReader
+from binlake.source.chunk_splitter import ChunkRange
+from binlake.state.offset_names import ANCHOR
+from binlake.state.store import StateStore, StoredPlan
+from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.records import ROW, images, position, row_struct
+from binlake.verify.canonical import row_hashes
+
+Sums = tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.uint64]]]
+
+
+@dataclass(frozen=True)
+class PinnedSink:
+    """One snapshot of a sink table and the binlog offset it holds the source at."""
+
+    table: Table
+    snapshot_id: int | None
+    offset: BinlogOffset
+
+
+class ChunkIndex:
+    """Which of some key ranges (sorted, disjoint) a key lies in (-1: none); NULL keys lie in a
+    range without a start, as the chunk's SQL condition puts them."""
+
+    def __init__(self, column: Column, ranges: Sequence[ChunkRange]) -> None:
+        self.ranges = list(ranges)
+        convert = select_converter(column) or (lambda v: v)
+        self._starts = [None if r.start is None else convert(r.start) for r in self.ranges]
+        self._ends = [None if r.end is None else convert(r.end) for r in self.ranges]
+        self._open_start = bool(self._starts) and self._starts[0] is None
+        self._integral = column.is_integral
+
+    def __len__(self) -> int:
+        return len(self.ranges)
+
+    def of(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The range of each key (-1: none)."""
+        if self._integral and pa.types.is_integer(keys.type):
+            return self._of_integers(keys)
+        return np.array([self._of_value(v) for v in keys.to_pylist()], dtype=np.int64)
+
+    def _of_value(self, value: Any) -> int:
+        if value is None:
+            return 0 if self._open_start else -1
+        if self._open_start:
+            at = bisect.bisect_right(self._starts[1:], value)
+        else:
+            at = bisect.bisect_right(self._starts, value) - 1
+        if at < 0:
+            return -1
+        end = self._ends[at]
+        return at if end is None or value < end else -1
+
+    def _of_integers(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, np.dtype[np.int64]]:
+        starts = np.array([np.iinfo(np.int64).min if s is None else s for s in self._starts], dtype=np.int64)
+        ends = np.array([0 if e is None else e for e in self._ends], dtype=np.int64)
+        open_end = np.array([e is None for e in self._ends], dtype=bool)
+        nulls = pc.is_null(keys).to_numpy(zero_copy_only=False)
+        values = pc.fill_null(keys, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        at = np.searchsorted(starts, values, side="right") - 1
+        near = np.clip(at, 0, None)
+        inside = (at >= 0) & (open_end[near] | (values < ends[near]))
+        found = np.where(inside, at, -1)
+        return np.where(nulls, 0 if self._open_start else -1, found).astype(np.int64)
+
+
+def sink_sums(
+    pinned: PinnedSink,
+    schema: CreateTable,
+    columns: Sequence[Column],
+    key: str,
+    chunks: ChunkIndex,
+    routed: bool,
+) -> Sums:
+    """Rows and hash sums per chunk of ``schema.table``'s rows in the pinned snapshot."""
+    counts = np.zeros(len(chunks), dtype=np.int64)
+    totals = np.zeros(len(chunks), dtype=np.uint64)
+    if pinned.snapshot_id is None:
+        return counts, totals
+    names = [c.name for c in columns] + ([SOURCE_TABLE_COLUMN] if routed else [])
+    scan = pinned.table.scan(snapshot_id=pinned.snapshot_id, selected_fields=tuple(names))
+    for batch in scan.to_arrow_batch_reader():
+        rows = pa.Table.from_batches([batch])
+        if routed:
+            rows = rows.filter(pc.equal(rows.column(SOURCE_TABLE_COLUMN), schema.table.name))
+        if rows.num_rows:
+            _add(counts, totals, chunks.of(rows.column(key)), row_hashes(rows, columns), 1)
+    return counts, totals
+
+
+def _add(
+    counts: np.ndarray[Any, Any],
+    totals: np.ndarray[Any, Any],
+    at: np.ndarray[Any, Any],
+    hashes: np.ndarray[Any, Any],
+    sign: int | np.ndarray[Any, Any],
+) -> None:
+    inside = at >= 0
+    signs = np.broadcast_to(np.asarray(sign, dtype=np.int64), at.shape)[inside]
+    hashes = hashes[inside]
+    # Mod 2^64 on both sides: removing a row adds its two's complement.
+    signed = np.where(signs > 0, hashes, np.uint64(0) - hashes)
+    np.add.at(counts, at[inside], signs)
+    np.add.at(totals, at[inside], signed)
+
+
+def binlog_changes(
+    config: PipelineConfig,
+    store: StateStore,
+    schema: CreateTable,
+    start: BinlogOffset,
+    end: BinlogOffset,
+    server_id: int,
+    plans: Sequence[StoredPlan],
+) -> pa.Table:
+    """``schema.table``'s row images in (start, end] that the sink does not hold yet: ``at``,
+    ``row`` (the image), ``delta`` (+1 after image, -1 before image).
+
+    Raises:
+        SchemaChangedError: the rows were written with other columns than ``schema``'s.
+        UnreplicableChangeError: the range holds a change binlake cannot replay.
+    """
+    fields = [f.with_nullable(True) for f in arrow_schema(schema)]
+    at: list[int] = []
+    found: list[tuple[Any, ...]] = []
+    deltas: list[int] = []
+    if end > start:
+        converter = RowConverter(schema)
+        reader = BinlogReader(config.source, server_id, start, end, {schema.table}, lambda _: converter)
+        for row in reader.rows():
+            p = position(row.offset)
+            for image, delta in ((row.before, -1), (row.after, 1)):
+                if image is not None:
+                    at.append(p)
+                    found.append(image)
+                    deltas.append(delta)
+    changes = pa.table(
+        {"at": pa.array(at, pa.int64()), ROW: row_struct(fields, found), "delta": pa.array(deltas, pa.int8())}
+    )
+    mine = [p for p in plans if p.table == schema.table]
+    if store.offsets(config.pipeline.name).load(ANCHOR) is not None:
+        mine = []  # the chunks' watermarks are positions of an older binlog, all behind the sink
+    return SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)
+
+
+def rolled_forward(
+    sums: Sums,
+    changes: pa.Table,
+    columns: Sequence[Column],
+    key: str,
+    chunks: ChunkIndex,
+    until: Sequence[int],
+) -> Sums:
+    """The sink's sums moved along ``changes`` up to each chunk's position (``until``, as
+    ``records.position``)."""
+    counts, totals = sums[0].copy(), sums[1].copy()
+    if changes.num_rows == 0:
+        return counts, totals
+    rows = images(changes)
+    at = chunks.of(rows.column(key))
+    limit = np.array(until, dtype=np.int64)
+    due = (at >= 0) & (changes.column("at").to_numpy() <= limit[np.clip(at, 0, None)])
+    hashes = row_hashes(rows, columns)
+    signs = changes.column("delta").to_numpy().astype(np.int64)
+    _add(counts, totals, np.where(due, at, -1), hashes, signs)
+    return counts, totals

@@ -1,0 +1,152 @@
+"""The checksum's canonical rendering: the server's SQL and binlake's Arrow rendering agree on every
+type of the type mapping (extreme values, zero dates, NULLs), through both of binlake's read paths
+(the snapshot's SELECT and the binlog), and a changed value changes the checksum."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import struct
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from binlake.config import PipelineConfig
+from binlake.events import TableId
+from binlake.source.chunk_reader import ChunkReader, SnapshotHooks
+from binlake.source.chunk_splitter import Chunk, ChunkRange
+from binlake.source.connection import connect
+from binlake.source.discovery import discover
+from binlake.testing.private_server import PrivateMariaDB
+from binlake.verify.canonical import (
+    MASK,
+    checksum_sql,
+    double_text,
+    row_hashes,
+    row_sql,
+    row_texts,
+    value_sql,
+)
+from tests.helpers import pipeline_dict
+from tests.schema.test_type_round_trip import COLUMNS, MAX, MIN, NULLS, ODD
+
+
+@pytest.fixture
+def config(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> PipelineConfig:
+    return PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work"))
+
+
+def _server(mariadb: PrivateMariaDB, database: str, query: str) -> list[tuple[object, ...]]:
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        cur.execute(query)
+        return list(cur.fetchall())
+
+
+def test_every_type_renders_alike_on_the_server_and_in_binlake(
+    mariadb: PrivateMariaDB, database: str, config: PipelineConfig
+) -> None:
+    columns = ", ".join(f"{name} {mysql}" for name, mysql, *_ in COLUMNS)
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("SET SESSION time_zone = '+00:00'")
+        cur.execute(f"CREATE TABLE types (id INT PRIMARY KEY, {columns})")
+        for i, values in enumerate([MAX, MIN]):
+            cur.execute(f"INSERT INTO types VALUES ({i}, {values})")
+        cur.execute("CREATE TABLE pending LIKE types")
+        cur.execute(f"INSERT INTO pending VALUES (2, {ODD}), (3, {NULLS})")
+    with contextlib.closing(connect(config.source)) as conn:
+        (schema,) = discover(conn, [TableId(database, "types")])
+
+    def late(_: Chunk) -> None:  # rows 2-3 reach binlake through the binlog
+        mariadb.execute(
+            "SET SESSION sql_mode = ''", "INSERT INTO types SELECT * FROM pending", database=database
+        )
+
+    chunk = Chunk(schema.table, 0, "id", ChunkRange.all())
+    with ChunkReader(config.source, schema, 6300, SnapshotHooks(after_select=late)) as reader:
+        result = reader.read(chunk)
+    assert result.binlog_changes == 2
+    rows = result.data.sort_by("id")
+
+    expected = _server(mariadb, database, f"SELECT {row_sql(schema.columns)} FROM types ORDER BY id")
+    texts = row_texts(rows, schema.columns).to_pylist()
+    assert len(texts) == 4
+    for got, (want,) in zip(texts, expected, strict=True):
+        assert got == (want.encode() if isinstance(want, str) else want)
+
+    ((count, total),) = _server(mariadb, database, f"SELECT {checksum_sql(schema.columns)} FROM types")
+    assert count == 4
+    assert int(total) & MASK == int(row_hashes(rows, schema.columns).sum(dtype="uint64"))
+
+    # One changed value in any column changes the row's hash.
+    hashes = row_hashes(rows, schema.columns)
+    for column in schema.columns[1:]:
+        values = rows.column(column.name).to_pylist()
+        changed = [_other(v) for v in values]
+        altered = rows.set_column(
+            rows.schema.get_field_index(column.name),
+            column.name,
+            pa.array(changed, rows.schema.field(column.name).type),
+        )
+        different = row_hashes(altered, schema.columns) != hashes
+        assert different[[i for i, v in enumerate(values) if v != changed[i]]].all(), column.name
+
+
+def _other(value: object) -> object:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value - 1 if value > 0 else value + 1
+    if isinstance(value, Decimal):
+        return value - Decimal(1) if value > 0 else value + Decimal(1)
+    if isinstance(value, float):
+        return value / 2 if value else 1.0
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, bytes):
+        return value[:-1] + bytes([(value[-1] + 1) % 256]) if value else b"\x01"
+    import datetime as dt
+
+    if isinstance(value, dt.datetime | dt.date):
+        return value - dt.timedelta(days=1)
+    raise AssertionError(type(value))
+
+
+def test_doubles_print_as_the_server_prints_them(mariadb: PrivateMariaDB, database: str) -> None:
+    rng = random.Random(7)
+    values = [
+        0.0,
+        -0.0,
+        1.0,
+        0.1,
+        1e14,
+        1e15,
+        1e-15,
+        1e-16,
+        123456789012345.0,
+        5e-324,
+        1.7976931348623157e308,
+    ]
+    values += [rng.uniform(-1, 1) * 10 ** rng.randint(-300, 300) for _ in range(500)]
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE doubles (i INT PRIMARY KEY, d DOUBLE, f FLOAT)")
+        cur.executemany(
+            "INSERT INTO doubles VALUES (%s, %s, %s)",
+            [(i, v, v if abs(v) < 1e38 else None) for i, v in enumerate(values)],
+        )
+    with contextlib.closing(mariadb.admin_connection(database)) as conn:
+        (schema,) = discover(conn, [TableId(database, "doubles")])
+    d, f = schema.column("d"), schema.column("f")
+    printed = _server(mariadb, database, f"SELECT i, {value_sql(d)}, {value_sql(f)} FROM doubles ORDER BY i")
+    assert [double_text(v) for v in values] == [row[1] for row in printed]
+    # A FLOAT column holds the value rounded to 32 bits; binlake maps it to float32 exactly.
+    widened = [
+        None if abs(v) >= 1e38 else double_text(float(struct.unpack("<f", struct.pack("<f", v))[0]))
+        for v in values
+    ]
+    assert widened == [row[2] for row in printed]

@@ -1,0 +1,197 @@
+"""binlake verify end to end: chunk checksums of the source against the sink rolled forward to the
+same binlog position — damage in the sink is found exactly where it is, never elsewhere, while a
+workload writes; ``--repair`` backfills what drifted."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from binlake.backfill.plan import KeyRange
+from binlake.cli import main as cli_main
+from binlake.config import PipelineConfig
+from binlake.events import TableId
+from binlake.planner import plan
+from binlake.sink.catalog import open_catalog, sink_name
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.spark.stream_job import run_stream
+from binlake.state.store import StateStore
+from binlake.testing import demo
+from binlake.testing.private_server import PrivateMariaDB
+from binlake.testing.workload import Workload
+from binlake.verify.verification import VerifyReport, verify
+from tests.helpers import assert_sink_equals_source, stream_config
+
+
+def sink_table(config: PipelineConfig, table: TableId) -> Any:
+    return open_catalog(config).load_table(sink_name(config, table))
+
+
+def _drifted(report: VerifyReport) -> dict[str, list[tuple[Any, Any]]]:
+    found: dict[str, list[tuple[Any, Any]]] = {}
+    for v in report.verdicts:
+        if v.status == "drifted":
+            found.setdefault(v.table.split(".")[1], []).append((v.range.start, v.range.end))
+    return found
+
+
+#: Keys ``damage`` touches, per table.
+DAMAGED = {"t": [*range(1000, 1010), 2600, 9000], "visits": [7]}
+
+
+def _expected(report: VerifyReport) -> dict[str, list[tuple[Any, Any]]]:
+    """The chunks holding a damaged key: exactly those must drift."""
+    found: dict[str, list[tuple[Any, Any]]] = {}
+    for v in report.verdicts:
+        table = v.table.split(".")[1]
+        inside = [k for k in DAMAGED.get(table, []) if (v.range.start is None or k >= v.range.start)
+                  and (v.range.end is None or k < v.range.end)]  # fmt: skip
+        if inside:
+            found.setdefault(table, []).append((v.range.start, v.range.end))
+    return found
+
+
+def _statuses(report: VerifyReport) -> set[str]:
+    return {v.status for v in report.verdicts}
+
+
+def _setup(mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any) -> PipelineConfig:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(30), n DECIMAL(10,2), f FLOAT, at DATETIME(6))",
+        "INSERT INTO t SELECT seq, CONCAT('v', seq), seq / 7, seq / 3, NOW(6) FROM seq_1_to_3000",
+        "CREATE TABLE visits (customer_id INT, b VARCHAR(20))",
+        "INSERT INTO visits SELECT seq % 20, 'x' FROM seq_1_to_400",
+        "INSERT INTO visits VALUES (NULL, 'n'), (7, 'x')",
+        database=database,
+    )
+    config = stream_config(
+        mariadb, database, tmp_path, chunk_size=250, chunk_key_columns={f"{database}.visits": "customer_id"}
+    )
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    run_stream(config, spark, until_caught_up=True)
+    return config
+
+
+def damage(config: PipelineConfig, database: str) -> None:
+    """Rows lost, a changed value, a row the source never had; a keyless table's duplicate lost."""
+    t = sink_table(config, TableId(database, "t"))
+    t.delete("id >= 1000 and id < 1010")
+    row = next(iter(t.scan(row_filter="id == 2600").to_arrow().to_pylist()))
+    t.delete("id == 2600")
+    t.append(
+        pa.Table.from_pylist([{**row, "v": "changed"}, {**row, "id": 9000}], schema=t.schema().as_arrow())
+    )
+    views = sink_table(config, TableId(database, "visits"))
+    views.delete("customer_id == 7")
+    views.append(pa.Table.from_pylist([{"customer_id": 7, "b": "x"}] * 20, schema=views.schema().as_arrow()))
+
+
+def test_verify_finds_exactly_the_damaged_chunks(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    config = _setup(mariadb, database, tmp_path, spark)
+    clean = verify(config, "v1")
+    assert _statuses(clean) == {"equal"}
+    assert len(clean.verdicts) >= 10
+    # Changes the stream has not applied yet: the sink is rolled forward to the source's position.
+    mariadb.execute(
+        "UPDATE t SET v = 'later' WHERE id IN (5, 1500)", "DELETE FROM t WHERE id = 2000",
+        "INSERT INTO t VALUES (3001, 'new', 1, 1, NOW(6))", "INSERT INTO visits VALUES (3, 'later')",
+        "UPDATE t SET id = 4000 WHERE id = 6",
+        database=database,
+    )  # fmt: skip
+    behind = verify(config, "v2")
+    assert _statuses(behind) == {"equal"}
+
+    damage(config, database)
+    found = verify(config, "v3")
+    drifted = _drifted(found)
+    assert drifted == _expected(found)
+    assert len(drifted["t"]) >= 3
+    assert len(drifted["visits"]) == 1
+    counts = {(v.table.split(".")[1], v.range.start): (v.source_rows, v.sink_rows) for v in found.verdicts}
+    lost = next(
+        v
+        for v in found.verdicts
+        if v.status == "drifted"
+        and v.range.start is not None
+        and v.range.start <= 1000 < (v.range.end or 10**9)
+    )
+    assert lost.source_rows is not None
+    assert lost.sink_rows == lost.source_rows - 10
+    assert counts
+
+    # Only the chosen tables and key range.
+    narrow = verify(config, "v4", [f"{database}.t"], KeyRange(2000, 3000))
+    assert {v.table for v in narrow.verdicts} == {f"{database}.t"}
+    assert all(v.range.start is not None and v.range.start >= 2000 for v in narrow.verdicts)
+    assert len(_drifted(narrow)["t"]) == 1
+
+    with StateStore(config.pipeline.resolved_state_uri) as store:
+        latest = store.verifications(config.pipeline.name).latest()
+    assert latest is not None
+    assert latest[0] == "v4"
+
+
+@pytest.mark.slow
+def test_under_a_workload_no_false_drift_then_the_damage_exactly_and_repair(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, write_config: Any, binlake_cli: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    demo.load(mariadb.admin_connection, 8000, database=database)
+    config = _setup(mariadb, database, tmp_path, spark)
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    path = write_config(raw)
+    workload = Workload(mariadb.admin_connection, database=database, rate=150, txn_size=2).start()
+    stop = threading.Event()
+    stream = threading.Thread(target=lambda: run_stream(config, spark, stop=stop))
+    stream.start()
+    try:
+        # The demo tables change all along (the stream runs behind them): never a false drift.
+        for mode in (None, False):  # MariaDB's consistent snapshot, then MySQL's watermarks
+            report = verify(config, f"busy-{mode}", consistent_snapshot=mode)
+            assert not _drifted(report), report.as_dict()
+            equal = [v for v in report.verdicts if v.status == "equal"]
+            assert len(equal) >= 20
+            assert len({v.table for v in equal}) >= 5
+        # Damage where the workload does not write (so nothing it does can mend it or hide it).
+        stop.set()
+        stream.join(120)
+        damage(config, database)
+        stop.clear()
+        stream = threading.Thread(target=lambda: run_stream(config, spark, stop=stop))
+        stream.start()
+        report = verify(config, "damaged")
+        drifted = _drifted(report)
+        assert drifted == _expected(report)
+        assert len(drifted["t"]) >= 3
+        assert len(drifted["visits"]) == 1
+
+        # --repair: the drifted chunks are backfilled, the running stream applies them, and they
+        # are verified again.
+        # (its own process, as users run it: its Spark session is not the stream's)
+        cli = binlake_cli("-c", str(path), "verify", "--repair", "--timeout", "300", "--json")
+        summary = json.loads(cli.stdout.strip().splitlines()[-1])
+        assert cli.returncode == 0, (summary, cli.stderr[-3000:])
+        assert mariadb.password not in cli.stdout + cli.stderr
+        assert summary["clean"]
+        assert summary["tables"][f"{database}.t"]["repaired"] == len(drifted["t"])
+        assert summary["tables"][f"{database}.visits"]["repaired"] == 1
+        assert summary["repair_backfill"]
+    finally:
+        workload.stop()
+        stop.set()
+        stream.join(120)
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    assert _statuses(verify(config, "after")) == {"equal"}
+    capsys.readouterr()
+    assert cli_main(["-c", str(path), "status"]) == 0
+    assert "verify after:" in capsys.readouterr().out
