@@ -40,8 +40,8 @@ def _drifted(report: VerifyReport) -> dict[str, list[tuple[Any, Any]]]:
     return found
 
 
-#: Keys ``damage`` touches, per table.
-DAMAGED = {"t": [*range(1000, 1010), 2600, 9000], "visits": [7]}
+#: Keys ``damage`` touches, per table (``codes``: a text key, verified whole).
+DAMAGED = {"t": [*range(1000, 1010), 2600, 9000], "visits": [7], "codes": ["c7"]}
 
 
 def _expected(report: VerifyReport) -> dict[str, list[tuple[Any, Any]]]:
@@ -51,6 +51,7 @@ def _expected(report: VerifyReport) -> dict[str, list[tuple[Any, Any]]]:
         table = v.table.split(".")[1]
         inside = [k for k in DAMAGED.get(table, []) if (v.range.start is None or k >= v.range.start)
                   and (v.range.end is None or k < v.range.end)]  # fmt: skip
+        assert table != "codes" or v.range.is_all
         if inside:
             found.setdefault(table, []).append((v.range.start, v.range.end))
     return found
@@ -67,6 +68,8 @@ def _setup(mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any) -
         "CREATE TABLE visits (customer_id INT, b VARCHAR(20))",
         "INSERT INTO visits SELECT seq % 20, 'x' FROM seq_1_to_400",
         "INSERT INTO visits VALUES (NULL, 'n'), (7, 'x')",
+        "CREATE TABLE codes (code VARCHAR(10) PRIMARY KEY, n INT) COLLATE utf8mb4_general_ci",
+        "INSERT INTO codes SELECT CONCAT('c', seq), seq FROM seq_1_to_50",
         database=database,
     )
     config = stream_config(
@@ -90,6 +93,8 @@ def damage(config: PipelineConfig, database: str) -> None:
     views = sink_table(config, TableId(database, "visits"))
     views.delete("customer_id == 7")
     views.append(pa.Table.from_pylist([{"customer_id": 7, "b": "x"}] * 20, schema=views.schema().as_arrow()))
+    codes = sink_table(config, TableId(database, "codes"))
+    codes.delete("code == 'c7'")
 
 
 def test_verify_finds_exactly_the_damaged_chunks(
@@ -115,6 +120,7 @@ def test_verify_finds_exactly_the_damaged_chunks(
     assert drifted == _expected(found)
     assert len(drifted["t"]) >= 3
     assert len(drifted["visits"]) == 1
+    assert drifted["codes"] == [(None, None)]
     counts = {(v.table.split(".")[1], v.range.start): (v.source_rows, v.sink_rows) for v in found.verdicts}
     lost = next(
         v
@@ -173,6 +179,7 @@ def test_under_a_workload_no_false_drift_then_the_damage_exactly_and_repair(
         assert drifted == _expected(report)
         assert len(drifted["t"]) >= 3
         assert len(drifted["visits"]) == 1
+        assert drifted["codes"] == [(None, None)]
 
         # --repair: the drifted chunks are backfilled, the running stream applies them, and they
         # are verified again.
@@ -184,6 +191,7 @@ def test_under_a_workload_no_false_drift_then_the_damage_exactly_and_repair(
         assert summary["clean"]
         assert summary["tables"][f"{database}.t"]["repaired"] == len(drifted["t"])
         assert summary["tables"][f"{database}.visits"]["repaired"] == 1
+        assert summary["tables"][f"{database}.codes"]["repaired"] == 1  # a whole table, text-keyed
         assert summary["repair_backfill"]
     finally:
         workload.stop()
