@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from binlake.quality import report_assets
-from binlake.quality.checkpoint import _DataDocs
+from binlake.quality.data_docs import DataDocs
 from binlake.quality.expectations import Expectation
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import create, make_catalog, rows
@@ -25,12 +25,12 @@ FONT_AWESOME_LOADED = """document.fonts.ready.then(() =>
 def _report(tmp_path: Path) -> Path:
     """A run's Data Docs for two tables: one passing, one failing."""
     catalog = make_catalog(tmp_path)
-    docs = _DataDocs(tmp_path / "reports" / "shop__run-1", "run-1")
+    docs = DataDocs(tmp_path / "reports" / "shop__run-1", "run-1")
     for name, values in (("good", ["a", "b"]), ("bad", ["a", None])):
         writer = IcebergWriter(catalog, create(catalog, name))
         writer.table.append(pa.table({"id": [1, 2], "v": values}, schema=rows([], "").schema))
         expectation = Expectation("expect_column_values_to_not_be_null", {"column": "v"}, {})
-        docs.validate(f"db.{name}", writer, [expectation])
+        docs.validate(f"db.{name}", writer.table.scan().to_arrow().to_pandas(), [expectation])
     return docs.build()
 
 

@@ -1,5 +1,5 @@
-"""The DAGs of every pipeline file: ``binlake__<name>``, ``binlake__<name>__ddl`` and
-``binlake__<name>__backfill``.
+"""The DAGs of every pipeline file: ``binlake__<name>``, ``binlake__<name>__ddl``,
+``binlake__<name>__backfill`` and ``binlake__<name>__verify``.
 
 Wiring only: each task calls ``tasks`` or an operator of ``operators`` when it runs. Building the
 DAGs reads the pipeline files and nothing else (no database, no Spark, no state store).
@@ -15,7 +15,11 @@ from airflow.sdk import DAG, Param, PokeReturnValue, chain, task
 
 from binlake.airflow import assets
 from binlake.airflow import tasks as work
-from binlake.airflow.operators import BinlakeQualityOperator, BinlakeSparkSubmitOperator
+from binlake.airflow.operators import (
+    BinlakeQualityOperator,
+    BinlakeSparkSubmitOperator,
+    BinlakeVerifyOperator,
+)
 from binlake.airflow.pipelines import PipelineFile, read_pipeline_files
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -25,7 +29,7 @@ def build_dags(folder: Path | None = None) -> dict[str, DAG]:
     """DAG id → DAG for every pipeline file in ``folder`` (default: ``BINLAKE_PIPELINES_DIR``)."""
     dags: dict[str, DAG] = {}
     for pipeline in read_pipeline_files(folder):
-        for dag in (pipeline_dag(pipeline), ddl_dag(pipeline), backfill_dag(pipeline)):
+        for dag in (pipeline_dag(pipeline), ddl_dag(pipeline), backfill_dag(pipeline), verify_dag(pipeline)):
             dags[dag.dag_id] = dag
     return dags
 
@@ -244,6 +248,80 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
     return dag
 
 
+def verify_dag(pipeline: PipelineFile) -> DAG:
+    """verify → (drifted, and the form asks for it) stage the repair → backfill → wait → verify again."""
+    path = str(pipeline.path)
+    with DAG(
+        dag_id=f"{pipeline.dag_id}__verify",
+        description=f"Proves the sink tables of {pipeline.name} equal the source, chunk by chunk",
+        doc_md=_VERIFY_DOC.format(name=pipeline.name),
+        schedule=pipeline.airflow.verify_schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        default_args=_defaults(pipeline),
+        tags=_tags(pipeline, "verify"),
+        params={
+            "tables": Param(
+                [],
+                type="array",
+                items={"type": "string"},
+                description="Source tables (`database.table`) to verify; empty: every table",
+            ),
+            "key_from": Param(
+                None, type=["null", "integer"], description="First chunk-key value (integral keys)"
+            ),
+            "key_to": Param(None, type=["null", "integer"], description="Chunk-key value to stop before"),
+            "repair": Param(
+                False, type="boolean", description="Backfill drifted chunks, then verify them again"
+            ),
+        },
+    ) as dag:
+        first = BinlakeVerifyOperator(
+            task_id="verify", config_path=path, doc_md="Chunk checksums of the source against the sink."
+        )
+
+        @task(task_id="stage_repair", doc_md="Drifted chunks become a backfill (skipped when none drifted).")
+        def stage_repair() -> dict[str, Any]:
+            from airflow.sdk import get_current_context
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            context = get_current_context()
+            if not context["params"].get("repair"):
+                raise AirflowSkipException("the form asks for no repair")
+            run_id = str(context["run_id"])
+            staged = work.stage_verify_repair(path, run_id, run_id)
+            if staged is None:
+                raise AirflowSkipException("nothing drifted")
+            return staged
+
+        @task.sensor(
+            task_id="wait_applied", poke_interval=5, timeout=6 * 3600, mode="reschedule",
+            outlets=[assets.sink_alias(pipeline.name)],
+            doc_md="Waits until the running stream has applied the repair.",
+        )  # fmt: skip
+        def wait_applied(staged: dict[str, Any]) -> PokeReturnValue:
+            from airflow.sdk import get_current_context
+
+            counts = work.backfill_applied(path, staged["backfill_id"])
+            if counts is not None:
+                assets.emit(get_current_context(), pipeline.name, pipeline.catalog, staged["sink_tables"])
+            return PokeReturnValue(is_done=counts is not None, xcom_value=counts)
+
+        staged: Any = stage_repair()
+        backfill = BinlakeSparkSubmitOperator(
+            task_id="backfill", job="backfill", config_path=path, pipeline=pipeline.name,
+            catalog=pipeline.catalog, backfill_id="{{ run_id }}", conn_id=pipeline.airflow.spark_conn_id,
+            pool=pipeline.airflow.pool, doc_md="Reads the drifted chunks again (a Spark job), stages them.",
+        )  # fmt: skip
+        again = BinlakeVerifyOperator(
+            task_id="verify_again", config_path=path, again=True,
+            doc_md="The repaired chunks verified again (fails if any still differs).",
+        )  # fmt: skip
+        chain(first, staged, backfill, wait_applied(staged), again)
+    return dag
+
+
 _PIPELINE_DOC = """\
 ### binlake pipeline `{name}`
 
@@ -292,4 +370,22 @@ or after a fix in the source — without stopping anything:
 4. **quality** of the backfilled tables.
 
 A rerun of the same DAG run resumes: chunks staged or applied are not read again.
+"""
+
+_VERIFY_DOC = """\
+### Verify `{name}`
+
+Proves each sink table equals its source table, chunk by chunk — while the stream runs:
+
+1. **verify**: for each chunk of the chosen tables (form: `tables`, `key_from`/`key_to`), the
+   source server computes a checksum (row count and the sum of a per-row MD5 over a canonical
+   rendering of every column) at a known binlog position, without locks; the sink's rows are read
+   once, at one snapshot, and rolled forward along the binlog to the same position. Each chunk is
+   *equal*, *drifted* (its key range and both row counts are listed) or *unverified* (why). The
+   task's *Data Docs* link opens the verdicts; `binlake status` shows them too.
+2. With the form's `repair` on and chunks drifted: **stage_repair** makes them a backfill,
+   **backfill** reads them again, **wait_applied** waits for the running stream to apply them (the
+   tables' Assets are updated), and **verify_again** checks those chunks once more.
+
+Without `repair`, a drifted chunk fails the run.
 """

@@ -185,3 +185,67 @@ class BinlakeQualityOperator(BaseOperator):
         self.log.info(
             "quality %d/%d %s: %d checks, %s", number, total, result.table, len(result.results), verdict
         )
+
+
+class BinlakeVerifyOperator(BaseOperator):
+    """``binlake verify`` of the run's form (tables, key range), its Data Docs linked.
+
+    ``again``: verify the drifted chunks of the run's first verification after their repair. Fails
+    when a chunk drifted (unless the form asks for a repair, which the next tasks make) or could not
+    be verified.
+    """
+
+    operator_extra_links = (DataDocsLink(),)
+
+    def __init__(self, *, config_path: str, again: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.again = again
+        self.report_url: str | None = None
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException
+
+        from binlake.airflow.reports import report_url
+        from binlake.backfill.plan import KeyRange
+        from binlake.verify.repair import after_repair, drifted_ranges, stored_report
+        from binlake.verify.report import data_docs
+        from binlake.verify.verification import verify
+
+        config = load_pipeline(self.config_path)
+        params, verify_id = context["params"], str(context["run_id"])
+        if self.again:
+            first = stored_report(config, verify_id)
+            second = verify(
+                config, f"{verify_id}-repair", ranges=drifted_ranges(first), progress=self._progress
+            )
+            report = after_repair(config, first, second)
+        else:
+            key_range = KeyRange(params.get("key_from"), params.get("key_to"))
+            report = verify(
+                config, verify_id, params.get("tables") or None, key_range, progress=self._progress
+            )
+        index = data_docs(config, report)
+        self.report_url = report_url(config.pipeline.name, index)
+        self.log.info("Data Docs: %s (file %s)", self.report_url, index)
+        summary = report.as_dict() | {"report_url": self.report_url}
+        lines = [
+            f"{v.table} chunk {v.index} {v.range}: {v.status}: "
+            + (v.note or f"source {v.source_rows} rows, sink {v.sink_rows} rows at {v.at}")
+            for v in report.verdicts
+            if v.status in ("drifted", "unverified")
+        ]
+        repairing = (
+            not self.again
+            and bool(params.get("repair"))
+            and not any(v.status == "unverified" for v in report.verdicts)
+        )
+        if lines and not repairing:
+            raise AirflowException(f"The sink differs from the source ({index}):\n" + "\n".join(lines))
+        return summary
+
+    def _progress(self, table: Any) -> None:
+        self.log.info(
+            "verify %s: %d chunks, %d equal, %d drifted, %d unverified", table.table, len(table.verdicts),
+            table.count("equal"), table.count("drifted"), table.count("unverified"),
+        )  # fmt: skip

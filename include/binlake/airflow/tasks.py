@@ -196,3 +196,17 @@ def backfill_applied(path: str | Path, backfill_id: str) -> dict[str, int] | Non
     if not units or counts.get("applied", 0) < len(units):
         return None
     return counts
+
+
+def stage_verify_repair(path: str | Path, verify_id: str, backfill_id: str) -> dict[str, Any] | None:
+    """Backfill ``verify_id``'s drifted chunks as ``backfill_id`` (None: nothing drifted)."""
+    from binlake.verify.repair import stage_repair, stored_report
+
+    config = load_pipeline(path)
+    report = stored_report(config, verify_id)
+    drifted = {t.sink for t in report.tables if t.count("drifted")}
+    if not drifted:
+        return None
+    units = stage_repair(config, report, backfill_id)
+    log.info("verify %s: %d drifted chunks to repair, backfill %s", verify_id, units, backfill_id)
+    return {"backfill_id": backfill_id, "sink_tables": sorted(drifted), "units": units}

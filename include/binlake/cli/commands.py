@@ -193,6 +193,7 @@ def backfill_command(args: argparse.Namespace) -> int:
 
 def verify_command(args: argparse.Namespace) -> int:
     from binlake.backfill.plan import KeyRange
+    from binlake.verify.report import data_docs
     from binlake.verify.verification import new_verify_id, verify
 
     config = _load(args.config)
@@ -202,11 +203,12 @@ def verify_command(args: argparse.Namespace) -> int:
     )
     if args.repair and not report.clean:
         report = _repair(config, report, args.timeout)
+    index = data_docs(config, report)
     if not args.json:
         verdict = "the sink equals the source" if report.clean else "the sink DIFFERS from the source"
         print(f"verify `{verify_id}` of `{config.pipeline.name}`: {verdict} ({len(report.verdicts)} chunks, "
-              f"{report.seconds:.1f} s; `binlake status` shows it)")  # fmt: skip
-    print(json.dumps(report.as_dict(), default=str))
+              f"{report.seconds:.1f} s); report: {index}")  # fmt: skip
+    print(json.dumps(report.as_dict() | {"report": str(index)}, default=str))
     return EXIT_OK if report.clean else EXIT_CHECKS_FAILED
 
 

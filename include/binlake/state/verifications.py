@@ -90,13 +90,17 @@ class Verifications:
                 select(t.c.verify_id).where(t.c.pipeline == self.pipeline)
                 .group_by(t.c.verify_id).order_by(func.max(t.c.verified_at).desc()).limit(1)
             ).scalar()  # fmt: skip
-            if last is None:
-                return None
+        return None if last is None else (str(last), self.verdicts(str(last)))
+
+    def verdicts(self, verify_id: str) -> list[ChunkVerdict]:
+        """Every verdict of one verification, by table and chunk."""
+        t = verify_chunks_table
+        with self.engine.connect() as conn:
             rows = conn.execute(
-                select(t).where(t.c.pipeline == self.pipeline, t.c.verify_id == last)
+                select(t).where(t.c.pipeline == self.pipeline, t.c.verify_id == verify_id)
                 .order_by(t.c.table_name, t.c.chunk)
             ).all()  # fmt: skip
-        return str(last), [_verdict(r) for r in rows]
+        return [_verdict(r) for r in rows]
 
 
 def _range_json(chunk: ChunkRange) -> str:

@@ -8,11 +8,12 @@ from collections import defaultdict
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
+from binlake.sink.catalog import sink_name
 from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore
 from binlake.state.verifications import ChunkVerdict
-from binlake.verify.verification import VerifyReport
+from binlake.verify.verification import TableVerification, VerifyReport
 
 
 def drifted_ranges(report: VerifyReport) -> dict[str, list[ChunkRange]]:
@@ -54,4 +55,20 @@ def after_repair(config: PipelineConfig, report: VerifyReport, second: VerifyRep
         table.verdicts = verdicts
     with StateStore(config.pipeline.resolved_state_uri) as store:
         store.verifications(config.pipeline.name).record(report.verify_id, changed)
+    return report
+
+
+def stored_report(config: PipelineConfig, verify_id: str) -> VerifyReport:
+    """A verification as the state store keeps it (what a later task of the same run reads)."""
+    report = VerifyReport(verify_id, config.pipeline.name)
+    with StateStore(config.pipeline.resolved_state_uri) as store:
+        verdicts = store.verifications(config.pipeline.name).verdicts(verify_id)
+    by_table: dict[str, list[ChunkVerdict]] = defaultdict(list)
+    for v in verdicts:
+        by_table[v.table].append(v)
+    for table, found in sorted(by_table.items()):
+        sink = sink_name(config, TableId.parse(table))
+        report.tables.append(
+            TableVerification(table, sink, found[0].key_column, sorted(found, key=lambda v: v.index))
+        )
     return report
