@@ -39,6 +39,9 @@ _DATETIME = "%Y-%m-%d %H:%i:%s.%f"
 _INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "year", "time"}
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 MASK = (1 << 64) - 1
+#: Arrow prints a decimal in scientific notation only below 1e-6 (like Java's BigDecimal): with
+#: at most 6 digits of scale it never does.
+_ARROW_FIXED_SCALE = 6
 
 
 def value_sql(column: Column) -> str:
@@ -130,6 +133,8 @@ def value_renderer(column: Column) -> Callable[[pa.Array], pa.Array]:
         return _python(lambda v: str(int.from_bytes(v, "big")))
     if pa.types.is_integer(mapped) or pa.types.is_date(mapped):
         return _cast
+    if pa.types.is_decimal(mapped) and mapped.scale <= _ARROW_FIXED_SCALE:
+        return _cast  # Arrow prints these in fixed notation, the scale's digits included
     if pa.types.is_decimal(mapped) or t == "decimal":
         return _python(lambda v: v if isinstance(v, str) else format(v, "f"))
     if pa.types.is_floating(mapped):

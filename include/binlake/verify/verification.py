@@ -15,6 +15,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -205,13 +206,25 @@ def _verify_table(
             "again once the stream has applied the change"
         )
     routed = SOURCE_TABLE_COLUMN in sink_columns
-    clock = time.monotonic()
-    base = sink_sums(pinned, schema, columns, key, chunks, routed)
-    result.sink_seconds = time.monotonic() - clock
     try:
-        verdicts, rows, seconds = _compare(
-            config, store, schema, columns, key, chunks, pinned, base, plans, consistent_snapshot
-        )
+        # The sink's rows are hashed while the server sums the source's chunks (pinned first, so
+        # every source position is at or after the sink's offset).
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-sink") as pool:
+            clock = time.monotonic()
+            reading = pool.submit(sink_sums, pinned, schema, columns, key, chunks, routed)
+            reading.add_done_callback(lambda _: setattr(result, "sink_seconds", time.monotonic() - clock))
+            verdicts, rows, seconds = _compare(
+                config,
+                store,
+                schema,
+                columns,
+                key,
+                chunks,
+                pinned,
+                reading.result,
+                plans,
+                consistent_snapshot,
+            )
     except SchemaChangedError:
         return unverified(
             f"the schema of {schema.table} changed after the sink's offset {pinned.offset}: verify it again "
@@ -260,7 +273,7 @@ def _compare(
     key: str,
     chunks: ChunkIndex,
     pinned: PinnedSink,
-    base: Sums,
+    base: Callable[[], Sums],
     plans: Sequence[StoredPlan],
     consistent_snapshot: bool | None,
 ) -> tuple[list[ChunkVerdict], int, float]:
@@ -295,7 +308,7 @@ def _compare(
         log.info("verify %s: %d chunks changed while summed (attempt %d): summing them again", schema.table,
                  len(pending), attempt)  # fmt: skip
     until = [position(sums[i].high) if i in sums else 0 for i in range(len(chunks))]
-    counts, totals = rolled_forward(base, changes, columns, key, chunks, until)
+    counts, totals = rolled_forward(base(), changes, columns, key, chunks, until)
     verdicts = []
     for i, chunk in enumerate(chunks.ranges):
         s = sums.get(i)

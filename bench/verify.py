@@ -1,0 +1,84 @@
+"""binlake verify's rate against the snapshot's on the same tables, as JSON.
+
+    .venv/bin/python bench/verify.py [--rows 1000000]
+
+Loads the demo database into a private MariaDB, snapshots it on Spark ``local[2]`` (its rows/s),
+lets the stream pass the snapshot, then verifies every table (rows/s overall, and of its two reads:
+the server's chunk sums and the sink's rows hashed). The issue's figure: verify rows/s vs the
+snapshot's rows/s in the same run; every chunk must come out equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from binlake.planner import plan
+from binlake.spark.runtime.session import spark_session
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.spark.stream_job import run_stream
+from binlake.testing import demo
+from binlake.testing.private_server import private_mariadb
+from binlake.verify.verification import verify
+
+sys.path.insert(0, str(Path(__file__).parent))
+from snapshot import PeakRss, _config  # a sibling benchmark script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--chunk-size", type=int, default=8096)
+    args = parser.parse_args()
+    with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
+        demo.load(server.admin_connection, args.rows)
+        server.execute("ANALYZE TABLE " + ", ".join(f"shop.`{t}`" for t in demo.COLUMNS))
+        spark = None
+        rates = {}
+        try:
+            # "cold" includes starting Spark's Python workers; "warm" is a second pipeline on the
+            # same session (the steady rate of a long snapshot): both, as bench/snapshot.py does.
+            for run in ("cold", "warm"):
+                config = _config(server, work, run, args.chunk_size)
+                plan(config)
+                spark = spark or spark_session(config, "bench")
+                started = time.monotonic()
+                snapshot = run_snapshot(config, spark)
+                rates[run] = snapshot.rows / (time.monotonic() - started)
+            run_stream(config, spark, until_caught_up=True)  # the stream passes the warm snapshot
+        finally:
+            if spark is not None:
+                spark.stop()
+        with PeakRss() as memory:
+            started = time.monotonic()
+            report = verify(config, "bench")
+            verify_s = time.monotonic() - started
+    rows = sum(t.rows for t in report.tables)
+    source_s = sum(t.source_seconds for t in report.tables)
+    sink_s = sum(t.sink_seconds for t in report.tables)
+    statuses = {s: sum(t.count(s) for t in report.tables) for s in ("equal", "drifted", "unverified")}
+    print(
+        json.dumps(
+            {
+                "benchmark": "verify",
+                "rows": rows,
+                "chunks": statuses,
+                "snapshot_rows_per_s": {run: round(rate) for run, rate in rates.items()},
+                "verify_rows_per_s": round(rows / verify_s),
+                "ratio_to_snapshot": {run: round(rows / verify_s / rate, 3) for run, rate in rates.items()},
+                "verify_seconds": round(verify_s, 2),
+                "source_sums_rows_per_s": round(rows / source_s) if source_s else None,
+                "sink_hash_rows_per_s": round(rows / sink_s) if sink_s else None,
+                "driver_rss_growth_mb": round(memory.peak - memory.before, 1),
+                "master": "local[2]",
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
