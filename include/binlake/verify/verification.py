@@ -33,7 +33,7 @@ from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import stream_offset
 from binlake.source.binlog_reader import SchemaChangedError
-from binlake.source.binlog_scan import binary_logs
+from binlake.source.binlog_scan import BinlogPurgedError, binary_logs
 from binlake.source.chunk_splitter import ChunkRange, ChunkSplitter, choose_key_column
 from binlake.source.connection import connect
 from binlake.source.discovery import same_schema
@@ -237,6 +237,8 @@ def _verify_table(
         )
     except _TooFarError as e:
         return unverified(str(e))
+    except BinlogPurgedError as e:
+        return unverified(f"the binlog after the sink's offset {pinned.offset} is gone ({e}): run the stream")
     result.verdicts, result.rows, result.source_seconds = verdicts, rows, seconds
     log.info(
         "verify %s: %d chunks, %d equal, %d drifted, %d unverified", schema.table, len(verdicts),
