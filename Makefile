@@ -52,6 +52,7 @@ demo: setup
 	  $(BIN)/binlake --config $(CONFIG) stream --until-caught-up && \
 	  $(BIN)/binlake --config $(CONFIG) status && \
 	  $(BIN)/binlake --config $(CONFIG) quality --run-name demo && \
+	  $(BIN)/binlake --config $(CONFIG) verify && \
 	  $(BIN)/python -m binlake.testing --dir $(DEMO_DIR) compare --config $(CONFIG)
 	@echo "The demo MariaDB keeps running for the next steps; stop it with 'make demo-stop'."
 
