@@ -10,13 +10,17 @@ it relies on these internals (pinned in ``pyproject.toml``; check them when upgr
   snapshot producer ``DeltaOverwrite`` extends with delete files;
 - ``pyiceberg.manifest.ManifestWriterV2._meta``: a manifest's declared content;
 - ``pyiceberg.table.Transaction._table`` and ``_updates``: ``Transaction`` memoises the metadata
-  its commit works on.
+  its commit works on;
+- ``pyiceberg.manifest.ManifestFile.fetch_manifest_entry`` is wrapped by ``cache_manifest_entries``
+  (a manifest file never changes once written).
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +41,69 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Summary
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.typedef import EMPTY_DICT
+
+#: Manifest entries kept at most by ``cache_manifest_entries`` (a few hundred MB at the most).
+CACHED_ENTRIES = 200_000
+_CacheKey = tuple[str, int | None, int | None, int | None, bool]
+
+
+class _ManifestEntries:
+    """The entries of manifest files already read, least recently used dropped first.
+
+    Every plan of a table (a batch's merge finds the files holding its keys; its overwrite finds
+    the entries it deletes; compaction; scans) reads every manifest of the current snapshot again,
+    and a streamed table gains one per commit. Manifests are immutable once written, so their
+    entries can be kept: a copy-on-write batch of 60 changes into a 3k-row table took 0.134 s,
+    0.050 s with them kept (two plans per commit, most of it reading manifests). Keyed by what
+    pyiceberg's sequence-number inheritance reads too, so an entry is exactly what a read gives.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.hits = 0
+        self._entries: OrderedDict[_CacheKey, tuple[ManifestEntry, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._read = ManifestFile.fetch_manifest_entry
+
+    def fetch(self, manifest: ManifestFile, io: FileIO, discard_deleted: bool = True) -> list[ManifestEntry]:
+        key = (
+            manifest.manifest_path, manifest.added_snapshot_id, manifest.sequence_number,
+            manifest.min_sequence_number, discard_deleted,
+        )  # fmt: skip
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return list(found)  # callers may change the list, not the entries
+        entries = self._read(manifest, io, discard_deleted)
+        with self._lock:
+            if key not in self._entries and len(entries) <= self.limit:
+                self._entries[key] = tuple(entries)
+                self.size += len(entries)
+                while self.size > self.limit:
+                    _, dropped = self._entries.popitem(last=False)
+                    self.size -= len(dropped)
+        return entries
+
+
+_cache: _ManifestEntries | None = None
+
+
+def cache_manifest_entries(limit: int = CACHED_ENTRIES) -> _ManifestEntries:
+    """Keep the entries of the manifests this process reads (once per process; see
+    ``_ManifestEntries``)."""
+    global _cache
+    if _cache is None:
+        cache = _ManifestEntries(limit)
+
+        def fetch(manifest: ManifestFile, io: FileIO, discard_deleted: bool = True) -> list[ManifestEntry]:
+            return cache.fetch(manifest, io, discard_deleted)
+
+        ManifestFile.fetch_manifest_entry = fetch  # type: ignore[method-assign, assignment]
+        _cache = cache
+    return _cache
 
 
 def write_data_files(

@@ -60,7 +60,12 @@ from binlake.sink.exactly_once import (
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
 from binlake.sink.key_index import KeyIndex
 from binlake.sink.merge_on_read import merge_on_read, scanned_positions, write_position_deletes
-from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
+from binlake.sink.pyiceberg_internals import (
+    DeltaOverwrite,
+    cache_manifest_entries,
+    transaction,
+    write_data_files,
+)
 from binlake.sink.row_match import (
     ClearRange,
     batch_keys,
@@ -90,6 +95,7 @@ class IcebergWriter:
         compaction: CompactionPolicy | None = None,
         keep_snapshots: int = 0,
     ) -> None:
+        cache_manifest_entries()  # every merge plans the table, reading its manifests again
         self.catalog = catalog
         self.identifier = identifier
         self.table = catalog.load_table(identifier)
