@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from binlake.backfill.plan import KeyRange, checked_plans, clip
 from binlake.config import PipelineConfig
-from binlake.events import Column, CreateTable, TableId
+from binlake.events import Column, CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.quality.checkpoint import sink_offset
@@ -248,7 +248,7 @@ def _verify_table(
 
 
 class _TooFarError(Exception):
-    pass
+    """The sink is further behind the source than the binlog a verification reads."""
 
 
 def _pin(config: PipelineConfig, store: StateStore, identifier: str) -> PinnedSink | None:
@@ -359,7 +359,3 @@ def _check_distance(
             f"the sink of {schema.table} is {behind:,} bytes of binlog behind the source (more than "
             f"quality.max_scan_bytes = {config.quality.max_scan_bytes:,}): run the stream, then verify"
         )
-
-
-def table_ids(names: Sequence[str]) -> list[TableId]:
-    return [TableId.parse(n) for n in names]
