@@ -19,6 +19,9 @@ import pytest
 import yaml
 
 from binlake.config import PipelineConfig
+from binlake.planner import plan
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
 
 ROOT = Path(__file__).parents[2]
@@ -147,3 +150,26 @@ def config_of(pipeline: dict[str, Any], mariadb: PrivateMariaDB) -> PipelineConf
     source = {**pipeline["source"], "hostname": "127.0.0.1", "port": mariadb.port,
               "username": mariadb.user, "password": mariadb.password}  # fmt: skip
     return PipelineConfig.model_validate({**pipeline, "source": source})
+
+
+def snapshotted_demo(
+    mariadb: PrivateMariaDB, database: str, work_dir: Path, spark: Any, local_airflow: Any
+) -> tuple[Any, PipelineConfig]:
+    """The demo shop (2,000 rows) in ``database``, planned and snapshotted as pipeline ``demo``,
+    with the local Airflow that runs its DAGs."""
+    demo.load(mariadb.admin_connection, 2000, database=database)
+    pipeline = airflow_pipeline(database, work_dir)
+    airflow = local_airflow(pipeline)
+    config = config_of(pipeline, mariadb)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    return airflow, config
+
+
+def start_stream_of(
+    config: PipelineConfig, mariadb: PrivateMariaDB, write_config: Any
+) -> subprocess.Popen[str]:
+    """``start_stream`` of ``config`` (written to a file with its password)."""
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    return start_stream(write_config(raw))

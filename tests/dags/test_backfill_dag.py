@@ -12,18 +12,15 @@ from typing import Any
 import pytest
 
 from binlake.events import TableId
-from binlake.planner import plan
 from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
-from binlake.spark.snapshot_job import run_snapshot
 from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore
-from binlake.testing import demo
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
-from tests.dags.conftest import airflow_pipeline, config_of, start_stream, stop_stream, wait_for
+from tests.dags.conftest import snapshotted_demo, start_stream_of, stop_stream, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,20 +28,13 @@ pytestmark = pytest.mark.slow
 def test_backfill_dag_repairs_a_table_while_the_stream_and_the_workload_run(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, local_airflow: Any, write_config: Any
 ) -> None:
-    demo.load(mariadb.admin_connection, 2000, database=database)
-    pipeline = airflow_pipeline(database, tmp_path / "work")
-    airflow = local_airflow(pipeline)
-    config = config_of(pipeline, mariadb)
-    plan(config)
-    assert run_snapshot(config, spark).complete
+    airflow, config = snapshotted_demo(mariadb, database, tmp_path / "work", spark, local_airflow)
     orders = TableId(database, "orders")
     table = open_catalog(config).load_table(sink_name(config, orders))
     table.delete("id >= 100 and id < 400")  # lost from the sink, still in the source
     assert len(sink_rows(config, orders)) < 1700
 
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
-    stream = start_stream(write_config(raw))
+    stream = start_stream_of(config, mariadb, write_config)
     store = StateStore(config.pipeline.resolved_state_uri)
     workload = Workload(mariadb.admin_connection, database=database, rate=100, txn_size=2)
     try:

@@ -30,12 +30,12 @@ from pyiceberg.types import (
 )
 
 from binlake.config import PipelineConfig
-from binlake.events import TableId
+from binlake.events import CreateTable, TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.writer import IcebergWriter
-from binlake.source.chunk_reader import ChunkReader, SnapshotHooks
+from binlake.source.chunk_reader import ChunkReader, ChunkResult, SnapshotHooks
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.source.connection import connect
 from binlake.source.discovery import discover
@@ -168,7 +168,8 @@ def config(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> PipelineCo
     return PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work"))
 
 
-def test_every_type_round_trips(mariadb: PrivateMariaDB, database: str, config: PipelineConfig) -> None:
+def create_types(mariadb: PrivateMariaDB, database: str, config: PipelineConfig) -> CreateTable:
+    """Table ``types`` of every column of ``COLUMNS``, rows 0-3: MAX, MIN, ODD, NULLS."""
     columns = ", ".join(f"{name} {mysql}" for name, mysql, *_ in COLUMNS)
     with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = ''")  # zero dates exist only outside strict mode
@@ -176,18 +177,16 @@ def test_every_type_round_trips(mariadb: PrivateMariaDB, database: str, config: 
         cur.execute(f"CREATE TABLE types (id INT PRIMARY KEY, {columns})")
         for i, values in enumerate([MAX, MIN, ODD, NULLS]):
             cur.execute(f"INSERT INTO types VALUES ({i}, {values})")
-
     with contextlib.closing(connect(config.source)) as conn:
         (schema,) = discover(conn, [TableId(database, "types")])
-    applier = IcebergMetadataApplier(open_catalog(config), lambda t: sink_identifier(config, t))
-    applier.apply(schema)
-    table = applier.catalog.load_table(applier.identifier(schema.table))
-    for name, _, iceberg, *_ in COLUMNS:
-        assert isinstance(table.schema().find_field(name).field_type, iceberg), name
-    assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == ["id"]
+    return schema
 
-    # Rows 0-1 through the snapshot's SELECT, rows 2-3 through the binlog (written between the
-    # watermarks), all committed as a Parquet file the way the snapshot job does.
+
+def read_both_ways(
+    mariadb: PrivateMariaDB, database: str, config: PipelineConfig, schema: CreateTable, server_id: int
+) -> ChunkResult:
+    """``types`` read as the snapshot reads a chunk: rows 0-1 through its SELECT, rows 2-3 through
+    the binlog (written between the watermarks)."""
     with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE pending LIKE types")
         cur.execute("INSERT INTO pending SELECT * FROM types WHERE id >= 2")
@@ -199,9 +198,23 @@ def test_every_type_round_trips(mariadb: PrivateMariaDB, database: str, config: 
         )
 
     chunk = Chunk(schema.table, 0, "id", ChunkRange.all())
-    with ChunkReader(config.source, schema, 6200, SnapshotHooks(after_select=late)) as reader:
+    with ChunkReader(config.source, schema, server_id, SnapshotHooks(after_select=late)) as reader:
         result = reader.read(chunk)
     assert result.binlog_changes == 2
+    return result
+
+
+def test_every_type_round_trips(mariadb: PrivateMariaDB, database: str, config: PipelineConfig) -> None:
+    schema = create_types(mariadb, database, config)
+    applier = IcebergMetadataApplier(open_catalog(config), lambda t: sink_identifier(config, t))
+    applier.apply(schema)
+    table = applier.catalog.load_table(applier.identifier(schema.table))
+    for name, _, iceberg, *_ in COLUMNS:
+        assert isinstance(table.schema().find_field(name).field_type, iceberg), name
+    assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == ["id"]
+
+    # Both read paths, committed as a Parquet file the way the snapshot job does.
+    result = read_both_ways(mariadb, database, config, schema, 6200)
     path = Path(table.location().removeprefix("file://")) / "data" / "types-0.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(result.data, path)

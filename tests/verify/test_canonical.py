@@ -15,9 +15,6 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
-from binlake.source.chunk_reader import ChunkReader, SnapshotHooks
-from binlake.source.chunk_splitter import Chunk, ChunkRange
-from binlake.source.connection import connect
 from binlake.source.discovery import discover
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.canonical import (
@@ -30,7 +27,7 @@ from binlake.verify.canonical import (
     value_sql,
 )
 from tests.helpers import pipeline_dict
-from tests.schema.test_type_round_trip import COLUMNS, MAX, MIN, NULLS, ODD
+from tests.schema.test_type_round_trip import create_types, read_both_ways
 
 
 @pytest.fixture
@@ -48,27 +45,8 @@ def _server(mariadb: PrivateMariaDB, database: str, query: str) -> list[tuple[ob
 def test_every_type_renders_alike_on_the_server_and_in_binlake(
     mariadb: PrivateMariaDB, database: str, config: PipelineConfig
 ) -> None:
-    columns = ", ".join(f"{name} {mysql}" for name, mysql, *_ in COLUMNS)
-    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute("SET SESSION sql_mode = ''")
-        cur.execute("SET SESSION time_zone = '+00:00'")
-        cur.execute(f"CREATE TABLE types (id INT PRIMARY KEY, {columns})")
-        for i, values in enumerate([MAX, MIN]):
-            cur.execute(f"INSERT INTO types VALUES ({i}, {values})")
-        cur.execute("CREATE TABLE pending LIKE types")
-        cur.execute(f"INSERT INTO pending VALUES (2, {ODD}), (3, {NULLS})")
-    with contextlib.closing(connect(config.source)) as conn:
-        (schema,) = discover(conn, [TableId(database, "types")])
-
-    def late(_: Chunk) -> None:  # rows 2-3 reach binlake through the binlog
-        mariadb.execute(
-            "SET SESSION sql_mode = ''", "INSERT INTO types SELECT * FROM pending", database=database
-        )
-
-    chunk = Chunk(schema.table, 0, "id", ChunkRange.all())
-    with ChunkReader(config.source, schema, 6300, SnapshotHooks(after_select=late)) as reader:
-        result = reader.read(chunk)
-    assert result.binlog_changes == 2
+    schema = create_types(mariadb, database, config)
+    result = read_both_ways(mariadb, database, config, schema, 6300)
     rows = result.data.sort_by("id")
 
     expected = _server(mariadb, database, f"SELECT {row_sql(schema.columns)} FROM types ORDER BY id")

@@ -57,6 +57,17 @@ def _expected(report: VerifyReport) -> dict[str, list[tuple[Any, Any]]]:
     return found
 
 
+def _assert_the_damage_found(report: VerifyReport) -> dict[str, list[tuple[Any, Any]]]:
+    """Exactly the chunks ``damage`` hit drifted (several of ``t``, one of the keyless ``visits``,
+    the text-keyed ``codes`` whole); returns them by table."""
+    drifted = _drifted(report)
+    assert drifted == _expected(report)
+    assert len(drifted["t"]) >= 3
+    assert len(drifted["visits"]) == 1
+    assert drifted["codes"] == [(None, None)]
+    return drifted
+
+
 def _statuses(report: VerifyReport) -> set[str]:
     return {v.status for v in report.verdicts}
 
@@ -116,11 +127,7 @@ def test_verify_finds_exactly_the_damaged_chunks(
 
     damage(config, database)
     found = verify(config, "v3")
-    drifted = _drifted(found)
-    assert drifted == _expected(found)
-    assert len(drifted["t"]) >= 3
-    assert len(drifted["visits"]) == 1
-    assert drifted["codes"] == [(None, None)]
+    _assert_the_damage_found(found)
     counts = {(v.table.split(".")[1], v.range.start): (v.source_rows, v.sink_rows) for v in found.verdicts}
     lost = next(
         v
@@ -173,11 +180,7 @@ def test_under_a_workload_no_false_drift_then_the_damage_exactly_and_repair(
         # and no commit of the running stream races the damage's own).
         damage(config, database)
         report = verify(config, "damaged")
-        drifted = _drifted(report)
-        assert drifted == _expected(report)
-        assert len(drifted["t"]) >= 3
-        assert len(drifted["visits"]) == 1
-        assert drifted["codes"] == [(None, None)]
+        drifted = _assert_the_damage_found(report)
 
         # --repair: the drifted chunks are backfilled, the running stream applies them, and they
         # are verified again.

@@ -209,23 +209,6 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
             context = get_current_context()
             return work.plan_backfill(path, context["run_id"], dict(context["params"]))
 
-        @task.sensor(
-            task_id="wait_applied",
-            poke_interval=5,
-            timeout=6 * 3600,
-            mode="reschedule",
-            outlets=[assets.sink_alias(pipeline.name)],
-            doc_md="Waits (without holding a worker slot) until the running stream has applied every "
-            "staged chunk.",
-        )
-        def wait_applied(backfill_id: str, sink_tables: list[str]) -> PokeReturnValue:
-            from airflow.sdk import get_current_context
-
-            counts = work.backfill_applied(path, backfill_id)
-            if counts is not None:
-                assets.emit(get_current_context(), pipeline.name, pipeline.catalog, sink_tables)
-            return PokeReturnValue(is_done=counts is not None, xcom_value=counts)
-
         planned: Any = plan()  # its dict's keys are XComs of their own (multiple_outputs)
         backfill = BinlakeSparkSubmitOperator(
             task_id="backfill",
@@ -244,7 +227,11 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
             tables=planned["sink_tables"],
             doc_md="Quality of the backfilled tables.",
         )
-        chain(planned, backfill, wait_applied(planned["backfill_id"], planned["sink_tables"]), quality)
+        wait = _wait_applied(
+            pipeline,
+            "Waits (without holding a worker slot) until the running stream has applied every staged chunk.",
+        )
+        chain(planned, backfill, wait(planned["backfill_id"], planned["sink_tables"]), quality)
     return dag
 
 
@@ -281,7 +268,11 @@ def verify_dag(pipeline: PipelineFile) -> DAG:
             task_id="verify", config_path=path, doc_md="Chunk checksums of the source against the sink."
         )
 
-        @task(task_id="stage_repair", doc_md="Drifted chunks become a backfill (skipped when none drifted).")
+        @task(
+            task_id="stage_repair",
+            multiple_outputs=True,
+            doc_md="Drifted chunks become a backfill (skipped when none drifted).",
+        )
         def stage_repair() -> dict[str, Any]:
             from airflow.sdk import get_current_context
             from airflow.sdk.exceptions import AirflowSkipException
@@ -295,19 +286,6 @@ def verify_dag(pipeline: PipelineFile) -> DAG:
                 raise AirflowSkipException("nothing drifted")
             return staged
 
-        @task.sensor(
-            task_id="wait_applied", poke_interval=5, timeout=6 * 3600, mode="reschedule",
-            outlets=[assets.sink_alias(pipeline.name)],
-            doc_md="Waits until the running stream has applied the repair.",
-        )  # fmt: skip
-        def wait_applied(staged: dict[str, Any]) -> PokeReturnValue:
-            from airflow.sdk import get_current_context
-
-            counts = work.backfill_applied(path, staged["backfill_id"])
-            if counts is not None:
-                assets.emit(get_current_context(), pipeline.name, pipeline.catalog, staged["sink_tables"])
-            return PokeReturnValue(is_done=counts is not None, xcom_value=counts)
-
         staged: Any = stage_repair()
         backfill = BinlakeSparkSubmitOperator(
             task_id="backfill", job="backfill", config_path=path, pipeline=pipeline.name,
@@ -318,8 +296,33 @@ def verify_dag(pipeline: PipelineFile) -> DAG:
             task_id="verify_again", config_path=path, again=True,
             doc_md="The repaired chunks verified again (fails if any still differs).",
         )  # fmt: skip
-        chain(first, staged, backfill, wait_applied(staged), again)
+        wait = _wait_applied(pipeline, "Waits until the running stream has applied the repair.")
+        chain(first, staged, backfill, wait(staged["backfill_id"], staged["sink_tables"]), again)
     return dag
+
+
+def _wait_applied(pipeline: PipelineFile, doc: str) -> Any:
+    """The sensor task waiting (reschedule mode: no worker slot) until the running stream has
+    applied a backfill's units; then it updates the sink tables' Assets."""
+    path = str(pipeline.path)
+
+    @task.sensor(
+        task_id="wait_applied",
+        poke_interval=5,
+        timeout=6 * 3600,
+        mode="reschedule",
+        outlets=[assets.sink_alias(pipeline.name)],
+        doc_md=doc,
+    )
+    def wait_applied(backfill_id: str, sink_tables: list[str]) -> PokeReturnValue:
+        from airflow.sdk import get_current_context
+
+        counts = work.backfill_applied(path, backfill_id)
+        if counts is not None:
+            assets.emit(get_current_context(), pipeline.name, pipeline.catalog, sink_tables)
+        return PokeReturnValue(is_done=counts is not None, xcom_value=counts)
+
+    return wait_applied
 
 
 _PIPELINE_DOC = """\

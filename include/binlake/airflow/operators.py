@@ -208,18 +208,14 @@ class BinlakeVerifyOperator(BaseOperator):
 
         from binlake.airflow.reports import report_url
         from binlake.backfill.plan import KeyRange
-        from binlake.verify.repair import after_repair, drifted_ranges, stored_report
+        from binlake.verify.repair import stored_report, verify_again
         from binlake.verify.report import data_docs
         from binlake.verify.verification import verify
 
         config = load_pipeline(self.config_path)
         params, verify_id = context["params"], str(context["run_id"])
         if self.again:
-            first = stored_report(config, verify_id)
-            second = verify(
-                config, f"{verify_id}-repair", ranges=drifted_ranges(first), progress=self._progress
-            )
-            report = after_repair(config, first, second)
+            report = verify_again(config, stored_report(config, verify_id), self._progress)
         else:
             key_range = KeyRange(params.get("key_from"), params.get("key_to"))
             report = verify(

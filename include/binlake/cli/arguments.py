@@ -73,9 +73,7 @@ def parser() -> argparse.ArgumentParser:
         "backfill",
         help="re-snapshot tables (or a key range) while the stream runs; the stream applies what it reads",
     )
-    backfill.add_argument("--table", action="append", default=[], help="only this source table; repeat")
-    backfill.add_argument("--from", dest="key_from", type=int, help="first chunk-key value (integral keys)")
-    backfill.add_argument("--to", dest="key_to", type=int, help="chunk-key value to stop before")
+    _tables_and_key_range(backfill)
     backfill.add_argument("--chunk-size", type=int, help="rows per chunk (default: source.chunk_size)")
     backfill.add_argument("--id", help="backfill id; an existing id resumes (default: a new one)")
     backfill.add_argument(
@@ -90,9 +88,7 @@ def parser() -> argparse.ArgumentParser:
         "verify",
         help="compare each chunk's checksum on the source with the sink's at the same binlog position",
     )
-    verify.add_argument("--table", action="append", default=[], help="only this source table; repeat")
-    verify.add_argument("--from", dest="key_from", type=int, help="first chunk-key value (integral keys)")
-    verify.add_argument("--to", dest="key_to", type=int, help="chunk-key value to stop before")
+    _tables_and_key_range(verify)
     verify.add_argument("--id", help="verification id (default: a new one)")
     verify.add_argument(
         "--repair",
@@ -136,3 +132,10 @@ def _duration(text: str) -> dt.timedelta:
         raise argparse.ArgumentTypeError(f"`{text}` is not a duration: write e.g. 7d, 12h, 30m, 45s or 0")
     unit = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds", "": "seconds"}[match.group(2)]
     return dt.timedelta(**{unit: int(match.group(1))})
+
+
+def _tables_and_key_range(command: argparse.ArgumentParser) -> None:
+    """``--table`` (repeated) and ``--from``/``--to``: what a backfill or a verification covers."""
+    command.add_argument("--table", action="append", default=[], help="only this source table; repeat")
+    command.add_argument("--from", dest="key_from", type=int, help="first chunk-key value (integral keys)")
+    command.add_argument("--to", dest="key_to", type=int, help="chunk-key value to stop before")

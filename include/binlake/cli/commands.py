@@ -219,8 +219,7 @@ def _repair(config: PipelineConfig, report: Any, timeout: float | None) -> Any:
     from binlake.backfill.wait import wait_applied
     from binlake.spark.backfill_job import run_backfill
     from binlake.spark.runtime.session import spark_session
-    from binlake.verify.repair import after_repair, drifted_ranges, stage_repair
-    from binlake.verify.verification import verify
+    from binlake.verify.repair import stage_repair, verify_again
 
     backfill_id = new_backfill_id()
     units = stage_repair(config, report, backfill_id)
@@ -231,11 +230,8 @@ def _repair(config: PipelineConfig, report: Any, timeout: float | None) -> Any:
     finally:
         spark.stop()
     wait_applied(config, backfill_id, timeout, progress=print_units)
-    second = verify(
-        config, f"{report.verify_id}-repair", ranges=drifted_ranges(report), progress=print_verdicts
-    )
     report.backfill_id = backfill_id
-    return after_repair(config, report, second)
+    return verify_again(config, report, print_verdicts)
 
 
 def quality_command(args: argparse.Namespace) -> int:

@@ -132,24 +132,53 @@ def _changes_since(
         return 0, 0, 0
     version = store.schema_history(config.pipeline.name).at(schema.table, offset)
     written = version.schema if version is not None and version.schema is not None else schema
-    converter = RowConverter(written)
     keys = key_columns(written, dict(config.source.chunk_key_columns))
-    key_at = [written.column_names.index(k) for k in keys]
-    reader = BinlogReader(
-        config.source, config.quality.reader_server_id(config.source), offset, high,
-        {schema.table}, lambda _: converter, lean=True,
-    )  # fmt: skip
+    reader_id = config.quality.reader_server_id(config.source)
+    kept = changes_after(config, store, written, offset, high, reader_id, plans, keys)
+    late = pc.greater(kept.column("at"), position(low))
+    before = kept.filter(pc.invert(late)).column("delta")
+    after = kept.filter(late).column("delta").to_pylist()
+    return int(pc.sum(before).as_py() or 0), after.count(1), after.count(-1)
+
+
+def changes_after(
+    config: PipelineConfig,
+    store: StateStore,
+    schema: CreateTable,
+    start: BinlogOffset,
+    end: BinlogOffset,
+    server_id: int,
+    plans: Sequence[StoredPlan],
+    columns: Sequence[str] | None = None,
+) -> pa.Table:
+    """``schema.table``'s row images in (start, end] that the sink does not hold yet (the snapshot
+    filter drops what a chunk holds): ``at``, ``row`` (the image's ``columns``, all when None),
+    ``delta`` (+1 an after image, -1 a before image).
+
+    Raises:
+        SchemaChangedError: the rows were written with other columns than ``schema``'s.
+        UnreplicableChangeError: the range holds a change binlake cannot replay.
+    """
+    converter = RowConverter(schema)
+    names = list(columns) if columns is not None else list(schema.column_names)
+    picked = [schema.column_names.index(n) for n in names]
     at: list[int] = []
     images: list[tuple[object, ...]] = []
     deltas: list[int] = []
-    for row in reader.rows():
-        p = position(row.offset)
-        for image, delta in ((row.before, -1), (row.after, 1)):
-            if image is not None:
-                at.append(p)
-                images.append(tuple(image[i] for i in key_at))
-                deltas.append(delta)
-    fields = [f.with_nullable(True) for f in arrow_schema(written, list(keys))] if keys else []
+    if end > start:
+        # Only the key columns wanted: before images of keyed tables need no more than their key.
+        lean = columns is not None
+        reader = BinlogReader(
+            config.source, server_id, start, end, {schema.table}, lambda _: converter, lean=lean
+        )
+        for row in reader.rows():
+            p = position(row.offset)
+            for image, delta in ((row.before, -1), (row.after, 1)):
+                if image is not None:
+                    at.append(p)
+                    images.append(tuple(image[i] for i in picked))
+                    deltas.append(delta)
+    fields = [f.with_nullable(True) for f in arrow_schema(schema, names)] if names else []
     changes = pa.table(
         {
             "at": pa.array(at, pa.int64()),
@@ -159,9 +188,5 @@ def _changes_since(
     )
     mine = [p for p in plans if p.table == schema.table]
     if store.offsets(config.pipeline.name).load(ANCHOR) is not None:
-        mine = []  # the chunks' watermarks are positions of an older binlog, all behind the stream
-    kept = SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)
-    late = pc.greater(kept.column("at"), position(low))
-    before = kept.filter(pc.invert(late)).column("delta")
-    after = kept.filter(late).column("delta").to_pylist()
-    return int(pc.sum(before).as_py() or 0), after.count(1), after.count(-1)
+        mine = []  # the chunks' watermarks are positions of an older binlog, all behind the sink
+    return SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)

@@ -49,7 +49,7 @@ from binlake.source.chunk_splitter import Chunk
 from binlake.source.connection import ServerVersion, connect, server_version
 from binlake.source.discovery import column_names, discover, same_schema, schema_difference
 from binlake.source.event_rows import UnreplicableChangeError
-from binlake.source.watermarks import LowWatermark, current_offset
+from binlake.source.watermarks import LowWatermark, consistent_snapshot, current_offset
 
 log = logging.getLogger(__name__)
 
@@ -248,25 +248,13 @@ class ChunkReader:
         started = time.monotonic()
         conn, _ = self._connection()
         _run(self.hooks.before_low_watermark, chunk)
-        with conn.cursor() as cur:
-            # Only REPEATABLE READ keeps one read view for the transaction: under a server default
-            # of READ COMMITTED the SELECT would see rows committed after the snapshot's position.
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            try:
-                cur.execute(
-                    "SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
-                )
-                status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
-                offset = BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
-                log.info("snapshot step 1/4: consistent snapshot at %s for keyless chunk %s %s",
-                         offset, chunk.name, chunk.range)  # fmt: skip
-                _run(self.hooks.after_low_watermark, chunk)
-                # In the transaction's own connection: connectorx could not see the snapshot.
-                in_snapshot = PymysqlSelect(self.source, self.table, conn)
-                data = self._select(in_snapshot, chunk)
-            finally:
-                cur.execute("COMMIT")
+        with consistent_snapshot(conn) as offset:
+            log.info("snapshot step 1/4: consistent snapshot at %s for keyless chunk %s %s",
+                     offset, chunk.name, chunk.range)  # fmt: skip
+            _run(self.hooks.after_low_watermark, chunk)
+            # In the transaction's own connection: connectorx could not see the snapshot.
+            in_snapshot = PymysqlSelect(self.source, self.table, conn)
+            data = self._select(in_snapshot, chunk)
         log.info("snapshot step 2/4: selected %d rows of chunk %s in the snapshot", data.num_rows, chunk.name)
         _run(self.hooks.after_select, chunk)
         log.info("snapshot steps 3-4/4: chunk %s is exact at %s, no binlog to apply", chunk.name, offset)

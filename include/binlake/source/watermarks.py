@@ -7,8 +7,9 @@ name; MariaDB (10.11 included) knows only the old one. MariaDB's GTID position c
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from binlake.errors import BinlakeError
@@ -28,6 +29,7 @@ class _Cursor(Protocol):
 
     def execute(self, query: str, args: Any = ...) -> Any: ...
     def fetchone(self) -> Any: ...
+    def fetchall(self) -> Any: ...
 
 
 class _Connection(Protocol):
@@ -168,8 +170,33 @@ class LowWatermark:
 def _snapshot_offset(conn: _Connection) -> BinlogOffset:
     """MariaDB's (and Percona's) offset of the last transaction the engine committed."""
     with conn.cursor() as cur:
-        cur.execute(
-            "SHOW GLOBAL STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
-        )
-        status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+        return _snapshot_status(cur, "GLOBAL")
+
+
+def _snapshot_status(cur: _Cursor, scope: str) -> BinlogOffset:
+    """``binlog_snapshot_file`` / ``_position``: of the engine (GLOBAL), or of this session's
+    consistent snapshot (SESSION)."""
+    cur.execute(
+        f"SHOW {scope} STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
+    )
+    status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
     return BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+
+
+@contextlib.contextmanager
+def consistent_snapshot(conn: _Connection) -> Iterator[BinlogOffset]:
+    """A transaction with one read view, and the exact binlog offset that view sees (MariaDB and
+    Percona report it as ``binlog_snapshot_file`` / ``_position``; no lock). Committed on exit."""
+    with conn.cursor() as cur:
+        # Only REPEATABLE READ keeps one read view for the transaction: under a server default
+        # of READ COMMITTED a SELECT would see rows committed after the snapshot's position.
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        try:
+            cur.execute(
+                "SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
+            )
+            status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+            yield BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+        finally:
+            cur.execute("COMMIT")

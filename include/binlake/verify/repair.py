@@ -13,7 +13,7 @@ from binlake.source.chunk_splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore
 from binlake.state.verifications import ChunkVerdict
-from binlake.verify.verification import TableVerification, VerifyReport
+from binlake.verify.verification import Progress, TableVerification, VerifyReport, verify
 
 
 def drifted_ranges(report: VerifyReport) -> dict[str, list[ChunkRange]]:
@@ -38,9 +38,16 @@ def stage_repair(config: PipelineConfig, report: VerifyReport, backfill_id: str)
     return len(units)
 
 
-def after_repair(config: PipelineConfig, report: VerifyReport, second: VerifyReport) -> VerifyReport:
-    """``report`` with its drifted chunks as the second look found them: ``repaired`` when equal
-    now (recorded under the first verification's id too)."""
+def verify_again(
+    config: PipelineConfig, report: VerifyReport, progress: Progress | None = None
+) -> VerifyReport:
+    """``report`` with its drifted chunks verified again once their repair is applied: ``repaired``
+    when equal now (recorded under the first verification's id too)."""
+    second = verify(config, f"{report.verify_id}-repair", ranges=drifted_ranges(report), progress=progress)
+    return _after_repair(config, report, second)
+
+
+def _after_repair(config: PipelineConfig, report: VerifyReport, second: VerifyReport) -> VerifyReport:
     again = {(v.table, v.range): v for v in second.verdicts}
     changed: list[ChunkVerdict] = []
     for table in report.tables:

@@ -5,10 +5,10 @@ The sink table is pinned first — one snapshot and the binlog offset ``O`` it h
 counted in the chunk its key lies in. The source's sums are read after, at positions ``P ≥ O``. The
 binlog between says how the source moved from ``O`` to each ``P``: each row change removes its
 before image and adds its after image (full images: ``binlog_row_image=FULL``), which holds for
-tables with and without a primary key. Changes the snapshot's chunks already hold are dropped as
-the stream drops them (``stream.emit_filter``). So the sink's sum rolled forward to ``P`` equals
-the source's sum at ``P`` exactly when the sink held the source at ``O`` — whether the stream runs
-meanwhile or not, and without waiting for it.
+tables with and without a primary key (``quality.reconcile.changes_after`` reads them). Changes
+the snapshot's chunks already hold are dropped as the stream drops them (``stream.emit_filter``).
+So the sink's sum rolled forward to ``P`` equals the source's sum at ``P`` exactly when the sink
+held the source at ``O`` — whether the stream runs meanwhile or not, and without waiting for it.
 """
 
 from __future__ import annotations
@@ -23,17 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
-from binlake.config import PipelineConfig
 from binlake.events import Column, CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
-from binlake.schema.type_mapping import RowConverter, arrow_schema, select_converter
-from binlake.source.binlog_reader import BinlogReader
+from binlake.schema.type_mapping import select_converter
 from binlake.source.chunk_splitter import ChunkRange
-from binlake.state.offset_names import ANCHOR
-from binlake.state.store import StateStore, StoredPlan
-from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import ROW, images, position, row_struct
+from binlake.stream.records import images
 from binlake.verify.canonical import row_hashes
 
 Sums = tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.uint64]]]
@@ -58,6 +53,8 @@ class ChunkIndex:
         self._starts = [None if r.start is None else convert(r.start) for r in self.ranges]
         self._ends = [None if r.end is None else convert(r.end) for r in self.ranges]
         self._open_start = bool(self._starts) and self._starts[0] is None
+        # The starts to search (a range without a start takes what lies below the first one).
+        self._lows = self._starts[1:] if self._open_start else self._starts
         self._integral = column.is_integral
 
     def __len__(self) -> int:
@@ -72,10 +69,7 @@ class ChunkIndex:
     def _of_value(self, value: Any) -> int:
         if value is None:
             return 0 if self._open_start else -1
-        if self._open_start:
-            at = bisect.bisect_right(self._starts[1:], value)
-        else:
-            at = bisect.bisect_right(self._starts, value) - 1
+        at = bisect.bisect_right(self._lows, value) - (0 if self._open_start else 1)
         if at < 0:
             return -1
         end = self._ends[at]
@@ -132,45 +126,6 @@ def _add(
     signed = np.where(signs > 0, hashes, np.uint64(0) - hashes)
     np.add.at(counts, at[inside], signs)
     np.add.at(totals, at[inside], signed)
-
-
-def binlog_changes(
-    config: PipelineConfig,
-    store: StateStore,
-    schema: CreateTable,
-    start: BinlogOffset,
-    end: BinlogOffset,
-    server_id: int,
-    plans: Sequence[StoredPlan],
-) -> pa.Table:
-    """``schema.table``'s row images in (start, end] that the sink does not hold yet: ``at``,
-    ``row`` (the image), ``delta`` (+1 after image, -1 before image).
-
-    Raises:
-        SchemaChangedError: the rows were written with other columns than ``schema``'s.
-        UnreplicableChangeError: the range holds a change binlake cannot replay.
-    """
-    fields = [f.with_nullable(True) for f in arrow_schema(schema)]
-    at: list[int] = []
-    found: list[tuple[Any, ...]] = []
-    deltas: list[int] = []
-    if end > start:
-        converter = RowConverter(schema)
-        reader = BinlogReader(config.source, server_id, start, end, {schema.table}, lambda _: converter)
-        for row in reader.rows():
-            p = position(row.offset)
-            for image, delta in ((row.before, -1), (row.after, 1)):
-                if image is not None:
-                    at.append(p)
-                    found.append(image)
-                    deltas.append(delta)
-    changes = pa.table(
-        {"at": pa.array(at, pa.int64()), ROW: row_struct(fields, found), "delta": pa.array(deltas, pa.int8())}
-    )
-    mine = [p for p in plans if p.table == schema.table]
-    if store.offsets(config.pipeline.name).load(ANCHOR) is not None:
-        mine = []  # the chunks' watermarks are positions of an older binlog, all behind the sink
-    return SnapshotFilter(config.source, mine, {schema.table.name: schema}).keep(schema.table.name, changes)
 
 
 def rolled_forward(

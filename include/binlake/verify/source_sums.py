@@ -28,7 +28,7 @@ from binlake.offsets import BinlogOffset
 from binlake.source.binlog_scan import gtid_boundaries
 from binlake.source.chunk_splitter import ChunkRange, range_condition
 from binlake.source.connection import connect, server_version
-from binlake.source.watermarks import LowWatermark, current_offset
+from binlake.source.watermarks import LowWatermark, consistent_snapshot, current_offset
 from binlake.verify.canonical import MASK, checksum_sql
 
 log = logging.getLogger(__name__)
@@ -112,22 +112,8 @@ def _in_snapshot(
     key_column: str,
     chunks: list[tuple[int, ChunkRange]],
 ) -> list[ChunkSum]:
-    with conn.cursor() as cur:
-        # Only REPEATABLE READ keeps one read view for the whole transaction.
-        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        try:
-            cur.execute(
-                "SHOW STATUS WHERE Variable_name IN ('binlog_snapshot_file', 'binlog_snapshot_position')"
-            )
-            status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
-            at = BinlogOffset(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
-            sums = []
-            for index, chunk in chunks:
-                rows, total = _sum(conn, sql, table, key_column, chunk)
-                sums.append(ChunkSum(index, chunk, rows, total, at, at))
-        finally:
-            cur.execute("COMMIT")
+    with consistent_snapshot(conn) as at:
+        sums = [ChunkSum(i, chunk, *_sum(conn, sql, table, key_column, chunk), at, at) for i, chunk in chunks]
     log.info("verify: %d chunks of %s summed in a consistent snapshot at %s", len(chunks), table.table, at)
     return sums
 

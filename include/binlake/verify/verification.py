@@ -29,6 +29,7 @@ from binlake.events import Column, CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.quality.checkpoint import sink_offset
+from binlake.quality.reconcile import changes_after
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import stream_offset
@@ -43,7 +44,7 @@ from binlake.state.store import StateStore, StoredPlan
 from binlake.state.verifications import ChunkVerdict
 from binlake.stream.records import images, position
 from binlake.stream.segments import distance
-from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, binlog_changes, rolled_forward, sink_sums
+from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, rolled_forward, sink_sums
 from binlake.verify.source_sums import ChunkSum, source_sums
 
 log = logging.getLogger(__name__)
@@ -146,14 +147,14 @@ def verify(
         wanted = checked_plans(config, store, schemas, chosen, key_range or KeyRange(), action="verify")
         for stored in wanted:
             schema = schemas[stored.table]
-            column = choose_key_column(schema, stored.key_column).name
+            column = choose_key_column(schema, stored.key_column)
             found = ranges.get(stored.table.name) if ranges is not None else None
-            if found is None and choose_key_column(schema, stored.key_column).is_text:
+            if found is None and column.is_text:
                 # The sink's rows cannot be placed in text ranges without the server's collation:
                 # the whole table is one chunk (a drift then names the table, not a range).
                 found = [ChunkRange.all()]
             chunks = found if found is not None else _split(config, schema, stored, key_range or KeyRange())
-            result = _verify_table(config, store, schema, column, chunks, plans, consistent_snapshot)
+            result = _verify_table(config, store, schema, column.name, chunks, plans, consistent_snapshot)
             store.verifications(name).record(verify_id, result.verdicts)
             report.tables.append(result)
             if progress is not None:
@@ -285,7 +286,7 @@ def _compare(
     pending = list(range(len(chunks)))
     sums: dict[int, ChunkSum] = {}
     read_until = pinned.offset
-    changes = binlog_changes(config, store, schema, pinned.offset, pinned.offset, server_id, plans)
+    changes = changes_after(config, store, schema, pinned.offset, pinned.offset, server_id, plans)
     seconds = 0.0
     for attempt in range(1, ATTEMPTS + 1):
         clock = time.monotonic()
@@ -297,7 +298,7 @@ def _compare(
         end = max(s.high for s in fresh)
         _check_distance(config, schema, pinned.offset, end)
         if end > read_until:
-            more = binlog_changes(config, store, schema, read_until, end, server_id, plans)
+            more = changes_after(config, store, schema, read_until, end, server_id, plans)
             changes = pa.concat_tables([changes, more])
             read_until = end
         settled = [
