@@ -313,6 +313,11 @@ class StreamConfig(_Model):
     bounded share of the files with many deleted rows, the small files of new rows and the delete
     files are rewritten in a commit of their own, so files and delete files stay bounded;
     ``false``: leave it to ``binlake maintain``."""
+    executor_merge_from: int | None = Field(default=20_000, ge=0)
+    """A merge-on-read table with a primary key whose share of a micro-batch holds at least this
+    many changes is compacted and written on the executors, in key buckets, and only the files and
+    keys come to the driver (``stream/bucket_merge.py``); smaller shares are merged in the driver,
+    where they cost less than the two Spark stages (0: always on the executors; null: never)."""
     schema_change_applier: Literal["inline", "external"] = "inline"
     """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
     (the stream records it and waits: Airflow's DDL DAG applies it)."""

@@ -15,6 +15,8 @@ import pytest
 
 from binlake.events import TableId
 from binlake.planner import plan
+from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.exactly_once import BATCH_KEY
 from binlake.source.binlog_scan import binary_logs
 from binlake.source.connection import server_version
 from binlake.source.watermarks import current_offset
@@ -46,15 +48,23 @@ def head(server: PrivateMariaDB) -> Any:
         return current_offset(conn, server_version(conn))
 
 
+#: Merge modes of the sink tables; ``executors``: merge-on-read, every batch merged in key buckets
+#: on the executors (``stream.bucket_merge``) instead of only the large ones.
+MODES = ["copy-on-write", "merge-on-read", "executors"]
+
+
 def _merged(config: Any, mode: str) -> Any:
     """``config`` with its sink tables in merge ``mode`` (merge-on-read: through the key index)."""
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = config.source.password.get_secret_value()
-    raw["sink"]["table_properties"] = {**raw["sink"].get("table_properties", {}), "write.merge.mode": mode}
+    merge = "merge-on-read" if mode == "executors" else mode
+    raw["sink"]["table_properties"] = {**raw["sink"].get("table_properties", {}), "write.merge.mode": merge}
+    if mode == "executors":
+        raw["stream"]["executor_merge_from"] = 0
     return type(config).model_validate(raw)
 
 
-@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+@pytest.mark.parametrize("mode", MODES)
 def test_stream_after_snapshot_is_exact(
     mode: str, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
@@ -88,8 +98,14 @@ def test_stream_after_snapshot_is_exact(
     again = run_stream(config, spark, until_caught_up=True)
     assert again.rows == 0
     assert before == {t: len(sink_rows(config, TableId.parse(t))) for t in report.applied}
-    if mode == "merge-on-read":  # the batches went through the key index, not around it
+    if mode != "copy-on-write":  # the batches went through the key index, not around it
         assert list(config.key_index_dir.glob(f"{database}.t-*.sqlite"))
+    if mode == "executors":  # merged in two key buckets: a batch's commit adds a file of each
+        table = open_catalog(config).load_table(sink_name(config, TableId(database, "t")))
+        batches = [
+            s.summary for s in table.snapshots() if s.summary and BATCH_KEY in s.summary.additional_properties
+        ]
+        assert any(summary.additional_properties.get("added-data-files") == "2" for summary in batches)
 
 
 @pytest.mark.slow
@@ -128,7 +144,7 @@ def test_workload_during_snapshot_and_stream_then_caught_up_is_exact(
     assert_sink_equals_source(config)
 
 
-@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+@pytest.mark.parametrize("mode", MODES)
 def test_kill_9_mid_batch_before_then_after_the_commit_then_restart_is_exact(
     mode: str,
     mariadb: PrivateMariaDB,

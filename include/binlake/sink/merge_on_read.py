@@ -27,12 +27,14 @@ from pyiceberg.manifest import (
     DataFileContent,
     FileFormat,
 )
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table import FileScanTask, Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Operation
 from pyiceberg.typedef import Record
 
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.sink.file_bounds import files_to_merge
+from binlake.sink.pyiceberg_internals import DeltaOverwrite
 from binlake.sink.row_match import ClearRange, clear_mask, key_positions
 
 #: The table property (Iceberg's own) that turns merge-on-read on.
@@ -93,6 +95,29 @@ def write_position_deletes(
         delete_file.spec_id = spec_id
         written.append(delete_file)
     return written
+
+
+def commit_delta(
+    tx: Transaction,
+    io: Any,
+    properties: dict[str, str],
+    deletes: Sequence[DataFile],
+    files: Sequence[DataFile],
+) -> None:
+    """Stage one overwrite snapshot adding the delete files and the data files (nothing when both
+    are empty)."""
+    if not deletes and not files:
+        return
+    with DeltaOverwrite(
+        operation=Operation.OVERWRITE,
+        transaction=tx,
+        io=io,
+        commit_uuid=uuid.uuid4(),
+        snapshot_properties=properties,
+        delete_files=list(deletes),
+    ) as snap:
+        for data_file in files:
+            snap.append_data_file(data_file)
 
 
 def scanned_positions(

@@ -37,7 +37,6 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import FileScanTask
-from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
@@ -59,13 +58,8 @@ from binlake.sink.exactly_once import (
 )
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
 from binlake.sink.key_index import KeyIndex
-from binlake.sink.merge_on_read import merge_on_read, scanned_positions, write_position_deletes
-from binlake.sink.pyiceberg_internals import (
-    DeltaOverwrite,
-    cache_manifest_entries,
-    transaction,
-    write_data_files,
-)
+from binlake.sink.merge_on_read import commit_delta, merge_on_read, scanned_positions, write_position_deletes
+from binlake.sink.pyiceberg_internals import cache_manifest_entries, transaction, write_data_files
 from binlake.sink.row_match import (
     ClearRange,
     batch_keys,
@@ -202,6 +196,19 @@ class IcebergWriter:
             offset,
             lambda properties: self._merge(properties, upserts, keys, key_columns, clear),
             force,
+        )
+
+    def merge_files(
+        self, batch_id: int, files: Sequence[DataFile], keys: pa.Table, offset: BinlogOffset
+    ) -> CommitResult:
+        """A merge-on-read batch whose new rows are written already (``files``, one row per
+        upserted key, by the stream's executors: ``stream.bucket_merge``); ``keys``: every key
+        of the batch, upserted or deleted, whose stored rows go."""
+        key_columns = self._key_columns()
+        return self._commit_batch(
+            batch_id,
+            offset,
+            lambda properties: self._merge_on_read(properties, None, keys, key_columns, files=files),
         )
 
     def apply_rows(
@@ -367,42 +374,33 @@ class IcebergWriter:
     def _merge_on_read(
         self,
         properties: dict[str, str],
-        upserts: pa.Table,
+        upserts: pa.Table | None,
         keys: pa.Table,
         key_columns: list[str],
         clear: Sequence[ClearRange] = (),
+        files: Sequence[DataFile] = (),
     ) -> None:
-        """The batch as position deletes of the replaced rows plus one file of new rows."""
+        """The batch as position deletes of the replaced rows plus new data files: written here
+        from ``upserts``, or already written (``files``, by the stream's executors)."""
         table = self.table
         index = self._index(key_columns) if not clear else None
         snapshot = table.current_snapshot()
         before = snapshot.snapshot_id if snapshot is not None else None
-        added: list[str] = []
         with transaction(table) as tx:
             metadata = tx.table_metadata
             if index is not None:
                 replaced = self._indexed_positions(index, keys)
             else:
                 replaced = scanned_positions(self.table, metadata, keys, key_columns, clear)
-            delete_files = write_position_deletes(table.io, metadata, replaced)
-            if delete_files or upserts.num_rows:
-                write_uuid, counter = uuid.uuid4(), itertools.count(0)
-                with DeltaOverwrite(
-                    operation=Operation.OVERWRITE,
-                    transaction=tx,
-                    io=table.io,
-                    commit_uuid=write_uuid,
-                    snapshot_properties=properties,
-                    delete_files=delete_files,
-                ) as snap:
-                    if upserts.num_rows:
-                        rows = upserts.sort_by([(k, "ascending") for k in key_columns])
-                        for data_file in write_data_files(metadata, rows, table.io, write_uuid, counter):
-                            snap.append_data_file(data_file)
-                            added.append(data_file.file_path)
+            if upserts is not None and upserts.num_rows:
+                rows = upserts.sort_by([(k, "ascending") for k in key_columns])
+                files = list(write_data_files(metadata, rows, table.io, uuid.uuid4(), itertools.count(0)))
+            commit_delta(
+                tx, table.io, properties, write_position_deletes(table.io, metadata, replaced), files
+            )
             tx.set_properties(properties)
         if index is not None:
-            index.apply(table, keys, added, before)
+            index.apply(table, keys, [f.file_path for f in files], before)
             self._changes = keys.num_rows
         elif self._key_index is not None:
             self._key_index.forget()  # a backfill's ranges were merged without it

@@ -43,6 +43,7 @@ from binlake.snapshot.spans import snapshot_applies
 from binlake.source.connection import connect
 from binlake.source.event_rows import gap_message
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
+from binlake.spark.batch_frame import SparkBatchFrame
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.query_progress import ProgressLog
 from binlake.spark.stream_task import read_segment
@@ -52,7 +53,7 @@ from binlake.state.leases import Holder, TableBusyError
 from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore, StreamBatch
-from binlake.stream.apply import BatchApplier, TableSink
+from binlake.stream.apply import BatchApplier
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.failover import BinlogAnchor
@@ -61,6 +62,7 @@ from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_c
 from binlake.stream.repairs import StreamRepairs
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import resolve_start
+from binlake.stream.table_sink import TableSink
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +217,7 @@ def run_stream(
                 name, RepairLedger(store, name), BackfillLedger(store), snapshot_filter, _cascades(config)
             ),
             anchor=BinlogAnchor(config, store, ids.end),
+            merge_from=config.stream.executor_merge_from,
         )
         _hold(store, name, held)
         _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
@@ -308,7 +311,9 @@ def _run_query(
     checkpoint = config.checkpoint_root / name / f"{origin.file}-{origin.pos}"
     frame = spark.readStream.format("binlake_binlog").options(**options).load()
     writer = (
-        frame.writeStream.foreachBatch(applier)
+        frame.writeStream.foreachBatch(
+            lambda batch, batch_id: applier(SparkBatchFrame(batch, config.pipeline.parallelism), batch_id)
+        )
         .option("checkpointLocation", str(checkpoint))
         .queryName(f"binlake_{name}")
     )

@@ -14,8 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,81 +22,24 @@ from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
-from binlake.schema.projection import project
-from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
-from binlake.schema.type_mapping import arrow_schema
-from binlake.sink.row_match import ClearRange
-from binlake.sink.writer import IcebergWriter
+from binlake.sink.merge_on_read import merge_on_read
 from binlake.source.event_rows import Gap, gap_message
 from binlake.state.backfills import BackfillUnit
 from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.batch_clock import BatchClock
+from binlake.stream.batch_frame import ArrowFrame, BatchFrame, block_counts, first_positions
+from binlake.stream.bucket_merge import BucketPlan, BucketResult, gather
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.patches import complete
-from binlake.stream.records import CHANGES, SEGMENT, empty_changes, gaps, key_columns, position, table_changes
+from binlake.stream.records import SEGMENT, empty_changes, gaps, position, table_changes
 from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
 from binlake.stream.schema_changes import SchemaTracker
+from binlake.stream.table_sink import PreparedShare, TableSink
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TableSink:
-    """A captured table (one schema version of it) and the Iceberg table its changes go to."""
-
-    schema: CreateTable
-    writer: IcebergWriter
-    chunk_keys: dict[str, str]
-    version: BinlogOffset | None = None
-    """Where this schema version began (None: the schema the stream started with)."""
-    routed: bool = False
-    """Whether the sink table is shared by routed sources (rows carry ``_source_table``)."""
-
-    def __post_init__(self) -> None:
-        self.arrow = arrow_schema(self.schema)
-        self.keys = key_columns(self.schema, self.chunk_keys)
-        self.keyed = bool(self.schema.primary_key)
-        self.key_arrow = arrow_schema(self.schema, list(self.keys)) if self.keys else pa.schema([])
-        # The sink's own schema: after a schema change it may differ from the source's (lenient
-        # keeps dropped columns, ignore keeps everything); rows are projected onto it by name.
-        self.sink_arrow = self.writer.table.schema().as_arrow()
-        present = set(self.sink_arrow.names)
-        sink_keys = [SOURCE_TABLE_COLUMN, *self.keys] if self.routed else list(self.keys)
-        self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in sink_keys if k in present])
-
-    def rows(self, images: pa.Table) -> pa.Table:
-        """Rows of the source table (change tables' images) as rows of the sink table."""
-        return project(self._routed(images.cast(self.arrow)), self.sink_arrow)
-
-    def previous_rows(self, keys: pa.Table) -> pa.Table:
-        """The sink's rows of these source keys, as rows of the source's columns (those the sink
-        has): the values an update that lacks columns keeps (``stream.patches``)."""
-        stored = self.writer.rows_with_keys(self.key_rows(keys))
-        return stored.select([n for n in self.schema.column_names if n in stored.column_names])
-
-    def key_rows(self, keys: pa.Table) -> pa.Table:
-        """Key columns of the source table as the sink table's key columns."""
-        return project(self._routed(keys.cast(self.key_arrow)), self.sink_key_arrow)
-
-    def _routed(self, rows: pa.Table) -> pa.Table:
-        return with_source_table(self.schema.table, rows) if self.routed else rows
-
-
-@dataclass
-class _Prepared:
-    """One source table's share of a batch, ready to commit (with others routed to its sink)."""
-
-    name: str
-    sink: TableSink
-    upserts: pa.Table
-    deletes: pa.Table
-    clear: list[ClearRange] = field(default_factory=list)
-    """Key ranges a backfill replaces (their stored rows go; ``upserts`` holds their new rows)."""
-    units: list[BackfillUnit] = field(default_factory=list)
-    backfilled: int = 0
 
 
 SinkFactory = Callable[[CreateTable, BinlogOffset], "TableSink | None"]
@@ -126,6 +67,7 @@ class BatchApplier:
         on_backfill: Callable[[dict[str, int], BinlogOffset], None] | None = None,
         repairs: StreamRepairs | None = None,
         anchor: Callable[[BinlogOffset], BinlogOffset] | None = None,
+        merge_from: int | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.run_id = run_id
@@ -154,31 +96,40 @@ class BatchApplier:
         self.anchor = anchor
         """Adds to the offset each batch records what survives a change of binlog (its GTID set;
         ``stream.failover``)."""
+        self.merge_from = merge_from
+        """Changes of a merge-on-read table in one batch from which the executors merge them
+        (``stream.bucket_merge``; None: never)."""
 
-    def __call__(self, frame: Any, batch_id: int) -> None:
+    def __call__(self, frame: BatchFrame, batch_id: int) -> None:
         started = time.monotonic()
         clock = BatchClock()
         try:
             with clock.phase("read"):  # the segment readers run on the executors here
-                data = frame.toArrow()
-            blocks = data.filter(pc.equal(data.column("kind"), CHANGES))
+                head = frame.head()
             log.info(
                 "batch %d: %d changes read in %.2f s",
-                batch_id, pc.sum(blocks.column("rows")).as_py() or 0, time.monotonic() - started,
+                batch_id, sum(block_counts(head).values()), time.monotonic() - started,
             )  # fmt: skip
-            self.apply(data, batch_id, started, clock)
+            with self._lock:
+                try:
+                    self._apply(frame, head, batch_id, started, clock)
+                finally:
+                    self._last_batch = time.monotonic()
         except BaseException as e:
             self.error = e  # Spark wraps it in Java exceptions; the job re-raises the original
             raise
+        finally:
+            frame.close()
 
     def apply(
         self, data: pa.Table, batch_id: int, started: float | None = None, clock: BatchClock | None = None
     ) -> StreamBatch | None:
         """Apply one batch (``started``: when reading it began, for its rows/s; ``clock``: where
         its time went so far)."""
+        frame = ArrowFrame(data)
         with self._lock:
             try:
-                return self._apply(data, batch_id, started, clock or BatchClock())
+                return self._apply(frame, frame.head(), batch_id, started, clock or BatchClock())
             finally:
                 self._last_batch = time.monotonic()
 
@@ -198,7 +149,7 @@ class BatchApplier:
                 return 0
             if self.before_batch is not None:
                 self.before_batch()
-            by_sink: dict[str, list[_Prepared]] = {}
+            by_sink: dict[str, list[PreparedShare]] = {}
             for name, units in sorted(due.items()):
                 sink = self.sinks.get(name)
                 if sink is None:
@@ -224,39 +175,48 @@ class BatchApplier:
             return len(units)
 
     def _apply(
-        self, data: pa.Table, batch_id: int, started: float | None, clock: BatchClock
+        self, frame: BatchFrame, head: pa.Table, batch_id: int, started: float | None, clock: BatchClock
     ) -> StreamBatch | None:
         started = time.monotonic() if started is None else started
-        segments = data.filter(pc.equal(data.column("kind"), SEGMENT))
+        segments = head.filter(pc.equal(head.column("kind"), SEGMENT))
         if segments.num_rows == 0:
             return None
         if self.before_batch is not None:
             self.before_batch()
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
         end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
-        changes = table_changes(data)
+        found = gaps(head)
         with clock.phase("schemas"):
-            self._meet_gaps(gaps(data))
+            self._meet_gaps(found)
             self._follow_schemas(end)
+        counts = block_counts(head)
+        due = self.backfills.due(end) if self.backfills is not None else {}
+        plans = self._bucket_plans(counts, first_positions(head), set(due) | {g.table.name for g in found})
+        merged = self._merge_on_executors(frame, plans, clock)
+        with clock.phase("read"):
+            rest = sorted(set(counts) - set(merged))
+            changes = table_changes(frame.changes(rest)) if rest else {}
         applied: dict[str, dict[str, int]] = {}
-        by_sink: dict[str, list[_Prepared]] = {}
+        by_sink: dict[str, list[PreparedShare]] = {}
         with clock.phase("prepare"):
-            due = self.backfills.due(end) if self.backfills is not None else {}
             streamed = self.store.offsets(self.pipeline).load(STREAM) if due else None
             for name in sorted(set(changes) | set(due)):
                 prepared = self._prepare(name, changes.get(name), batch_id, end, due.get(name, []), streamed)
                 if prepared is not None:
                     by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
+            for name, result in sorted(merged.items()):
+                sink = self.sinks[name]
+                empty = sink.sink_arrow.empty_table()
+                by_sink.setdefault(sink.writer.identifier, []).append(
+                    PreparedShare(name, sink, empty, empty, merged=result)
+                )
         for identifier, parts in by_sink.items():
             table_started = time.monotonic()
             crash_point("before-commit")
             with clock.phase(f"commit {identifier}"):
                 self._commit(parts, batch_id, end)
             for part in parts:
-                kind = ("upserts", "deletes") if part.sink.keyed else ("inserts", "deletes")
-                applied[part.name] = {kind[0]: part.upserts.num_rows, kind[1]: part.deletes.num_rows}
-                if part.units:
-                    applied[part.name]["backfilled"] = part.backfilled
+                applied[part.name] = part.counts()
             log.info(
                 "batch %d: %s %s in %.2f s", batch_id, identifier,
                 {p.name: applied[p.name] for p in parts}, time.monotonic() - table_started,
@@ -268,7 +228,7 @@ class BatchApplier:
             batch_id,
             self.anchor(end) if self.anchor is not None else end,
             applied,
-            sum(t.num_rows for t in changes.values()),
+            sum(counts.values()),
             time.monotonic() - started,
             max(0.0, finished.timestamp() - newest) if newest else None,
             finished,
@@ -288,6 +248,42 @@ class BatchApplier:
         if self.on_batch is not None:
             self.on_batch(batch)
         return batch
+
+    def _bucket_plans(
+        self, counts: dict[str, int], firsts: dict[str, int], driver: set[str]
+    ) -> dict[str, BucketPlan]:
+        """The tables whose share of the batch the executors merge: merge-on-read tables with a
+        primary key, enough changes (``merge_from``), a sink of their own and nothing the driver
+        must do (``driver``: backfill units due, gaps; a repair's hold; a snapshot still filtering)."""
+        plans = {}
+        for name, n in counts.items():
+            sink = self.sinks.get(name)
+            if self.merge_from is None or n < self.merge_from or name in driver or name in self._held:
+                continue
+            if sink is None or not sink.keyed or sink.routed or not merge_on_read(sink.writer.table.metadata):
+                continue
+            done = sink.writer.stream_offset()
+            after = position(done) if done is not None else -1
+            filtering = self.snapshot_filter is not None and not self.snapshot_filter.passes_all(
+                name, max(after + 1, firsts[name])
+            )
+            if not filtering:
+                plans[name] = sink.bucket_plan(after)
+        return plans
+
+    def _merge_on_executors(
+        self, frame: BatchFrame, plans: dict[str, BucketPlan], clock: BatchClock
+    ) -> dict[str, BucketResult]:
+        """The planned tables' committables; a table some of whose updates lack columns is left
+        to the driver (its files are orphans that ``binlake maintain`` removes)."""
+        if not plans:
+            return {}
+        with clock.phase("merge on executors"):
+            merged = gather(frame.merge(plans))
+        patched = sorted(name for name, result in merged.items() if result.patch)
+        if patched:
+            log.info("updates of %s lack columns: the driver merges them", patched)
+        return {name: result for name, result in merged.items() if not result.patch}
 
     def _meet_gaps(self, found: list[Gap]) -> None:
         """Changes binlake cannot replicate: held back under a repair, or the stream stops
@@ -324,7 +320,7 @@ class BatchApplier:
         end: BinlogOffset,
         units: list[BackfillUnit],
         streamed: BinlogOffset | None,
-    ) -> _Prepared | None:
+    ) -> PreparedShare | None:
         """Filter and compact one source table's changes (and due backfill units) into rows for
         its sink table."""
         sink = self.sinks.get(name)
@@ -356,9 +352,9 @@ class BatchApplier:
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name)
             keyed = last_per_key(rows, sink.keys)
-            return _Prepared(name, sink, sink.rows(keyed.upserts), sink.key_rows(keyed.deletes))
+            return PreparedShare(name, sink, sink.rows(keyed.upserts), sink.key_rows(keyed.deletes))
         whole = net_rows(rows)
-        return _Prepared(name, sink, sink.rows(whole.inserts), sink.rows(whole.removes))
+        return PreparedShare(name, sink, sink.rows(whole.inserts), sink.rows(whole.removes))
 
     def _backfill(
         self,
@@ -369,7 +365,7 @@ class BatchApplier:
         units: list[BackfillUnit],
         streamed: BinlogOffset | None,
         replay: bool = True,
-    ) -> _Prepared | None:
+    ) -> PreparedShare | None:
         """The table's share with its due backfill units (None: they wait, or went stale).
 
         ``replay``: whether a batch that ends where the table is already (Spark replays the last
@@ -392,9 +388,11 @@ class BatchApplier:
                 )
                 return None
         part = self.backfills.prepare(sink.schema, sink, units, rows, streamed)
-        return _Prepared(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
+        return PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
 
-    def _commit(self, parts: list[_Prepared], batch_id: int, end: BinlogOffset, force: bool = False) -> None:
+    def _commit(
+        self, parts: list[PreparedShare], batch_id: int, end: BinlogOffset, force: bool = False
+    ) -> None:
         """One commit per sink table, whatever number of (routed) source tables feed it."""
         sink = parts[0].sink
         if any(p.sink.keyed != sink.keyed for p in parts):
@@ -406,7 +404,11 @@ class BatchApplier:
         upserts = _concat([p.upserts for p in parts])
         deletes = _concat([p.deletes for p in parts])
         clear = [c for p in parts for c in p.clear]
-        if sink.keyed:
+        merged = parts[0].merged
+        if merged is not None:  # one part: routed sinks merge in the driver
+            keys = merged.all_keys(sink.sink_key_arrow)
+            sink.writer.merge_files(batch_id, merged.files, keys, end)
+        elif sink.keyed:
             sink.writer.merge_batch(batch_id, upserts, deletes, offset=end, clear=clear, force=force)
         else:
             prune = sink.keys[0] if sink.keys and len(parts) == 1 else None

@@ -105,7 +105,7 @@ class StagedBackfills:
         """The table's commit: the units' rows rolled forward, plus the batch's ``changes``.
 
         Args:
-            sink: the table's ``stream.apply.TableSink``.
+            sink: the table's ``stream.table_sink.TableSink``.
             changes: the batch's changes of the table the stream applies anyway (after its own
                 filters), all after ``streamed``.
             streamed: where the sink holds every change of the table up to (None: nowhere yet).

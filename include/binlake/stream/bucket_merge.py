@@ -1,0 +1,206 @@
+"""A table's share of a micro-batch merged in key buckets, on the executors (Paimon's and Flink's
+Iceberg sink: parallel writers, one committer).
+
+A large batch of a merge-on-read table with a primary key does not come to the driver. Two steps
+run in Spark tasks, each on its share:
+
+1. ``split_blocks`` (where the segments were decoded): each block of changes, after the changes the
+   table holds already, is cut by a hash of the key into ``buckets`` parts, so every change of one
+   key lands in one bucket, whatever segment it came from.
+2. ``merge_buckets`` (after Spark's shuffle by table and bucket): a bucket's changes are put in
+   binlog order, compacted to the last change per key (``stream.compaction``), projected onto the
+   sink's columns and written as Parquet data files of the table (sorted by key). What goes back
+   to the driver are *committables*: the files' ``DataFile`` entries, the batch's keys (the driver
+   turns them into position deletes through the key index) and counts.
+
+The driver then commits each table once, with the batch's end offset (exactly once, as before): a
+batch that fails after step 2 leaves files no snapshot names, which ``binlake maintain`` removes.
+
+A bucket whose updates lack columns (``binlog_row_image`` NOBLOB/MINIMAL) needs the sink's stored
+rows to complete them (``stream.patches``); it reports ``patch`` and the driver merges the table
+itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile
+from pyiceberg.table.metadata import TableMetadata
+
+from binlake.schema.projection import project
+from binlake.sink.pyiceberg_internals import write_data_files
+from binlake.stream.compaction import last_per_key
+from binlake.stream.records import ABSENT_COLUMNS, CHANGES, images
+
+#: Rows step 1 hands to Spark's shuffle: a block's changes of one key bucket (Arrow IPC).
+SPLIT_SCHEMA = pa.schema([("table", pa.string()), ("bucket", pa.int32()), ("data", pa.binary())])
+SPLIT_DDL = "table STRING, bucket INT, data BINARY"
+#: Rows step 2 hands to the driver (``kind``: files, keys, upserts, deletes, patch).
+COMMITTABLE_SCHEMA = pa.schema(
+    [("table", pa.string()), ("kind", pa.string()), ("data", pa.binary()), ("rows", pa.int64())]
+)
+COMMITTABLE_DDL = "table STRING, kind STRING, data BINARY, rows LONG"
+
+_IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """What the tasks need to merge one source table's share (pickled into them)."""
+
+    name: str
+    source: pa.Schema
+    """The source table's columns (the change table's row struct)."""
+    keys: tuple[str, ...]
+    sink: pa.Schema
+    """The sink table's columns, which the rows are projected onto (by name)."""
+    sink_keys: pa.Schema
+    metadata: TableMetadata
+    """The sink table as the batch found it (schema, partition spec, location, file size)."""
+    io: FileIO
+    after: int
+    """``records.position`` the table holds changes up to: earlier ones are dropped."""
+
+
+@dataclass
+class BucketResult:
+    """One table's committables, gathered in the driver."""
+
+    files: list[DataFile] = field(default_factory=list)
+    keys: list[pa.Table] = field(default_factory=list)
+    """Every key of the batch (upserted or deleted), in the sink's key columns."""
+    upserts: int = 0
+    deletes: int = 0
+    patch: bool = False
+    """Some update lacks columns: the driver merges the table instead."""
+
+    def all_keys(self, schema: pa.Schema) -> pa.Table:
+        return pa.concat_tables(self.keys).cast(schema) if self.keys else schema.empty_table()
+
+
+def split_blocks(
+    batches: Iterable[pa.RecordBatch], plans: dict[str, BucketPlan], buckets: int
+) -> Iterator[pa.RecordBatch]:
+    """Step 1: envelope rows (``stream.records``) → their planned tables' changes by key bucket."""
+    for batch in batches:
+        tables, kinds, data = (batch.column(n).to_pylist() for n in ("table", "kind", "data"))
+        out: list[tuple[str, int, bytes]] = []
+        for table, kind, blob in zip(tables, kinds, data, strict=True):
+            plan = plans.get(table) if kind == CHANGES else None
+            if plan is None or blob is None:
+                continue
+            changes = pa.ipc.open_stream(blob).read_all()
+            changes = changes.filter(pc.greater(changes.column("at"), plan.after))
+            if changes.num_rows == 0:
+                continue
+            bucket = key_buckets(changes, plan.keys, buckets)
+            for b in np.unique(bucket):
+                part = changes.filter(pa.array(bucket == b))
+                out.append((table, int(b), _ipc(part)))
+        if out:
+            columns = list(zip(*out, strict=True))
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(c, f.type) for c, f in zip(columns, SPLIT_SCHEMA, strict=True)], schema=SPLIT_SCHEMA
+            )
+
+
+def key_buckets(changes: pa.Table, keys: tuple[str, ...], buckets: int) -> np.ndarray[Any, Any]:
+    """Each change's bucket: a hash of its key (pandas' SipHash with a fixed key: the same in every
+    process, unlike Python's ``hash``) modulo ``buckets``."""
+    frame = images(changes, keys).to_pandas(types_mapper=None)
+    hashed: np.ndarray[Any, Any] = pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    return (hashed % np.uint64(buckets)).astype(np.int32)
+
+
+def merge_buckets(
+    batches: Iterable[pa.RecordBatch], plans: dict[str, BucketPlan]
+) -> Iterator[pa.RecordBatch]:
+    """Step 2: the buckets of one task's share → committables (see the module docstring)."""
+    groups: dict[tuple[str, int], list[pa.Table]] = {}
+    for batch in batches:
+        tables, buckets, data = (batch.column(n).to_pylist() for n in ("table", "bucket", "data"))
+        for table, bucket, blob in zip(tables, buckets, data, strict=True):
+            groups.setdefault((table, bucket), []).append(pa.ipc.open_stream(blob).read_all())
+    for (table, _), parts in sorted(groups.items()):
+        yield _committables(table, _merge(plans[table], pa.concat_tables(parts)))
+
+
+def _merge(plan: BucketPlan, changes: pa.Table) -> BucketResult:
+    changes = changes.sort_by([("at", "ascending"), ("idx", "ascending")])
+    if changes.column(ABSENT_COLUMNS).null_count != changes.num_rows:
+        return BucketResult(patch=True)
+    last = last_per_key(changes, plan.keys)
+    rows = project(last.upserts.cast(plan.source), plan.sink)
+    keys = project(last.deletes.cast(_key_schema(plan)), plan.sink_keys)
+    upserted = rows.select(plan.sink_keys.names)
+    files: list[DataFile] = []
+    if rows.num_rows:
+        rows = rows.sort_by([(k, "ascending") for k in plan.sink_keys.names])
+        files = list(write_data_files(plan.metadata, rows, plan.io, uuid.uuid4(), itertools.count(0)))
+    return BucketResult(files, [upserted, keys.cast(upserted.schema)], rows.num_rows, keys.num_rows)
+
+
+def _key_schema(plan: BucketPlan) -> pa.Schema:
+    return pa.schema([plan.source.field(k) for k in plan.keys])
+
+
+def _committables(table: str, result: BucketResult) -> pa.RecordBatch:
+    rows: list[tuple[str, bytes | None, int]] = []
+    if result.patch:
+        rows.append(("patch", None, 0))
+    else:
+        rows.append(("files", pickle.dumps(result.files), len(result.files)))
+        keys = pa.concat_tables(result.keys)
+        rows.append(("keys", _ipc(keys), keys.num_rows))
+        rows += [("upserts", None, result.upserts), ("deletes", None, result.deletes)]
+    kinds, data, counts = zip(*rows, strict=True)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([table] * len(rows)),
+            pa.array(kinds),
+            pa.array(data, pa.binary()),
+            pa.array(counts, pa.int64()),
+        ],
+        schema=COMMITTABLE_SCHEMA,
+    )
+
+
+def gather(committables: pa.Table) -> dict[str, BucketResult]:
+    """The committables of every task, per source table (in the driver)."""
+    results: dict[str, BucketResult] = {}
+    for row in committables.to_pylist():
+        result = results.setdefault(row["table"], BucketResult())
+        kind = row["kind"]
+        if kind == "patch":
+            result.patch = True
+        elif kind == "files":
+            result.files.extend(pickle.loads(row["data"]))  # our own tasks' output
+        elif kind == "keys":
+            result.keys.append(pa.ipc.open_stream(row["data"]).read_all())
+        else:
+            setattr(result, kind, getattr(result, kind) + row["rows"])
+    return results
+
+
+def merge_locally(envelope: pa.Table, plans: dict[str, BucketPlan], buckets: int) -> pa.Table:
+    """Both steps in this process, for batches given as Arrow (tests, and Spark-less callers)."""
+    split = pa.Table.from_batches(list(split_blocks(envelope.to_batches(), plans, buckets)), SPLIT_SCHEMA)
+    return pa.Table.from_batches(list(merge_buckets(split.to_batches(), plans)), COMMITTABLE_SCHEMA)
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_IPC) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())

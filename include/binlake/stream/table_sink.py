@@ -1,0 +1,93 @@
+"""A captured table's sink in the stream (one schema version of the table, and the Iceberg table
+its changes go to), and its share of a micro-batch once prepared for the commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from binlake.events import CreateTable
+from binlake.offsets import BinlogOffset
+from binlake.schema.projection import project
+from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
+from binlake.schema.type_mapping import arrow_schema
+from binlake.sink.row_match import ClearRange
+from binlake.sink.writer import IcebergWriter
+from binlake.state.backfills import BackfillUnit
+from binlake.stream.bucket_merge import BucketPlan, BucketResult
+from binlake.stream.records import key_columns
+
+
+@dataclass
+class TableSink:
+    """A captured table (one schema version of it) and the Iceberg table its changes go to."""
+
+    schema: CreateTable
+    writer: IcebergWriter
+    chunk_keys: dict[str, str]
+    version: BinlogOffset | None = None
+    """Where this schema version began (None: the schema the stream started with)."""
+    routed: bool = False
+    """Whether the sink table is shared by routed sources (rows carry ``_source_table``)."""
+
+    def __post_init__(self) -> None:
+        self.arrow = arrow_schema(self.schema)
+        self.keys = key_columns(self.schema, self.chunk_keys)
+        self.keyed = bool(self.schema.primary_key)
+        self.key_arrow = arrow_schema(self.schema, list(self.keys)) if self.keys else pa.schema([])
+        # The sink's own schema: after a schema change it may differ from the source's (lenient
+        # keeps dropped columns, ignore keeps everything); rows are projected onto it by name.
+        self.sink_arrow = self.writer.table.schema().as_arrow()
+        present = set(self.sink_arrow.names)
+        sink_keys = [SOURCE_TABLE_COLUMN, *self.keys] if self.routed else list(self.keys)
+        self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in sink_keys if k in present])
+
+    def bucket_plan(self, after: int) -> BucketPlan:
+        """What executors need to merge this table's changes after position ``after``
+        (``stream.bucket_merge``)."""
+        table = self.writer.table
+        return BucketPlan(
+            self.schema.table.name, self.arrow, self.keys, self.sink_arrow, self.sink_key_arrow,
+            table.metadata, table.io, after,
+        )  # fmt: skip
+
+    def rows(self, images: pa.Table) -> pa.Table:
+        """Rows of the source table (change tables' images) as rows of the sink table."""
+        return project(self._routed(images.cast(self.arrow)), self.sink_arrow)
+
+    def previous_rows(self, keys: pa.Table) -> pa.Table:
+        """The sink's rows of these source keys, as rows of the source's columns (those the sink
+        has): the values an update that lacks columns keeps (``stream.patches``)."""
+        stored = self.writer.rows_with_keys(self.key_rows(keys))
+        return stored.select([n for n in self.schema.column_names if n in stored.column_names])
+
+    def key_rows(self, keys: pa.Table) -> pa.Table:
+        """Key columns of the source table as the sink table's key columns."""
+        return project(self._routed(keys.cast(self.key_arrow)), self.sink_key_arrow)
+
+    def _routed(self, rows: pa.Table) -> pa.Table:
+        return with_source_table(self.schema.table, rows) if self.routed else rows
+
+
+@dataclass
+class PreparedShare:
+    """One source table's share of a batch, ready to commit (with others routed to its sink)."""
+
+    name: str
+    sink: TableSink
+    upserts: pa.Table
+    deletes: pa.Table
+    clear: list[ClearRange] = field(default_factory=list)
+    """Key ranges a backfill replaces (their stored rows go; ``upserts`` holds their new rows)."""
+    units: list[BackfillUnit] = field(default_factory=list)
+    backfilled: int = 0
+    merged: BucketResult | None = None
+    """The executors' committables (``upserts``/``deletes`` are then empty)."""
+
+    def counts(self) -> dict[str, int]:
+        kind = ("upserts", "deletes") if self.sink.keyed else ("inserts", "deletes")
+        if self.merged is not None:
+            return {kind[0]: self.merged.upserts, kind[1]: self.merged.deletes}
+        counts = {kind[0]: self.upserts.num_rows, kind[1]: self.deletes.num_rows}
+        return counts | ({"backfilled": self.backfilled} if self.units else {})
