@@ -92,8 +92,10 @@ def _head(server: PrivateMariaDB) -> BinlogOffset:
     return BinlogOffset(str(row[0]), int(row[1]))
 
 
-def _write_changes(server: PrivateMariaDB, changes: int, txn_rows: int) -> dict[str, int]:
-    """About ``changes`` row changes: 50 % inserts, 35 % updates, 15 % deletes."""
+def _write_changes(
+    server: PrivateMariaDB, changes: int, txn_rows: int, table: str = "bench.events"
+) -> dict[str, int]:
+    """About ``changes`` row changes of ``table``: 50 % inserts, 35 % updates, 15 % deletes."""
     inserts, updates = changes * 50 // 100, changes * 35 // 100
     deletes = changes - inserts - updates
     statements = []
@@ -101,19 +103,19 @@ def _write_changes(server: PrivateMariaDB, changes: int, txn_rows: int) -> dict[
         high = min(inserts, low + txn_rows - 1)
         statements.append(
             # Hex text: a note that compresses about as badly as real text does under lz4.
-            "INSERT INTO bench.events SELECT seq, seq % 5000, seq / 100, 'new', "
+            f"INSERT INTO {table} SELECT seq, seq % 5000, seq / 100, 'new', "
             "LEFT(CONCAT(MD5(seq), MD5(seq + 1), MD5(seq + 2), MD5(seq + 3), MD5(seq + 4)), 150), "
             f"'2026-01-01' + INTERVAL seq SECOND FROM seq_{low}_to_{high}"
         )
     for low in range(1, updates + 1, txn_rows):
         high = min(updates, low + txn_rows - 1)
         statements.append(
-            f"UPDATE bench.events SET status = 'paid', amount = amount + 1 WHERE id BETWEEN {low} AND {high}"
+            f"UPDATE {table} SET status = 'paid', amount = amount + 1 WHERE id BETWEEN {low} AND {high}"
         )
     for low in range(inserts - deletes + 1, inserts + 1, txn_rows):
         high = min(inserts, low + txn_rows - 1)
-        statements.append(f"DELETE FROM bench.events WHERE id BETWEEN {low} AND {high}")
-    server.execute(*statements, database="bench")
+        statements.append(f"DELETE FROM {table} WHERE id BETWEEN {low} AND {high}")
+    server.execute(*statements, database=table.split(".")[0])
     return {"inserts": inserts, "updates": updates, "deletes": deletes}
 
 

@@ -211,13 +211,13 @@ def test_under_a_workload_no_false_drift_then_the_damage_exactly_and_repair(
 def test_a_long_merge_on_read_stream_compacting_and_expiring_stays_exact(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 22's in-stream upkeep under a workload: compaction, manifest merges and snapshot
-    expiry all happen between batches, and the sink still equals the source — by every reader and
-    by binlake verify."""
+    """Issue 22's in-stream upkeep under a workload: every batch merged on the executors (key
+    buckets), compaction, manifest merges and snapshot expiry all happen between batches, and the
+    sink still equals the source — by every reader and by binlake verify."""
     demo.load(mariadb.admin_connection, 4000, database=database)
     config = stream_config(
         mariadb, database, tmp_path, chunk_size=500,
-        stream={"keep_snapshots": 3, "merge_manifests_at": 4},
+        stream={"keep_snapshots": 3, "merge_manifests_at": 4, "executor_merge_from": 0},
     )  # fmt: skip
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = mariadb.password
@@ -226,6 +226,7 @@ def test_a_long_merge_on_read_stream_compacting_and_expiring_stays_exact(
     plan(config)
     assert run_snapshot(config, spark).complete
     caplog.set_level("INFO", logger="binlake.sink")
+    caplog.set_level("INFO", logger="binlake.stream")
     workload = Workload(mariadb.admin_connection, database=database, rate=200, txn_size=3).start()
     stop = threading.Event()
     batches = threading.Semaphore(0)
@@ -249,6 +250,7 @@ def test_a_long_merge_on_read_stream_compacting_and_expiring_stays_exact(
     assert "compacted" in messages or "compacting" in messages, messages[-2000:]
     assert "expired" in messages
     assert "merged the" in messages
+    assert "merge on executors" in messages  # the batches' phases
     orders = sink_table(config, TableId(database, "orders"))
     # Kept: 3, plus up to a quarter piling up before the next expiry, plus the chunk records.
     unprotected = [

@@ -4,13 +4,13 @@ applier reads its head, the driver's tables, and the committables of the tables 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import functions
 
-from binlake.stream.bucket_merge import COMMITTABLE_DDL, SPLIT_DDL, BucketPlan, merge_buckets, split_blocks
+from binlake.stream.bucket_merge import SPLIT_DDL, BucketPlan, BucketResult, merge_parts, split_blocks
 from binlake.stream.records import CHANGES
 
 
@@ -29,22 +29,25 @@ class SparkBatchFrame:
     def changes(self, tables: Sequence[str]) -> pa.Table:
         return _arrow(self._blocks(tables))
 
-    def merge(self, plans: dict[str, BucketPlan]) -> pa.Table:
+    def merge(self, plans: dict[str, BucketPlan]) -> list[tuple[str, BucketResult]]:
         split = self._blocks(list(plans)).mapInArrow(
             functools.partial(_split, plans=plans, buckets=self.buckets), SPLIT_DDL
         )
-        merged = split.repartition(self.buckets, "table", "bucket").mapInArrow(
-            functools.partial(_merge, plans=plans), COMMITTABLE_DDL
+        # Bucket b goes to task b (a hash partitioning of the few bucket numbers would put two
+        # buckets in one task as often as not); the rows are blocks' shares, a few per segment.
+        by_bucket = split.rdd.map(lambda row: (row["bucket"], (row["table"], row["bucket"], row["data"])))
+        merged = by_bucket.partitionBy(self.buckets, _same).mapPartitions(
+            functools.partial(_merge, plans=plans)
         )
-        return _arrow(merged)
+        found: list[tuple[str, BucketResult]] = merged.collect()
+        return found
 
     def close(self) -> None:
         self._frame.unpersist()
 
     def _blocks(self, tables: Sequence[str]) -> Any:
-        return self._frame.filter(
-            (functions.col("kind") == functions.lit(CHANGES)) & functions.col("table").isin(list(tables))
-        )
+        kind, table = functions.col("kind"), functions.col("table")
+        return self._frame.filter((kind == functions.lit(CHANGES)) & table.isin(list(tables)))
 
 
 def _split(
@@ -53,8 +56,14 @@ def _split(
     return split_blocks(batches, plans, buckets)
 
 
-def _merge(batches: Iterator[pa.RecordBatch], plans: dict[str, BucketPlan]) -> Iterator[pa.RecordBatch]:
-    return merge_buckets(batches, plans)
+def _merge(
+    pairs: Iterable[tuple[int, tuple[str, int, Any]]], plans: dict[str, BucketPlan]
+) -> Iterator[tuple[str, BucketResult]]:
+    return merge_parts((part for _, part in pairs), plans)
+
+
+def _same(bucket: int) -> int:
+    return bucket
 
 
 def _arrow(frame: Any) -> pa.Table:

@@ -15,7 +15,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from binlake.stream.bucket_merge import BucketPlan, merge_locally
+from binlake.stream.bucket_merge import BucketPlan, BucketResult, merge_locally
 from binlake.stream.records import CHANGES
 
 
@@ -28,8 +28,8 @@ class BatchFrame(Protocol):
         """The ``changes`` rows of these tables, whole."""
         ...
 
-    def merge(self, plans: dict[str, BucketPlan]) -> pa.Table:
-        """The committables (``bucket_merge.COMMITTABLE_SCHEMA``) of the planned tables' changes."""
+    def merge(self, plans: dict[str, BucketPlan]) -> list[tuple[str, BucketResult]]:
+        """The committables of the planned tables' changes, per table and bucket."""
         ...
 
     def close(self) -> None: ...
@@ -52,7 +52,7 @@ class ArrowFrame:
     def changes(self, tables: Sequence[str]) -> pa.Table:
         return self.envelope.filter(_blocks_of(self.envelope, tables))
 
-    def merge(self, plans: dict[str, BucketPlan]) -> pa.Table:
+    def merge(self, plans: dict[str, BucketPlan]) -> list[tuple[str, BucketResult]]:
         return merge_locally(self.changes(list(plans)), plans, self.buckets)
 
     def close(self) -> None:

@@ -24,7 +24,6 @@ itself.
 from __future__ import annotations
 
 import itertools
-import pickle
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -46,11 +45,6 @@ from binlake.stream.records import ABSENT_COLUMNS, CHANGES, images
 #: Rows step 1 hands to Spark's shuffle: a block's changes of one key bucket (Arrow IPC).
 SPLIT_SCHEMA = pa.schema([("table", pa.string()), ("bucket", pa.int32()), ("data", pa.binary())])
 SPLIT_DDL = "table STRING, bucket INT, data BINARY"
-#: Rows step 2 hands to the driver (``kind``: files, keys, upserts, deletes, patch).
-COMMITTABLE_SCHEMA = pa.schema(
-    [("table", pa.string()), ("kind", pa.string()), ("data", pa.binary()), ("rows", pa.int64())]
-)
-COMMITTABLE_DDL = "table STRING, kind STRING, data BINARY, rows LONG"
 
 _IPC = pa.ipc.IpcWriteOptions(compression="lz4")
 
@@ -123,17 +117,16 @@ def key_buckets(changes: pa.Table, keys: tuple[str, ...], buckets: int) -> np.nd
     return (hashed % np.uint64(buckets)).astype(np.int32)
 
 
-def merge_buckets(
-    batches: Iterable[pa.RecordBatch], plans: dict[str, BucketPlan]
-) -> Iterator[pa.RecordBatch]:
-    """Step 2: the buckets of one task's share → committables (see the module docstring)."""
+def merge_parts(
+    parts: Iterable[tuple[str, int, Any]], plans: dict[str, BucketPlan]
+) -> Iterator[tuple[str, BucketResult]]:
+    """Step 2: one task's buckets (rows of ``SPLIT_SCHEMA``: table, bucket, IPC stream) → each
+    table-bucket's committables (see the module docstring)."""
     groups: dict[tuple[str, int], list[pa.Table]] = {}
-    for batch in batches:
-        tables, buckets, data = (batch.column(n).to_pylist() for n in ("table", "bucket", "data"))
-        for table, bucket, blob in zip(tables, buckets, data, strict=True):
-            groups.setdefault((table, bucket), []).append(pa.ipc.open_stream(blob).read_all())
-    for (table, _), parts in sorted(groups.items()):
-        yield _committables(table, _merge(plans[table], pa.concat_tables(parts)))
+    for table, bucket, blob in parts:
+        groups.setdefault((table, bucket), []).append(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
+    for (table, _), tables in sorted(groups.items()):
+        yield table, _merge(plans[table], pa.concat_tables(tables))
 
 
 def _merge(plan: BucketPlan, changes: pa.Table) -> BucketResult:
@@ -155,48 +148,30 @@ def _key_schema(plan: BucketPlan) -> pa.Schema:
     return pa.schema([plan.source.field(k) for k in plan.keys])
 
 
-def _committables(table: str, result: BucketResult) -> pa.RecordBatch:
-    rows: list[tuple[str, bytes | None, int]] = []
-    if result.patch:
-        rows.append(("patch", None, 0))
-    else:
-        rows.append(("files", pickle.dumps(result.files), len(result.files)))
-        keys = pa.concat_tables(result.keys)
-        rows.append(("keys", _ipc(keys), keys.num_rows))
-        rows += [("upserts", None, result.upserts), ("deletes", None, result.deletes)]
-    kinds, data, counts = zip(*rows, strict=True)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([table] * len(rows)),
-            pa.array(kinds),
-            pa.array(data, pa.binary()),
-            pa.array(counts, pa.int64()),
-        ],
-        schema=COMMITTABLE_SCHEMA,
-    )
-
-
-def gather(committables: pa.Table) -> dict[str, BucketResult]:
+def gather(results: Iterable[tuple[str, BucketResult]]) -> dict[str, BucketResult]:
     """The committables of every task, per source table (in the driver)."""
-    results: dict[str, BucketResult] = {}
-    for row in committables.to_pylist():
-        result = results.setdefault(row["table"], BucketResult())
-        kind = row["kind"]
-        if kind == "patch":
-            result.patch = True
-        elif kind == "files":
-            result.files.extend(pickle.loads(row["data"]))  # our own tasks' output
-        elif kind == "keys":
-            result.keys.append(pa.ipc.open_stream(row["data"]).read_all())
-        else:
-            setattr(result, kind, getattr(result, kind) + row["rows"])
-    return results
+    tables: dict[str, BucketResult] = {}
+    for table, result in results:
+        mine = tables.setdefault(table, BucketResult())
+        mine.files += result.files
+        mine.keys += result.keys
+        mine.upserts += result.upserts
+        mine.deletes += result.deletes
+        mine.patch = mine.patch or result.patch
+    return tables
 
 
-def merge_locally(envelope: pa.Table, plans: dict[str, BucketPlan], buckets: int) -> pa.Table:
+def split_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, int, bytes]]:
+    """``split_blocks``' rows as tuples."""
+    for batch in batches:
+        yield from zip(*(batch.column(n).to_pylist() for n in SPLIT_SCHEMA.names), strict=True)
+
+
+def merge_locally(
+    envelope: pa.Table, plans: dict[str, BucketPlan], buckets: int
+) -> list[tuple[str, BucketResult]]:
     """Both steps in this process, for batches given as Arrow (tests, and Spark-less callers)."""
-    split = pa.Table.from_batches(list(split_blocks(envelope.to_batches(), plans, buckets)), SPLIT_SCHEMA)
-    return pa.Table.from_batches(list(merge_buckets(split.to_batches(), plans)), COMMITTABLE_SCHEMA)
+    return list(merge_parts(split_rows(split_blocks(envelope.to_batches(), plans, buckets)), plans))
 
 
 def _ipc(table: pa.Table) -> bytes:
