@@ -153,14 +153,16 @@ def _header_scan(config: Any, start: BinlogOffset, end: BinlogOffset) -> tuple[i
     return found, time.monotonic() - started
 
 
-def _catch_up(server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_rows: int) -> dict[str, Any]:
+def _catch_up(
+    server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_rows: int, mor: bool = False
+) -> dict[str, Any]:
     server.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
     start = _head(server)
     written = _write_changes(server, changes, txn_rows)
     end = _head(server)
     # The stream's first query in this Spark application, as a scheduled catch-up job runs: its
     # Python workers start cold (a query run before would have left them warm).
-    config = _config(server, work, "catchup", [r"bench\.events"], 10, start=start)
+    config = _config(server, work, "catchup", [r"bench\.events"], 10, mor, start=start)
     batches: list[StreamBatch] = []
     began = dt.datetime.now(dt.UTC)
     started = time.monotonic()
@@ -355,7 +357,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--steady-seconds", type=float, default=300)
     parser.add_argument("--trigger-interval", type=float, default=5)
-    parser.add_argument("--merge-on-read", action="store_true", help="steady part into merge-on-read tables")
+    parser.add_argument(
+        "--merge-on-read", action="store_true",
+        help="into merge-on-read tables (large batches are then merged on the executors)",
+    )  # fmt: skip
     parser.add_argument("--steady-only", action="store_true", help="skip the catch-up part")
     parser.add_argument("--catch-up-only", action="store_true", help="skip the steady part")
     parser.add_argument("--report", type=Path, default=Path("bench/stream.html"))
@@ -363,7 +368,11 @@ def main() -> None:
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
         spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "bench")
         try:
-            catch_up = {} if args.steady_only else _catch_up(server, work, spark, args.changes, args.txn_rows)
+            catch_up = (
+                {}
+                if args.steady_only
+                else _catch_up(server, work, spark, args.changes, args.txn_rows, args.merge_on_read)
+            )
             reader = catch_up.get("single_reader_rows_per_s")
             rate = args.steady_share * reader if args.steady_share and reader else args.steady_rate
             steady = {} if args.catch_up_only else _steady(
@@ -374,7 +383,10 @@ def main() -> None:
                 steady["rate_share_asked"] = args.steady_share or round(args.steady_rate / reader, 3)
         finally:
             spark.stop()
-    result = {"benchmark": "stream", "master": "local[2]", "catch_up": catch_up, "steady": steady}
+    result = {
+        "benchmark": "stream", "master": "local[2]", "merge_on_read": args.merge_on_read,
+        "catch_up": catch_up, "steady": steady,
+    }  # fmt: skip
     args.report.write_text(_html(result), encoding="utf-8")
     print(json.dumps({**result, "steady": {k: v for k, v in steady.items() if k != "lag_series"},
                       "catch_up": {k: v for k, v in catch_up.items() if k != "batch_series"},

@@ -20,6 +20,7 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.sink.catalog import open_catalog
+from binlake.sink.exactly_once import BATCH_KEY
 from binlake.spark.runtime.package import build
 from binlake.testing.private_server import PrivateMariaDB, free_port
 from tests.helpers import assert_sink_equals_source, concurrent_writes, pipeline_dict, run_binlake
@@ -113,6 +114,10 @@ def test_snapshot_and_stream_on_a_standalone_cluster(
         database=database,
     )
     raw = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work", chunk_size=1000)
+    # Merge-on-read, every batch merged on the cluster's executors (stream.bucket_merge): their
+    # files and keys travel back to the driver from other processes than the driver's.
+    raw["sink"] = {"table_properties": {"write.merge.mode": "merge-on-read"}}
+    raw["stream"] = {"executor_merge_from": 0}
     path = write_config(raw)
     assert run_binlake("--config", str(path), "plan").returncode == 0
     package = build(tmp_path / "dist" / "binlake.zip")  # what a user ships: `make spark-package`
@@ -129,3 +134,11 @@ def test_snapshot_and_stream_on_a_standalone_cluster(
     _submit(cluster, package, "stream.py", "--config", str(path), "--until-caught-up")
     assert during["rows"] >= 2000  # the UPDATE's rows at least, read by the executors
     assert_sink_equals_source(config)
+    # Merged in key buckets: a batch's commit adds a data file per bucket that had upserts.
+    table.refresh()
+    added = [
+        int(s.summary.additional_properties.get("added-data-files", "0"))
+        for s in table.snapshots()
+        if s.summary is not None and BATCH_KEY in s.summary.additional_properties
+    ]
+    assert max(added) >= 2, added

@@ -126,11 +126,13 @@ def merge_parts(
     for table, bucket, blob in parts:
         groups.setdefault((table, bucket), []).append(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
     for (table, _), tables in sorted(groups.items()):
-        yield table, _merge(plans[table], pa.concat_tables(tables))
+        # Each part is in binlog order and parts do not overlap (a block holds whole events of
+        # one segment; segments do not overlap): order the parts, not the rows (``table_changes``).
+        tables.sort(key=lambda t: t.column("at")[0].as_py())
+        yield table, _merge(plans[table], pa.concat_tables(tables).combine_chunks())
 
 
 def _merge(plan: BucketPlan, changes: pa.Table) -> BucketResult:
-    changes = changes.sort_by([("at", "ascending"), ("idx", "ascending")])
     if changes.column(ABSENT_COLUMNS).null_count != changes.num_rows:
         return BucketResult(patch=True)
     last = last_per_key(changes, plan.keys)
