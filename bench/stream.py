@@ -57,6 +57,7 @@ def _config(
     interval: float,
     mor: bool = False,
     start: BinlogOffset | None = None,
+    executor_merge_from: int | None = 20_000,
 ) -> PipelineConfig:
     startup: dict[str, Any] = {"startup_mode": "latest-offset"}
     if start is not None:
@@ -79,7 +80,7 @@ def _config(
                 "chunk_key_columns": {"shop.page_views": "customer_id"},
                 **startup,
             },
-            "stream": {"trigger_interval_s": interval},
+            "stream": {"trigger_interval_s": interval, "executor_merge_from": executor_merge_from},
             "sink": {"table_properties": {"write.merge.mode": "merge-on-read"} if mor else {}},
         }
     )
@@ -154,7 +155,13 @@ def _header_scan(config: Any, start: BinlogOffset, end: BinlogOffset) -> tuple[i
 
 
 def _catch_up(
-    server: PrivateMariaDB, work: str, spark: Any, changes: int, txn_rows: int, mor: bool = False
+    server: PrivateMariaDB,
+    work: str,
+    spark: Any,
+    changes: int,
+    txn_rows: int,
+    mor: bool = False,
+    executor_merge_from: int | None = 20_000,
 ) -> dict[str, Any]:
     server.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
     start = _head(server)
@@ -162,7 +169,7 @@ def _catch_up(
     end = _head(server)
     # The stream's first query in this Spark application, as a scheduled catch-up job runs: its
     # Python workers start cold (a query run before would have left them warm).
-    config = _config(server, work, "catchup", [r"bench\.events"], 10, mor, start=start)
+    config = _config(server, work, "catchup", [r"bench\.events"], 10, mor, start, executor_merge_from)
     batches: list[StreamBatch] = []
     began = dt.datetime.now(dt.UTC)
     started = time.monotonic()
@@ -361,6 +368,10 @@ def main() -> None:
         "--merge-on-read", action="store_true",
         help="into merge-on-read tables (large batches are then merged on the executors)",
     )  # fmt: skip
+    parser.add_argument(
+        "--executor-merge-from", type=int, default=20_000,
+        help="stream.executor_merge_from (-1: null, every batch merged in the driver)",
+    )  # fmt: skip
     parser.add_argument("--steady-only", action="store_true", help="skip the catch-up part")
     parser.add_argument("--catch-up-only", action="store_true", help="skip the steady part")
     parser.add_argument("--report", type=Path, default=Path("bench/stream.html"))
@@ -371,7 +382,15 @@ def main() -> None:
             catch_up = (
                 {}
                 if args.steady_only
-                else _catch_up(server, work, spark, args.changes, args.txn_rows, args.merge_on_read)
+                else _catch_up(
+                    server,
+                    work,
+                    spark,
+                    args.changes,
+                    args.txn_rows,
+                    args.merge_on_read,
+                    None if args.executor_merge_from < 0 else args.executor_merge_from,
+                )
             )
             reader = catch_up.get("single_reader_rows_per_s")
             rate = args.steady_share * reader if args.steady_share and reader else args.steady_rate
@@ -385,6 +404,7 @@ def main() -> None:
             spark.stop()
     result = {
         "benchmark": "stream", "master": "local[2]", "merge_on_read": args.merge_on_read,
+        "executor_merge_from": args.executor_merge_from,
         "catch_up": catch_up, "steady": steady,
     }  # fmt: skip
     args.report.write_text(_html(result), encoding="utf-8")

@@ -1,0 +1,318 @@
+"""How each kind of SQL expression a transform may hold is typed (MySQL's rules; see
+``schema.transform_sql``): one function per sqlglot node kind, in ``RULES``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from sqlglot import exp
+
+from binlake.schema.transform_sql import _INT_DIGITS, MAX_PRECISION, NULL, Compiler, Node, SqlType, make
+
+BOOL = SqlType("bool")
+#: How one kind of node is typed (the node: that kind of sqlglot expression).
+Rule = Callable[[Compiler, Any], Node]
+
+
+def _literal(c: Compiler, node: exp.Literal) -> Node:
+    text = str(node.this)
+    if node.is_string:
+        return make("literal", SqlType("text", length=len(text)), (), node, text)
+    if "e" in text.lower():
+        return make("literal", SqlType("double"), (), node, float(text))
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        raise c.refuse(node, "it is not a number binlake reads") from None
+    digits, scale = len(number.as_tuple().digits), max(0, -int(number.as_tuple().exponent))
+    if scale == 0:
+        return make("literal", SqlType("int", max(1, digits), 0, number > 2**63 - 1), (), node, int(number))
+    return make("literal", SqlType("decimal", max(digits, scale), scale), (), node, number)
+
+
+def _null(c: Compiler, node: exp.Expression) -> Node:
+    return make("literal", NULL, (), node, None)
+
+
+def _boolean(c: Compiler, node: exp.Boolean) -> Node:
+    return make("literal", SqlType("int", 1), (), node, 1 if node.this else 0)
+
+
+def _decimal(t: SqlType) -> tuple[int, int]:
+    """``t`` as DECIMAL(precision, scale) (integers by their digits)."""
+    return (t.precision or _INT_DIGITS, 0) if t.kind in ("int", "bool") else (t.precision, t.scale)
+
+
+def _arithmetic(c: Compiler, node: Any) -> Node:
+    left, right = c.children(node, node.this, node.expression)
+    for side in (left, right):
+        if not (side.type.numeric or side.type.kind == "null"):
+            raise c.refuse(node, f"`{side.sql}` is {side.type.kind}, not a number")
+    op = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}[type(node)]
+    kinds = {left.type.kind, right.type.kind} - {"null"}
+    unsigned = left.type.unsigned or right.type.unsigned
+    if "double" in kinds:
+        kind = SqlType("double")
+    elif "decimal" in kinds:
+        (p1, s1), (p2, s2) = _decimal(left.type), _decimal(right.type)
+        if op == "multiply":
+            scale, precision = s1 + s2, p1 + p2
+        else:
+            scale = max(s1, s2)
+            precision = max(p1 - s1, p2 - s2) + scale + 1
+        if precision > MAX_PRECISION or scale > 30:
+            why = f"its result, DECIMAL({precision},{scale}), is wider than the 38 digits binlake computes"
+            raise c.refuse(node, why, "multiply fewer factors, or compute it downstream")
+        kind = SqlType("decimal", precision, scale, unsigned)
+    else:
+        kind = SqlType("int", _INT_DIGITS, 0, unsigned)
+    return make(op, kind, (left, right), node)
+
+
+def _division(c: Compiler, node: exp.Expression) -> Node:
+    raise c.refuse(node, "division rounds by the server's own rules (div_precision_increment, zero divisors)",
+                   "multiply instead (`amount * 100`), or compute it downstream")  # fmt: skip
+
+
+def _negate(c: Compiler, node: exp.Neg) -> Node:
+    (arg,) = c.children(node, node.this)
+    if not arg.type.numeric:
+        raise c.refuse(node, f"`{arg.sql}` is not a number")
+    kind = SqlType(arg.type.kind if arg.type.kind != "bool" else "int", arg.type.precision, arg.type.scale)
+    return make("negate", kind, (arg,), node)
+
+
+def comparable(c: Compiler, node: exp.Expression, left: Node, right: Node) -> SqlType:
+    """The type two sides are compared as (MySQL's rules, within what binlake evaluates exactly)."""
+    a, b = left.type, right.type
+    if a.kind == "null" or b.kind == "null":
+        return b if a.kind == "null" else a
+    if a.numeric and b.numeric:
+        if "double" in (a.kind, b.kind):
+            return SqlType("double")
+        if "decimal" in (a.kind, b.kind):
+            (p1, s1), (p2, s2) = _decimal(a), _decimal(b)
+            scale = max(s1, s2)
+            return SqlType("decimal", min(MAX_PRECISION, max(p1 - s1, p2 - s2) + scale), scale)
+        return SqlType("int", _INT_DIGITS)
+    if a.kind == b.kind and a.kind in ("date", "datetime", "timestamp", "binary"):
+        return a
+    temporal = a if a.temporal else b if b.temporal else None
+    other = b if temporal is a else a
+    if temporal is not None and other.kind == "text" and (left.op == "literal" or right.op == "literal"):
+        return temporal  # the literal is read as the column's type, as MySQL does
+    if a.kind == "text" and b.kind == "text":
+        collations = {t.collation for t in (a, b) if t.collation is not None}
+        if len(collations) > 1:
+            raise c.refuse(node, f"it compares text of two collations ({', '.join(sorted(collations))})",
+                           "compare columns of one collation")  # fmt: skip
+        return SqlType("text", collation=next(iter(collations), None))
+    raise c.refuse(node, f"it compares {a.kind} with {b.kind}", "compare values of one kind")
+
+
+def _compare(c: Compiler, node: Any) -> Node:
+    left, right = c.children(node, node.this, node.expression)
+    op = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.GT: "greater", exp.GTE: "greater_equal",
+          exp.LT: "less", exp.LTE: "less_equal", exp.NullSafeEQ: "null_safe_equal"}[type(node)]  # fmt: skip
+    common = comparable(c, node, left, right)
+    if common.kind == "text" and op not in ("equal", "not_equal", "null_safe_equal"):
+        raise c.refuse(node, "text is ordered by its collation, which binlake does not reproduce",
+                       "compare text with = or <>, or compare another column")  # fmt: skip
+    return make(op, BOOL, (left, right), node, common)
+
+
+def _in(c: Compiler, node: exp.In) -> Node:
+    if node.args.get("query") or node.args.get("unnest"):
+        raise c.refuse(node, "a transform sees one row at a time", "list the values")
+    left = c.children(node, node.this)[0]
+    values = c.children(node, *node.expressions)
+    common = left.type
+    for value in values:  # one type for the left side and every value, as a chain of comparisons
+        common = comparable(c, node, Node(left.op, common), value)
+    return make("in", BOOL, (left, *values), node, common)
+
+
+def _between(c: Compiler, node: exp.Between) -> Node:
+    left, low, high = c.children(node, node.this, node.args["low"], node.args["high"])
+    lower = make("greater_equal", BOOL, (left, low), node, comparable(c, node, left, low))
+    upper = make("less_equal", BOOL, (left, high), node, comparable(c, node, left, high))
+    for side in (lower, upper):
+        if side.value.kind == "text":
+            raise c.refuse(node, "text is ordered by its collation, which binlake does not reproduce")
+    return make("and", BOOL, (lower, upper), node)
+
+
+def _truth(c: Compiler, node: exp.Expression, arg: Node) -> Node:
+    if not (arg.type.numeric or arg.type.kind == "null"):
+        raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not a condition", "compare it with a value")
+    return arg
+
+
+def _logic(c: Compiler, node: exp.Expression) -> Node:
+    if isinstance(node, exp.Not):
+        return make("not", BOOL, (_truth(c, node, c.children(node, node.this)[0]),), node)
+    ops: dict[type[exp.Expression], str] = {exp.And: "and", exp.Or: "or", exp.Xor: "xor"}
+    op = ops[type(node)]
+    left, right = (_truth(c, node, a) for a in c.children(node, node.this, node.expression))
+    return make(op, BOOL, (left, right), node)
+
+
+def _is(c: Compiler, node: exp.Is) -> Node:
+    if not isinstance(node.expression, exp.Null):
+        raise c.refuse(node, "only IS NULL and IS NOT NULL are evaluated", "compare with = instead")
+    return make("is_null", BOOL, c.children(node, node.this), node)
+
+
+def common_type(c: Compiler, node: exp.Expression, args: tuple[Node, ...]) -> SqlType:
+    """The type of a value that is one of ``args`` (COALESCE, IF, CASE)."""
+    typed = [a.type for a in args if a.type.kind != "null"]
+    if not typed:
+        return NULL
+    kinds = {t.kind for t in typed}
+    if kinds <= {"int", "bool", "decimal", "double"}:
+        if "double" in kinds:
+            return SqlType("double")
+        if "decimal" in kinds:
+            scale = max(_decimal(t)[1] for t in typed)
+            digits = max(_decimal(t)[0] - _decimal(t)[1] for t in typed)
+            return SqlType("decimal", min(MAX_PRECISION, digits + scale), scale)
+        return SqlType("int", _INT_DIGITS, 0, all(t.unsigned for t in typed))
+    if len(kinds) == 1 and "text" in kinds:
+        collations = _result_collation(c, node, {t.collation for t in typed if t.collation is not None})
+        lengths = [t.length for t in typed]
+        length = None if None in lengths else max(t or 0 for t in lengths)
+        return SqlType("text", collation=next(iter(collations), None), length=length)
+    if len(kinds) == 1:
+        return typed[0]
+    raise c.refuse(
+        node, f"its values are of different kinds ({', '.join(sorted(kinds))})", "CAST them to one"
+    )
+
+
+def _coalesce(c: Compiler, node: exp.Coalesce) -> Node:
+    args = c.children(node, node.this, *node.expressions)
+    return make("coalesce", common_type(c, node, args), args, node)
+
+
+def _if(c: Compiler, node: exp.If) -> Node:
+    condition = _truth(c, node, c.children(node, node.this)[0])
+    values = c.children(node, node.args["true"], node.args.get("false") or exp.Null())
+    return make("case", common_type(c, node, values), (condition, *values), node)
+
+
+def _case(c: Compiler, node: exp.Case) -> Node:
+    if node.this is not None:
+        raise c.refuse(node, "the `CASE x WHEN v` form is not evaluated", "write `CASE WHEN x = v THEN …`")
+    parts: list[Node] = []
+    for branch in node.args["ifs"]:
+        condition = _truth(c, branch, c.children(branch, branch.this)[0])
+        parts += [condition, c.children(branch, branch.args["true"])[0]]
+    otherwise = c.children(node, node.args.get("default") or exp.Null())[0]
+    values = (*parts[1::2], otherwise)
+    return make("case", common_type(c, node, values), (*parts, otherwise), node)
+
+
+def _text_function(op: str) -> Rule:
+    def rule(c: Compiler, node: Any) -> Node:
+        (arg,) = c.children(node, node.this)
+        if arg.type.kind not in ("text", "null"):
+            raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not text")
+        return make(op, arg.type, (arg,), node)
+
+    return rule
+
+
+def _result_collation(c: Compiler, node: exp.Expression, collations: set[str | None]) -> set[str | None]:
+    """The collation of a value made of text of ``collations`` (MySQL: of one character set, the
+    ``_bin`` one wins)."""
+    if len(collations) <= 1:
+        return collations
+    binary = {x for x in collations if x is not None and x.endswith("_bin")}
+    if len(binary) != 1 or len({x.split("_")[0] for x in collations if x is not None}) != 1:
+        raise c.refuse(node, f"its text is of collations {', '.join(sorted(str(x) for x in collations))}",
+                       "use columns of one collation")  # fmt: skip
+    return set(binary)
+
+
+def _concat(c: Compiler, node: exp.Concat) -> Node:
+    args = c.children(node, *node.expressions)
+    for arg in args:
+        if arg.type.kind not in ("text", "null"):
+            raise c.refuse(
+                node, f"`{arg.sql}` is {arg.type.kind}, not text", "CONCAT text columns and literals"
+            )
+    collations = _result_collation(c, node, {a.type.collation for a in args if a.type.collation is not None})
+    lengths = [a.type.length for a in args]
+    length = None if None in lengths else sum(x or 0 for x in lengths)
+    return make("concat", SqlType("text", collation=next(iter(collations), None), length=length), args, node)
+
+
+def _length(c: Compiler, node: exp.Length) -> Node:
+    if node.args.get("binary"):
+        raise c.refuse(node, "LENGTH counts bytes in the column's character set", "use CHAR_LENGTH")
+    (arg,) = c.children(node, node.this)
+    if arg.type.kind not in ("text", "null"):
+        raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not text")
+    return make("char_length", SqlType("int", _INT_DIGITS, 0, True), (arg,), node)
+
+
+def _abs(c: Compiler, node: exp.Abs) -> Node:
+    (arg,) = c.children(node, node.this)
+    if not arg.type.numeric:
+        raise c.refuse(node, f"`{arg.sql}` is not a number")
+    return make("abs", arg.type if arg.type.kind != "bool" else SqlType("int", 1), (arg,), node)
+
+
+def _date(c: Compiler, node: exp.Expression) -> Node:
+    (arg,) = c.children(node, node.this)
+    if not arg.type.temporal:
+        raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not a date or time")
+    return make("date", SqlType("date"), (arg,), node)
+
+
+def _part(op: str) -> Rule:
+    def rule(c: Compiler, node: Any) -> Node:
+        inner = node.this.this if isinstance(node.this, exp.TsOrDsToDate) else node.this
+        (arg,) = c.children(node, inner)
+        if not arg.type.temporal:
+            raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not a date or time")
+        return make(op, SqlType("int", 4, 0, True), (arg,), node)
+
+    return rule
+
+
+RULES: dict[type[exp.Expression], Rule] = {
+    exp.Column: lambda c, n: c.reference(n),
+    exp.Literal: _literal,
+    exp.Null: _null,
+    exp.Boolean: _boolean,
+    exp.Add: _arithmetic,
+    exp.Sub: _arithmetic,
+    exp.Mul: _arithmetic,
+    exp.Neg: _negate,
+    exp.Div: _division,
+    exp.IntDiv: _division,
+    exp.Mod: _division,
+    **{k: _compare for k in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ)},
+    exp.In: _in,
+    exp.Between: _between,
+    exp.And: _logic,
+    exp.Or: _logic,
+    exp.Xor: _logic,
+    exp.Not: _logic,
+    exp.Is: _is,
+    exp.Coalesce: _coalesce,
+    exp.If: _if,
+    exp.Case: _case,
+    exp.Upper: _text_function("upper"),
+    exp.Lower: _text_function("lower"),
+    exp.Concat: _concat,
+    exp.Length: _length,
+    exp.Abs: _abs,
+    exp.TsOrDsToDate: _date,
+    exp.Year: _part("year"),
+    exp.Month: _part("month"),
+    exp.Day: _part("day"),
+}

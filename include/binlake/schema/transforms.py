@@ -1,0 +1,189 @@
+"""Transforms (Flink CDC's ``transform`` block): per source table, a projection (columns kept,
+renamed or computed) and a filter (rows kept), in MySQL's SQL, evaluated the same way wherever
+rows travel.
+
+``compile_transform`` checks a rule against one table's schema — unknown columns, expressions
+binlake cannot evaluate exactly (``schema.transform_sql``), a primary key not kept — and gives a
+``Transform``: the sink table's schema (``sink``: kept columns as they are, computed ones typed from
+their expression, so the sink is created from the projection) and the evaluation of rows, on whole
+Arrow columns (``schema.transform_eval``).
+
+Metadata columns a projection or filter may name: ``__database__`` and ``__table__`` (the source
+table's), and ``__op_ts__`` (the time of the binlog event that last changed the row, UTC; null for
+rows the snapshot read).
+
+This module is the transforms' evaluation only: the pipeline does not take a ``transform`` block
+yet (issue 25: the snapshot, stream, backfill, quality and verify paths are still to use it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from binlake.events import Column, CreateTable
+from binlake.schema.transform_eval import arrow_of, evaluate
+from binlake.schema.transform_sql import (
+    Compiler,
+    Node,
+    SqlType,
+    TransformError,
+    parse_filter,
+    parse_projection,
+)
+
+DATABASE, TABLE, OP_TS = "__database__", "__table__", "__op_ts__"
+METADATA = {
+    DATABASE: SqlType("text", collation="utf8mb4_bin", length=64),
+    TABLE: SqlType("text", collation="utf8mb4_bin", length=64),
+    OP_TS: SqlType("timestamp"),
+}
+
+
+@dataclass(frozen=True)
+class TransformSpec:
+    """One rule as configured: ``projection`` (None: every column) and ``filter`` (None: every row)."""
+
+    projection: str | None = None
+    filter: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class _Item:
+    name: str
+    node: Node
+    column: Column
+
+
+class Transform:
+    """A rule compiled for one table (see the module docstring)."""
+
+    def __init__(self, table: CreateTable, items: list[_Item], condition: Node | None, where: str) -> None:
+        self.table = table
+        self.items = items
+        self.condition = condition
+        self.where = where
+        key = [
+            next(i.name for i in items if i.node.op == "column" and i.node.value == k)
+            for k in table.primary_key
+        ]
+        self.sink = CreateTable(table.table, tuple(i.column for i in items), tuple(key))
+        """The sink table's schema: the projection's columns (the primary key kept, maybe renamed)."""
+        self.source_columns = sorted(frozenset().union(*(i.node.columns for i in items)) | (
+            condition.columns if condition is not None else frozenset()))  # fmt: skip
+        """The source columns it reads."""
+
+    def keep(self, rows: pa.Table, op_ts: pa.Array | None = None) -> pa.Array:
+        """Which rows pass the filter (TRUE; NULL and FALSE do not), as a boolean array."""
+        if self.condition is None:
+            return pa.array([True] * rows.num_rows, pa.bool_())
+        value = evaluate(self.condition, rows, self._metadata(rows, op_ts), self.where)
+        truth = value if value.type == pa.bool_() else pc.not_equal(value, pa.scalar(0, value.type))
+        return pc.fill_null(truth, False)
+
+    def project(self, rows: pa.Table, op_ts: pa.Array | None = None) -> pa.Table:
+        """``rows`` (the source's columns) as rows of ``sink``."""
+        metadata = self._metadata(rows, op_ts)
+        arrays = []
+        for item in self.items:
+            if item.node.op == "column":  # carried as it is: the source's own type and values
+                arrays.append(rows.column(item.node.value))
+            else:
+                arrays.append(evaluate(item.node, rows, metadata, f"{self.where}, column `{item.name}`"))
+        return pa.Table.from_arrays(arrays, names=[i.name for i in self.items])
+
+    def _metadata(self, rows: pa.Table, op_ts: pa.Array | None) -> dict[str, pa.Array]:
+        n = rows.num_rows
+        times = op_ts if op_ts is not None else pa.nulls(n, pa.timestamp("us", "UTC"))
+        return {
+            DATABASE: pa.array([self.table.table.database] * n, pa.string()),
+            TABLE: pa.array([self.table.table.table] * n, pa.string()),
+            OP_TS: times,
+        }
+
+
+def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:
+    """``spec`` checked against ``table`` and ready to evaluate.
+
+    Raises:
+        TransformError: the rule cannot be applied exactly (the message names the expression and
+            the fix).
+    """
+    where = f"transform of {table.table}" + (f" ({spec.description})" if spec.description else "")
+    compiler = Compiler(table, METADATA, where)
+    items: list[_Item] = []
+    for expression in parse_projection(spec.projection or "*", where):
+        items += _items(compiler, table, expression, where)
+    names = [i.name.lower() for i in items]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TransformError(f"{where}: the projection names {', '.join(twice)} more than once. Fix: give "
+                             "each column its own name (`AS`).")  # fmt: skip
+    kept = {i.node.value for i in items if i.node.op == "column"}
+    lost = [k for k in table.primary_key if k not in kept]
+    if lost:
+        raise TransformError(
+            f"{where}: the projection leaves out the primary key column(s) {', '.join(lost)}, without which "
+            "updates and deletes cannot find their rows in the sink. Fix: keep them (they may be renamed)."
+        )
+    condition = None
+    if spec.filter is not None:
+        condition = compiler.compile(parse_filter(spec.filter, where))
+        if not (condition.type.numeric or condition.type.kind == "null"):
+            raise TransformError(f"{where}: the filter `{spec.filter}` is {condition.type.kind}, not a "
+                                 "condition. Fix: compare it with a value.")  # fmt: skip
+    return Transform(table, items, condition, where)
+
+
+def _items(compiler: Compiler, table: CreateTable, expression: exp.Expression, where: str) -> list[_Item]:
+    if isinstance(expression, exp.Star) or (isinstance(expression, exp.Column) and expression.is_star):
+        return [_Item(c.name, Node("column", SqlType("any"), value=c.name), c) for c in table.columns]
+    name = expression.alias_or_name if isinstance(expression, exp.Alias | exp.Column) else None
+    inner = expression.this if isinstance(expression, exp.Alias) else expression
+    if not name:
+        raise TransformError(f"{where}: `{expression.sql(dialect='mysql')}` needs a name in the sink. Fix: "
+                             "add `AS <name>`.")  # fmt: skip
+    if isinstance(inner, exp.Column) and inner.name.lower() in {c.name.lower() for c in table.columns}:
+        source = table.column(next(c.name for c in table.columns if c.name.lower() == inner.name.lower()))
+        node = Node("column", SqlType("any"), value=source.name, columns=frozenset({source.name}))
+        return [_Item(name, node, _renamed(source, name))]
+    node = compiler.compile(inner)
+    return [_Item(name, node, sink_column(name, node.type))]
+
+
+def _renamed(column: Column, name: str) -> Column:
+    from dataclasses import replace
+
+    return replace(column, name=name, auto_increment=False, generated=False)
+
+
+def sink_column(name: str, t: SqlType) -> Column:
+    """A computed column's definition (its sink type follows from it as from a source column's)."""
+    if t.kind == "int":
+        return Column(
+            name, "bigint", "bigint(20) unsigned" if t.unsigned else "bigint(20)", unsigned=t.unsigned
+        )
+    if t.kind == "decimal":
+        return Column(
+            name, "decimal", f"decimal({t.precision},{t.scale})", precision=t.precision, scale=t.scale
+        )
+    if t.kind == "double":
+        return Column(name, "double", "double")
+    if t.kind == "bool":
+        return Column(name, "tinyint", "tinyint(1)")
+    if t.kind == "text":
+        return Column(name, "longtext", "longtext", collation=t.collation or "utf8mb4_bin", charset="utf8mb4")
+    if t.kind in ("date", "datetime", "timestamp"):
+        return Column(
+            name, t.kind, t.kind if t.kind == "date" else f"{t.kind}(6)", fsp=None if t.kind == "date" else 6
+        )
+    if t.kind == "binary":
+        return Column(name, "longblob", "longblob")
+    return Column(name, "longtext", "longtext", collation="utf8mb4_bin", charset="utf8mb4")  # NULL
+
+
+__all__ = ["Transform", "TransformError", "TransformSpec", "arrow_of", "compile_transform", "sink_column"]
