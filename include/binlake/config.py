@@ -273,6 +273,23 @@ class RouteRule(_Model):
         return value
 
 
+class TransformRule(_Model):
+    """A projection and a filter for the tables ``source_table`` matches (``schema/transforms.py``)."""
+
+    source_table: Regex
+    """Regex over ``database.table`` (full match); the first rule that matches a table applies."""
+    projection: str | None = None
+    """The sink's columns, MySQL SQL over the row (``id, UPPER(c) AS c_u``); None: every column."""
+    filter: str | None = None
+    """The rows the sink keeps (MySQL SQL, kept where TRUE); None: every row."""
+    description: str | None = None
+
+    @field_validator("source_table")
+    @classmethod
+    def _check_regex(cls, value: str) -> str:
+        return _compile_regex(value)
+
+
 class QualityConfig(_Model):
     tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     """``namespace.table`` → great-expectations expectation configs."""
@@ -314,10 +331,8 @@ class StreamConfig(_Model):
     files are rewritten in a commit of their own, so files and delete files stay bounded;
     ``false``: leave it to ``binlake maintain``."""
     executor_merge_from: int | None = Field(default=20_000, ge=0)
-    """A merge-on-read table with a primary key whose share of a micro-batch holds at least this
-    many changes is compacted and written on the executors, in key buckets, and only the files and
-    keys come to the driver (``stream/bucket_merge.py``); smaller shares are merged in the driver,
-    where they cost less than the two Spark stages (0: always on the executors; null: never)."""
+    """A merge-on-read keyed table's share of a batch from this many changes is merged on the
+    executors (``stream/bucket_merge.py``): only files and keys reach the driver (0: always; null: never)."""
     schema_change_applier: Literal["inline", "external"] = "inline"
     """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
     (the stream records it and waits: Airflow's DDL DAG applies it)."""
@@ -389,6 +404,7 @@ class PipelineConfig(_Model):
     stream: StreamConfig = Field(default_factory=StreamConfig)
     sink: SinkConfig = Field(default_factory=SinkConfig)
     route: list[RouteRule] = Field(default_factory=list)
+    transform: list[TransformRule] = Field(default_factory=list)
     quality: QualityConfig = Field(default_factory=QualityConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)

@@ -17,6 +17,7 @@ from binlake.errors import BinlakeError
 from binlake.events import CreateTable, SchemaChange, TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.schema.routes import merged_creation, routed
+from binlake.schema.transforms import transform_of
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.source.chunk_splitter import ChunkSplitter, SplitPlan
 from binlake.source.connection import connect
@@ -62,8 +63,13 @@ def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> No
 
 
 def sink_creation(config: PipelineConfig, schema: CreateTable) -> list[SchemaChange]:
-    """The changes that create ``schema``'s sink table (or, routed, merge it into a shared one)."""
-    return merged_creation(schema) if routed(config, schema.table) else [schema]
+    """The changes that create ``schema``'s sink table (or, routed, merge it into a shared one; or,
+    transformed, the table of its projection)."""
+    shared = routed(config, schema.table)
+    transform = transform_of(config, schema, shared)
+    if transform is not None:
+        return [transform.sink]
+    return merged_creation(schema) if shared else [schema]
 
 
 def plan(

@@ -25,6 +25,8 @@ import pyarrow.compute as pc
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
+from binlake.schema.routes import routed
+from binlake.schema.transforms import transform_of, transform_rule
 from binlake.schema.type_mapping import RowConverter, arrow_schema
 from binlake.source.binlog_reader import BinlogReader, SchemaChangedError
 from binlake.source.binlog_scan import binary_logs, gtid_boundaries
@@ -34,7 +36,7 @@ from binlake.source.watermarks import LowWatermark, current_offset
 from binlake.state.offset_names import ANCHOR
 from binlake.state.store import StateStore, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import ROW, key_columns, position, row_struct
+from binlake.stream.records import ROW, images, key_columns, position, row_struct
 from binlake.stream.segments import distance
 
 #: Startup modes whose sink is a full copy of the source (a snapshot first).
@@ -82,8 +84,10 @@ def expected_rows(
         # semi-sync wait) is not in the count, so it must not count as a change before it.
         reader_id = config.quality.reader_server_id(config.source)
         low = LowWatermark(gtid_boundaries(config.source, reader_id)).read(conn, version)
+        rule = transform_rule(config, schema.table.name)
+        kept = f" WHERE ({rule.filter})" if rule is not None and rule.filter else ""  # the sink's rows only
         with conn.cursor() as cur:
-            cur.execute(f"SELECT COUNT(*) FROM {schema.table.quoted()}")
+            cur.execute(f"SELECT COUNT(*) FROM {schema.table.quoted()}{kept}")
             count = int(cur.fetchone()[0])
         high = current_offset(conn, version)
         behind = distance(offset, high, dict(binary_logs(conn)))
@@ -134,7 +138,13 @@ def _changes_since(
     written = version.schema if version is not None and version.schema is not None else schema
     keys = key_columns(written, dict(config.source.chunk_key_columns))
     reader_id = config.quality.reader_server_id(config.source)
-    kept = changes_after(config, store, written, offset, high, reader_id, plans, keys)
+    transform = transform_of(config, written, routed(config, schema.table))
+    # A filter decides by whole rows (an update may move a row out of it: a delete in the sink).
+    kept = changes_after(
+        config, store, written, offset, high, reader_id, plans, keys if transform is None else None
+    )
+    if transform is not None:
+        kept = kept.filter(transform.keep(images(kept)))
     late = pc.greater(kept.column("at"), position(low))
     before = kept.filter(pc.invert(late)).column("delta")
     after = kept.filter(late).column("delta").to_pylist()

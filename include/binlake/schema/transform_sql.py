@@ -91,6 +91,8 @@ class Node:
     sql: str = ""
     columns: frozenset[str] = field(default_factory=frozenset)
     """Source columns the expression reads."""
+    uses_metadata: bool = False
+    """Whether it reads a metadata column."""
 
 
 def column_type(column: Column) -> SqlType | None:
@@ -184,7 +186,9 @@ class Compiler:
     def reference(self, node: exp.Column) -> Node:
         name = node.name
         if name.lower() in self.metadata:
-            return Node("metadata", self.metadata[name.lower()], value=name.lower(), sql=name)
+            return Node(
+                "metadata", self.metadata[name.lower()], value=name.lower(), sql=name, uses_metadata=True
+            )
         column = self.columns.get(name.lower())
         if column is None:
             known = ", ".join(sorted(self.columns))
@@ -208,4 +212,5 @@ class Compiler:
 def make(op: str, kind: SqlType, args: tuple[Node, ...], node: exp.Expression, value: Any = None) -> Node:
     """A node over ``args`` (its columns: theirs)."""
     columns = frozenset().union(*(a.columns for a in args)) if args else frozenset()
-    return Node(op, kind, args, value, node.sql(dialect="mysql"), columns)
+    metadata = any(a.uses_metadata for a in args)
+    return Node(op, kind, args, value, node.sql(dialect="mysql"), columns, metadata)

@@ -12,19 +12,32 @@ Metadata columns a projection or filter may name: ``__database__`` and ``__table
 table's), and ``__op_ts__`` (the time of the binlog event that last changed the row, UTC; null for
 rows the snapshot read).
 
-This module is the transforms' evaluation only: the pipeline does not take a ``transform`` block
-yet (issue 25: the snapshot, stream, backfill, quality and verify paths are still to use it).
+**Schema changes** of a transformed table (``sink_changes_through``): a projection that names its
+columns ignores added columns (``*`` takes them); a change of a column the transform does not read
+goes to the sink only through ``*``; a column it reads that is dropped, renamed or retyped stops
+the stream with the transform named (its expressions would no longer mean what they did).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import re
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from binlake.events import Column, CreateTable
+from binlake.config import PipelineConfig, TransformRule
+from binlake.events import (
+    AddColumn,
+    AlterColumnType,
+    Column,
+    CreateTable,
+    DropColumn,
+    RenameColumn,
+    SchemaChange,
+)
 from binlake.schema.transform_eval import arrow_of, evaluate
 from binlake.schema.transform_sql import (
     Compiler,
@@ -57,12 +70,16 @@ class _Item:
     name: str
     node: Node
     column: Column
+    star: bool = False
 
 
 class Transform:
     """A rule compiled for one table (see the module docstring)."""
 
-    def __init__(self, table: CreateTable, items: list[_Item], condition: Node | None, where: str) -> None:
+    def __init__(
+        self, spec: TransformSpec, table: CreateTable, items: list[_Item], condition: Node | None, where: str
+    ) -> None:
+        self.spec = spec
         self.table = table
         self.items = items
         self.condition = condition
@@ -73,6 +90,8 @@ class Transform:
         ]
         self.sink = CreateTable(table.table, tuple(i.column for i in items), tuple(key))
         """The sink table's schema: the projection's columns (the primary key kept, maybe renamed)."""
+        self.star = any(i.star for i in items)
+        """Whether the projection takes every column (``*``): then it takes added ones too."""
         self.source_columns = sorted(frozenset().union(*(i.node.columns for i in items)) | (
             condition.columns if condition is not None else frozenset()))  # fmt: skip
         """The source columns it reads."""
@@ -95,6 +114,18 @@ class Transform:
             else:
                 arrays.append(evaluate(item.node, rows, metadata, f"{self.where}, column `{item.name}`"))
         return pa.Table.from_arrays(arrays, names=[i.name for i in self.items])
+
+    def upserts(self, rows: pa.Table, times: pa.Array | None = None) -> tuple[pa.Table, pa.Table]:
+        """A batch's last rows per key (the source's columns; ``times``: their events' epoch
+        seconds): the projected rows the filter keeps, and the keys of those it does not — the
+        sink may hold an earlier version of them that passed, so they are deleted (an update that
+        moves a row out of the filter is a delete; into it, an insert)."""
+        op_ts = None if times is None else pc.multiply(times.cast(pa.int64()), 1_000_000).cast(
+            pa.timestamp("us", "UTC")
+        )  # fmt: skip
+        kept = self.keep(rows, op_ts)
+        dropped = rows.filter(pc.invert(kept)).select(list(self.table.primary_key))
+        return self.project(rows.filter(kept), op_ts.filter(kept) if op_ts is not None else None), dropped
 
     def _metadata(self, rows: pa.Table, op_ts: pa.Array | None) -> dict[str, pa.Array]:
         n = rows.num_rows
@@ -123,12 +154,12 @@ def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:
     if twice:
         raise TransformError(f"{where}: the projection names {', '.join(twice)} more than once. Fix: give "
                              "each column its own name (`AS`).")  # fmt: skip
-    kept = {i.node.value for i in items if i.node.op == "column"}
+    kept = {i.name for i in items if i.node.op == "column" and i.node.value == i.name}
     lost = [k for k in table.primary_key if k not in kept]
     if lost:
         raise TransformError(
-            f"{where}: the projection leaves out the primary key column(s) {', '.join(lost)}, without which "
-            "updates and deletes cannot find their rows in the sink. Fix: keep them (they may be renamed)."
+            f"{where}: the projection leaves out (or renames) the primary key column(s) {', '.join(lost)}, "
+            "by which updates and deletes find their rows in the sink. Fix: keep them under their own names."
         )
     condition = None
     if spec.filter is not None:
@@ -136,12 +167,18 @@ def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:
         if not (condition.type.numeric or condition.type.kind == "null"):
             raise TransformError(f"{where}: the filter `{spec.filter}` is {condition.type.kind}, not a "
                                  "condition. Fix: compare it with a value.")  # fmt: skip
-    return Transform(table, items, condition, where)
+    if condition is not None and condition.uses_metadata:
+        raise TransformError(f"{where}: the filter `{spec.filter}` reads metadata columns, which the source "
+                             "table does not hold. Fix: filter on the table's own columns.")  # fmt: skip
+    if not table.primary_key and any(i.node.value == OP_TS for i in items if i.node.op == "metadata"):
+        raise TransformError(f"{where}: `{OP_TS}` needs a primary key (without one, a row's changes net out "
+                             "and keep no time). Fix: leave it out.")  # fmt: skip
+    return Transform(spec, table, items, condition, where)
 
 
 def _items(compiler: Compiler, table: CreateTable, expression: exp.Expression, where: str) -> list[_Item]:
     if isinstance(expression, exp.Star) or (isinstance(expression, exp.Column) and expression.is_star):
-        return [_Item(c.name, Node("column", SqlType("any"), value=c.name), c) for c in table.columns]
+        return [_Item(c.name, Node("column", SqlType("any"), value=c.name), c, True) for c in table.columns]
     name = expression.alias_or_name if isinstance(expression, exp.Alias | exp.Column) else None
     inner = expression.this if isinstance(expression, exp.Alias) else expression
     if not name:
@@ -156,8 +193,6 @@ def _items(compiler: Compiler, table: CreateTable, expression: exp.Expression, w
 
 
 def _renamed(column: Column, name: str) -> Column:
-    from dataclasses import replace
-
     return replace(column, name=name, auto_increment=False, generated=False)
 
 
@@ -184,6 +219,74 @@ def sink_column(name: str, t: SqlType) -> Column:
     if t.kind == "binary":
         return Column(name, "longblob", "longblob")
     return Column(name, "longtext", "longtext", collation="utf8mb4_bin", charset="utf8mb4")  # NULL
+
+
+def transform_rule(config: PipelineConfig, table: str) -> TransformRule | None:
+    """The first ``transform`` rule whose ``source_table`` matches ``table`` (``database.table``)."""
+    return next((r for r in config.transform if re.fullmatch(r.source_table, table)), None)
+
+
+def transform_of(config: PipelineConfig, schema: CreateTable, routed: bool = False) -> Transform | None:
+    """``schema``'s transform under ``config`` (None: no rule matches it).
+
+    Raises:
+        TransformError: the rule cannot be applied to this table exactly.
+    """
+    rule = transform_rule(config, str(schema.table))
+    if rule is None:
+        return None
+    if routed:
+        raise TransformError(
+            f"transform of {schema.table}: the table is also routed to a shared sink table, and binlake does "
+            "not combine the two. Fix: remove it from one of `transform` and `route`."
+        )
+    transform = _compiled(TransformSpec(rule.projection, rule.filter, rule.description or ""), schema)
+    chunk_key = dict(config.source.chunk_key_columns).get(schema.table.name)
+    if not schema.primary_key and chunk_key and chunk_key not in transform.sink.column_names:
+        raise TransformError(
+            f"{transform.where}: the projection leaves out `{chunk_key}`, the chunk key by which snapshots, "
+            "backfills and verify find this table's rows (it has no primary key). Fix: keep it."
+        )
+    return transform
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(spec: TransformSpec, schema: CreateTable) -> Transform:
+    return compile_transform(spec, schema)
+
+
+def sink_changes_through(
+    transform: Transform, change: SchemaChange, after: CreateTable | None
+) -> list[SchemaChange] | None:
+    """The sink changes for ``change`` of a transformed table (see the module docstring); None:
+    those of the schema change behaviour, as for any table.
+
+    Raises:
+        TransformError: ``change`` alters a column the transform reads.
+    """
+    if isinstance(change, CreateTable):
+        return [compile_transform(transform.spec, change).sink]
+    star = transform.star
+    if isinstance(change, AddColumn):
+        return None if star else []
+    if isinstance(change, DropColumn):
+        name = change.name
+    elif isinstance(change, RenameColumn):
+        name = change.old_name
+    elif isinstance(change, AlterColumnType):
+        name = change.column.name
+    else:
+        return None
+    if name in transform.source_columns or name in transform.table.primary_key:
+        raise TransformError(
+            f"{transform.where}: the source's change of column `{name}` (a {type(change).__name__}) alters a "
+            "column the transform reads, so its expressions would no longer mean what they did. Fix: change "
+            "the transform for the new schema, then backfill the table (`binlake backfill --table "
+            f"{transform.table.table}`)."
+        )
+    if after is not None and star:
+        return None
+    return []
 
 
 __all__ = ["Transform", "TransformError", "TransformSpec", "arrow_of", "compile_transform", "sink_column"]

@@ -8,6 +8,7 @@ first and stops on an error.
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ from binlake.config import PipelineConfig
 from binlake.errors import SourceConnectionError
 from binlake.events import TableId
 from binlake.source.connection import ServerVersion, connect, global_variables, server_version
-from binlake.source.discovery import TableSelector, column_names, list_tables, primary_keys
+from binlake.source.discovery import TableSelector, column_names, discover, list_tables, primary_keys
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
 from binlake.source.privileges import Grants, current_grants
 
@@ -339,6 +340,36 @@ def _check_tables(
     checks.append(_check_select(tables, grants, account))
     checks.append(_check_keys(conn, config, tables))
     checks.append(_check_foreign_keys(conn, tables))
+    if config.transform:
+        checks.extend(_check_transforms(conn, config, tables))
+    return checks
+
+
+def _check_transforms(
+    conn: pymysql.Connection[Any], config: PipelineConfig, tables: list[TableId]
+) -> list[Check]:
+    """Each ``transform`` rule compiled against the tables it matches (``schema.transforms``)."""
+    from binlake.schema.routes import routed  # the transforms' checks need the tables' schemas
+    from binlake.schema.transforms import TransformError, transform_of, transform_rule
+
+    matched = [t for t in tables if transform_rule(config, t.name) is not None]
+    checks = []
+    for schema in discover(conn, matched):
+        try:
+            transform_of(config, schema, routed(config, schema.table))
+        except TransformError as e:
+            message, _, fix = str(e).partition(" Fix: ")
+            checks.append(Check("transform", "error", message, fix.rstrip(".") or None))
+    unused = [
+        r.source_table
+        for r in config.transform
+        if not any(re.fullmatch(r.source_table, t.name) for t in tables)
+    ]
+    if unused:
+        message = f"these `transform` rules match no captured table: {unused}"
+        checks.append(Check("transform", "warning", message, "remove them or fix a typo"))
+    if matched and not any(c.status == "error" for c in checks):
+        checks.append(Check("transform", "ok", f"{len(matched)} tables transformed: " + _names(matched)))
     return checks
 
 

@@ -26,6 +26,7 @@ from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.schema.routes import routed
+from binlake.schema.transforms import transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
@@ -187,6 +188,13 @@ def task_options(
         "tables": json.dumps({t.name: table_to_dict(s) for t, s in schemas.items() if t in writers}),
         "locations": json.dumps({t.name: w.table.location() for t, w in writers.items()}),
         "routed": json.dumps([t.name for t in writers if routed(config, t)]),
+        "transforms": json.dumps(
+            {
+                t.name: rule.model_dump(exclude={"source_table"})
+                for t in writers
+                if (rule := transform_rule(config, t.name))
+            }
+        ),
         "target_file_size": str(min(target.values(), default=DEFAULT_TARGET_FILE_SIZE)),
         "server_ids": f"{server_ids.start}-{server_ids.end}",
     }

@@ -23,6 +23,8 @@ import pyarrow.parquet as pq
 from binlake.config import SourceConfig
 from binlake.events import TableId, table_from_dict
 from binlake.schema.routes import with_source_table
+from binlake.schema.transforms import TransformSpec, compile_transform
+from binlake.schema.type_mapping import arrow_schema
 from binlake.source.chunk_reader import ChunkReader
 from binlake.source.chunk_splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
@@ -94,8 +96,18 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
     schema = table_from_dict(tables[table_name])
     routed = table_name in json.loads(options.get("routed", "[]"))
     summaries: list[dict[str, Any]] = []
+    rule = json.loads(options.get("transforms", "{}")).get(table_name)
+    transform = (
+        None
+        if rule is None
+        else compile_transform(
+            TransformSpec(**{**rule, "description": rule.get("description") or ""}), schema
+        )
+    )
     with ChunkReader(source, schema, server_id) as reader:
         file_schema = reader.converter.schema
+        if transform is not None:  # the projection's columns (computed ones typed by their expression)
+            file_schema = arrow_schema(transform.sink)
         if routed:  # a shared sink table: each row names its source table
             file_schema = with_source_table(schema.table, file_schema.empty_table()).schema
         # A backfill stages its files apart from the table's data (``folder``): the stream reads
@@ -112,7 +124,10 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
             )
             result = reader.read(chunk)
             reader.check_schema(chunk, result.high)
-            writer.write(with_source_table(schema.table, result.data) if routed else result.data)
+            data = result.data
+            if transform is not None:  # the rows the filter keeps, projected (``schema.transforms``)
+                data = transform.project(data.filter(transform.keep(data))).cast(file_schema)
+            writer.write(with_source_table(schema.table, data) if routed else data)
             summaries.append(
                 {
                     "chunk_id": str(chunk.id),

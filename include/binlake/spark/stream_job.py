@@ -36,6 +36,7 @@ from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
 from binlake.schema.routes import routed
+from binlake.schema.transforms import transform_of
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.writer import IcebergWriter
@@ -178,7 +179,10 @@ def run_stream(
                     CompactionPolicy() if config.stream.compact else None,
                     config.stream.keep_snapshots,
                 )
-            return TableSink(schema, writer, chunk_keys, version, routed(config, schema.table))
+            shared = routed(config, schema.table)
+            return TableSink(
+                schema, writer, chunk_keys, version, shared, transform_of(config, schema, shared)
+            )
 
         sinks = {s.table.name: sink for s in schemas if (sink := make_sink(s)) is not None}
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)

@@ -350,9 +350,15 @@ class BatchApplier:
         if rows.num_rows == 0:
             return None
         if sink.keyed:
-            rows = complete(rows, sink.keys, sink.previous_rows, name)
+            rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
             keyed = last_per_key(rows, sink.keys)
-            return PreparedShare(name, sink, sink.rows(keyed.upserts), sink.key_rows(keyed.deletes))
+            upserts, dropped = sink.upserts(keyed)
+            deletes = (
+                pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped])
+                if dropped.num_rows
+                else keyed.deletes
+            )
+            return PreparedShare(name, sink, upserts, sink.key_rows(deletes))
         whole = net_rows(rows)
         return PreparedShare(name, sink, sink.rows(whole.inserts), sink.rows(whole.removes))
 

@@ -139,9 +139,11 @@ class StagedBackfills:
         clear = [ClearRange(column.name, r.start, r.end, source_table) for r in ranges]
         if sink.keyed:
             # Updates that lack columns keep the values the unit read (or, outside it, the sink's).
-            rows = complete(rows, sink.keys, _previous(staged, schema, sink), schema.table.name)
+            transformed = sink.transform is not None
+            rows = complete(rows, sink.keys, _previous(staged, schema, sink), schema.table.name, transformed)
             keyed = last_per_key(rows, sink.keys)
-            upserts, deletes = sink.rows(keyed.upserts), sink.key_rows(keyed.deletes)
+            upserts, dropped = sink.upserts(keyed)  # a transform's filter may drop some: deleted
+            deletes = sink.key_rows(pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped]))
             names = list(deletes.schema.names)
             touched = pa.concat_tables([upserts.select(names), deletes.cast(upserts.select(names).schema)])
             kept = staged.join(touched, keys=names, join_type="left anti") if touched.num_rows else staged

@@ -38,6 +38,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table.metadata import TableMetadata
 
 from binlake.schema.projection import project
+from binlake.schema.transforms import Transform
 from binlake.sink.pyiceberg_internals import write_data_files
 from binlake.stream.compaction import last_per_key
 from binlake.stream.records import ABSENT_COLUMNS, CHANGES, images
@@ -65,6 +66,8 @@ class BucketPlan:
     io: FileIO
     after: int
     """``records.position`` the table holds changes up to: earlier ones are dropped."""
+    transform: Transform | None = None
+    """The table's projection and filter (``schema.transforms``)."""
 
 
 @dataclass
@@ -136,8 +139,12 @@ def _merge(plan: BucketPlan, changes: pa.Table) -> BucketResult:
     if changes.column(ABSENT_COLUMNS).null_count != changes.num_rows:
         return BucketResult(patch=True)
     last = last_per_key(changes, plan.keys)
-    rows = project(last.upserts.cast(plan.source), plan.sink)
-    keys = project(last.deletes.cast(_key_schema(plan)), plan.sink_keys)
+    upserts, deletes = last.upserts.cast(plan.source), last.deletes.cast(_key_schema(plan))
+    if plan.transform is not None:  # rows the filter drops are deleted (``Transform.upserts``)
+        upserts, dropped = plan.transform.upserts(upserts, last.times)
+        deletes = pa.concat_tables([deletes, dropped.cast(deletes.schema)])
+    rows = project(upserts, plan.sink)
+    keys = project(deletes, plan.sink_keys)
     upserted = rows.select(plan.sink_keys.names)
     files: list[DataFile] = []
     if rows.num_rows:

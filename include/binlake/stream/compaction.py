@@ -26,6 +26,8 @@ class KeyedChanges:
     """Whole rows (the table's columns)."""
     deletes: pa.Table
     """Key columns."""
+    times: pa.Array | None = None
+    """The upserts' event times (epoch seconds)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ def last_per_key(changes: pa.Table, keys: Sequence[str]) -> KeyedChanges:
     last = numbered.group_by(names, use_threads=False).aggregate([("n", "max")]).column("n_max")
     final = changes.take(last)
     upserts = pc.equal(final.column("op"), "upsert")
-    return KeyedChanges(images(final.filter(upserts)), images(final.filter(pc.invert(upserts)), keys))
+    kept = final.filter(upserts)
+    return KeyedChanges(images(kept), images(final.filter(pc.invert(upserts)), keys), kept.column("ts"))
 
 
 def net_rows(changes: pa.Table) -> RowChanges:

@@ -26,14 +26,28 @@ class IncompleteRowError(BinlakeError):
     """An update lacks columns, and the row's previous values are nowhere to be found."""
 
 
-def complete(changes: pa.Table, keys: Sequence[str], previous: PreviousRows, table: str) -> pa.Table:
+def complete(
+    changes: pa.Table, keys: Sequence[str], previous: PreviousRows, table: str, transformed: bool = False
+) -> pa.Table:
     """``changes`` (one keyed table's change table, in binlog order) with every absent column
     filled (see the module docstring). An update that changed the key arrives as a delete of the
     old key followed by the upsert of the new one (same position, consecutive ``idx``): its absent
-    columns come from the old key's row."""
+    columns come from the old key's row.
+
+    ``transformed``: the sink holds a transform's projection, not the source's columns, so it
+    cannot supply them: such an update stops the stream."""
     absent = changes.column(ABSENT_COLUMNS)
     if absent.null_count == len(absent):
         return changes
+    if transformed:
+        first = changes.filter(absent.is_valid()).column("at")[0].as_py()
+        raise IncompleteRowError(
+            f"An update of {table} (binlog position {first >> 32}:{first & 0xFFFFFFFF}) lacks columns "
+            "(`binlog_row_image` NOBLOB or MINIMAL in the writing session), and the table is transformed: "
+            "its sink holds the projection, not the source's columns, so it cannot supply them. Nothing of "
+            f"the batch was written. Fix: set `binlog_row_image = 'FULL'` in that application's sessions and "
+            f"backfill {table} (`binlake backfill --table {table}`)."
+        )
     names = [f.name for f in changes.schema.field(ROW).type]
     key_of = [tuple(r.values()) for r in images(changes, keys).to_pylist()]
     masks = absent.to_pylist()

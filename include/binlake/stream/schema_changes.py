@@ -44,6 +44,8 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.schema.routes import routed
+from binlake.schema.transform_sql import TransformError
+from binlake.schema.transforms import sink_changes_through, transform_of, transform_rule
 from binlake.snapshot.spans import TableSpan, stream_spans
 from binlake.source.binlog_scan import Boundary
 from binlake.source.charsets import Charsets
@@ -343,6 +345,28 @@ def _renamed_back(store: StateStore, pipeline: str, request: SchemaChangeRequest
     return False
 
 
+def _through_transform(
+    config: PipelineConfig, store: StateStore, request: SchemaChangeRequest, after: CreateTable | None
+) -> list[SchemaChange] | None:
+    """The sink changes of a transformed table's change (``schema.transforms``); None: not transformed."""
+    change = request.change
+    if isinstance(change, CreateTable):
+        transform = transform_of(config, change, routed(config, change.table))
+        return [transform.sink] if transform is not None else None
+    if transform_rule(config, str(change.table)) is None:
+        return None
+    earlier = [
+        v
+        for v in store.schema_history(config.pipeline.name).versions(change.table)
+        if v.offset < request.offset
+    ]
+    before = earlier[-1].schema if earlier else None
+    if before is None:
+        return None
+    transform = transform_of(config, before, routed(config, change.table))
+    return sink_changes_through(transform, change, after) if transform is not None else None
+
+
 def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChangeRequest) -> str:
     """The DDL-apply step: make ``request``'s change in the sink under its behaviour, record the outcome.
 
@@ -383,10 +407,12 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     version = store.schema_history(pipeline).at(target, request.offset)
     safe = isinstance(change, AlterColumnType) and applier.can_alter(change)
     try:
-        planned = sink_changes(
-            change, behavior, safe, version.schema if version else None, routed(config, change.table)
-        )
-    except SchemaChangeRefusedError as e:
+        planned = _through_transform(config, store, request, version.schema if version else None)
+        if planned is None:
+            planned = sink_changes(
+                change, behavior, safe, version.schema if version else None, routed(config, change.table)
+            )
+    except (SchemaChangeRefusedError, TransformError) as e:
         store.schema_requests(pipeline).finish(request.offset, request.seq, "failed", str(e))
         return "failed"
     if not planned:

@@ -11,11 +11,13 @@ from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
+from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.row_match import ClearRange
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
 from binlake.stream.bucket_merge import BucketPlan, BucketResult
+from binlake.stream.compaction import KeyedChanges
 from binlake.stream.records import key_columns
 
 
@@ -30,6 +32,8 @@ class TableSink:
     """Where this schema version began (None: the schema the stream started with)."""
     routed: bool = False
     """Whether the sink table is shared by routed sources (rows carry ``_source_table``)."""
+    transform: Transform | None = None
+    """The table's projection and filter (``schema.transforms``), if a rule matches it."""
 
     def __post_init__(self) -> None:
         self.arrow = arrow_schema(self.schema)
@@ -49,12 +53,25 @@ class TableSink:
         table = self.writer.table
         return BucketPlan(
             self.schema.table.name, self.arrow, self.keys, self.sink_arrow, self.sink_key_arrow,
-            table.metadata, table.io, after,
+            table.metadata, table.io, after, self.transform,
         )  # fmt: skip
 
     def rows(self, images: pa.Table) -> pa.Table:
-        """Rows of the source table (change tables' images) as rows of the sink table."""
-        return project(self._routed(images.cast(self.arrow)), self.sink_arrow)
+        """Rows of the source table (change tables' images) as rows of the sink table (whole rows of
+        a table without a key: the filter drops those it does not keep, as the sink never held them)."""
+        images = images.cast(self.arrow)
+        if self.transform is not None:
+            images = self.transform.project(images.filter(self.transform.keep(images)))
+        return project(self._routed(images), self.sink_arrow)
+
+    def upserts(self, last: KeyedChanges) -> tuple[pa.Table, pa.Table]:
+        """A batch's last upserts per key as rows of the sink table, and the keys (the source's
+        columns) of those a transform's filter drops: deleted in the sink."""
+        images = last.upserts.cast(self.arrow)
+        if self.transform is None:
+            return self.rows(images), images.select(list(self.keys)).slice(0, 0)
+        kept, dropped = self.transform.upserts(images, last.times)
+        return project(self._routed(kept), self.sink_arrow), dropped
 
     def previous_rows(self, keys: pa.Table) -> pa.Table:
         """The sink's rows of these source keys, as rows of the source's columns (those the sink

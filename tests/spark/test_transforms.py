@@ -1,0 +1,161 @@
+"""A transformed table end to end: snapshot, then the stream under changes that move rows across
+the filter; the sink equals the transform applied to the source by the server itself
+(``SELECT <projection> FROM t WHERE <filter>``), read by pyiceberg and DuckDB's iceberg extension."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from binlake.config import PipelineConfig
+from binlake.events import TableId
+from binlake.planner import plan
+from binlake.quality.checkpoint import run_quality
+from binlake.sink.catalog import open_catalog, sink_name
+from binlake.source.validator import validate
+from binlake.spark.backfill_job import run_backfill
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.spark.stream_job import StreamError, run_stream
+from binlake.testing import duckdb_iceberg
+from binlake.testing.private_server import PrivateMariaDB
+from tests.helpers import stream_config
+
+PROJECTION = "id, name, UPPER(status) AS status_u, amount * 100 AS cents, CONCAT(name, '/', status) AS label"
+FILTER = "status <> 'test' AND amount > 0"
+
+
+def transformed(config: PipelineConfig, database: str, **stream: Any) -> PipelineConfig:
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = config.source.password.get_secret_value()
+    raw["transform"] = [
+        {"source_table": rf"{database}\.t", "projection": f"{PROJECTION}, __op_ts__ AS changed_at",
+         "filter": FILTER, "description": "no test rows, no secrets"},
+    ]  # fmt: skip
+    raw["stream"] = {**raw.get("stream", {}), **stream}
+    if stream.get("executor_merge_from") == 0:
+        raw["sink"] = {"table_properties": {"write.merge.mode": "merge-on-read"}}
+    return PipelineConfig.model_validate(raw)
+
+
+def expected(mariadb: PrivateMariaDB, database: str) -> list[dict[str, Any]]:
+    with contextlib.closing(mariadb.admin_connection()) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {PROJECTION} FROM `{database}`.t WHERE {FILTER} ORDER BY id")
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def sink(config: PipelineConfig, database: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    table = open_catalog(config).load_table(sink_name(config, TableId(database, "t")))
+    by_pyiceberg = sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+    by_duckdb = sorted(duckdb_iceberg.read(table).to_pylist(), key=lambda r: r["id"])
+    return by_pyiceberg, by_duckdb
+
+
+def without_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "changed_at"} for r in rows]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("merge_from", [None, 0], ids=["driver", "executors"])
+def test_snapshot_and_stream_of_a_transformed_table_equal_the_servers_transform(
+    merge_from: int | None, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), status VARCHAR(10), amount DECIMAL(10,2), "
+        "secret VARCHAR(20))",
+        "INSERT INTO t SELECT seq, CONCAT('n', seq), ELT(1 + seq % 4, 'ok', 'test', 'TEST', 'new'), "
+        "(seq % 9) - 2.5, 'hunter2' FROM seq_1_to_600",
+        database=database,
+    )
+    config = transformed(stream_config(mariadb, database, tmp_path, chunk_size=150), database,
+                         executor_merge_from=merge_from)  # fmt: skip
+    assert [c for c in validate(config) if c.name == "transform"][-1].status == "ok"
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    pyiceberg_rows, duckdb_rows = sink(config, database)
+    assert without_time(pyiceberg_rows) == expected(mariadb, database)
+    assert all(r["changed_at"] is None for r in pyiceberg_rows)  # read by the snapshot, not changed
+    assert "secret" not in pyiceberg_rows[0]
+    started = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    mariadb.execute(
+        "UPDATE t SET status = 'test' WHERE id % 7 = 0",  # out of the filter: deleted in the sink
+        "UPDATE t SET status = 'ok' WHERE id % 5 = 0",  # into it: inserted
+        "UPDATE t SET amount = -amount WHERE id % 11 = 0",  # both ways
+        "UPDATE t SET name = CONCAT(name, '!') WHERE id % 3 = 0",  # computed columns follow
+        "UPDATE t SET id = id + 1000 WHERE id BETWEEN 50 AND 60",  # key updates
+        "DELETE FROM t WHERE id % 13 = 0",
+        "INSERT INTO t SELECT seq, CONCAT('m', seq), IF(seq % 2, 'ok', 'test'), seq, 'x' "
+        "FROM seq_2001_to_2200",
+        "UPDATE t SET secret = 'changed' WHERE id % 17 = 0",  # only a dropped column changes
+        database=database,
+    )
+    report = run_stream(config, spark, until_caught_up=True)
+    assert report.rows > 0
+    pyiceberg_rows, duckdb_rows = sink(config, database)
+    assert without_time(pyiceberg_rows) == expected(mariadb, database)
+    assert duckdb_rows == pyiceberg_rows
+    changed = {r["id"]: r["changed_at"] for r in pyiceberg_rows}
+    assert changed[2001] is not None
+    assert changed[2001] >= started - dt.timedelta(seconds=5)
+    untouched = [
+        i for i in changed if i <= 600 and all(i % m for m in (3, 5, 7, 11, 13, 17)) and not 50 <= i <= 60
+    ]
+    assert untouched
+    assert all(changed[i] is None for i in untouched)  # as the snapshot read them
+    # A backfill re-reads the table through the transform and replaces what the sink lost.
+    table = open_catalog(config).load_table(sink_name(config, TableId(database, "t")))
+    table.delete("id < 100")
+    run_backfill(config, spark, "transformed", tables=[f"{database}.t"])
+    mariadb.execute("UPDATE t SET status = IF(status = 'ok', 'test', 'ok') WHERE id < 40", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    pyiceberg_rows, duckdb_rows = sink(config, database)
+    assert without_time(pyiceberg_rows) == expected(mariadb, database)
+    assert duckdb_rows == pyiceberg_rows
+    # The row count: the source's rows the filter keeps (the server counts them with it).
+    quality = run_quality(config)
+    assert quality.success, quality.failures()
+    checks = [c for r in quality.results for c in r.results]
+    assert not [c for c in checks if c["observed"] == "not checked"], checks
+
+
+def test_schema_changes_through_a_transform(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), status VARCHAR(10), amount DECIMAL(10,2), "
+        "secret VARCHAR(20))",
+        "INSERT INTO t VALUES (1, 'a', 'ok', 1, 's'), (2, 'b', 'test', 2, 's')",
+        database=database,
+    )
+    config = transformed(stream_config(mariadb, database, tmp_path), database)
+    # `binlake validate` compiles each rule against the tables it matches.
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    raw["transform"][0]["filter"] = "status > 'm' AND RAND() < 0.5"
+    raw["transform"].append({"source_table": r"nowhere\..*", "projection": "id"})
+    [error, unused] = [c for c in validate(PipelineConfig.model_validate(raw)) if c.name == "transform"]
+    assert (error.status, unused.status) == ("error", "warning")
+    assert "`status > 'm'`" in error.message
+    assert error.fix is not None
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    # A column the projection does not name: the sink does not take it, the stream goes on.
+    mariadb.execute(
+        "ALTER TABLE t ADD COLUMN extra INT", "ALTER TABLE t DROP COLUMN secret",
+        "INSERT INTO t VALUES (3, 'c', 'ok', 3, 7)", database=database,
+    )  # fmt: skip
+    run_stream(config, spark, until_caught_up=True)
+    rows, _ = sink(config, database)
+    assert without_time(rows) == expected(mariadb, database)
+    assert "extra" not in rows[0]
+    # A column the transform reads: the stream stops and names the transform.
+    mariadb.execute("ALTER TABLE t DROP COLUMN status", database=database)
+    with pytest.raises(
+        StreamError, match=r"transform of .*\.t \(no test rows, no secrets\).*`status`"
+    ) as stopped:
+        run_stream(config, spark, until_caught_up=True)
+    assert "Fix:" in str(stopped.value)
