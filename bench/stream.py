@@ -34,7 +34,7 @@ from typing import Any
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from binlake.config import PipelineConfig
+from binlake.config import PipelineConfig, TransformRule
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog_scan import transactions
 from binlake.spark.runtime.session import spark_session
@@ -162,6 +162,7 @@ def _catch_up(
     txn_rows: int,
     mor: bool = False,
     executor_merge_from: int | None = 20_000,
+    transform: bool = False,
 ) -> dict[str, Any]:
     server.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
     start = _head(server)
@@ -175,6 +176,7 @@ def _catch_up(
     started = time.monotonic()
     report = run_stream(config, spark, until_caught_up=True, progress=lambda b, _: batches.append(b))
     seconds = time.monotonic() - started
+    rates = _with_transform(server, work, spark, start, mor, executor_merge_from) if transform else {}
     decoded, reader_seconds = _single_reader(server, start, end)
     boundaries, scan_seconds = _header_scan(config, start, end)
     rate, reader_rate = report.rows / seconds, decoded / reader_seconds
@@ -201,6 +203,37 @@ def _catch_up(
         "rows_per_s_in_batches": round(report.rows / in_batches) if in_batches else None,
         "ratio_in_batches": round(report.rows / in_batches / reader_rate, 2) if in_batches else None,
         "batch_series": [(b.batch_id, b.rows, round(b.seconds, 2)) for b in batches],
+        **rates,
+    }
+
+
+#: A transform of the benchmark's table: a dropped column, computed ones, a filter that changes
+#: its verdict on updates (``status`` moves from 'new' to 'paid').
+TRANSFORM = {
+    "source_table": r"bench\.events",
+    "projection": "id, customer_id, amount * 100 AS cents, UPPER(status) AS status, created_at, "
+    "__op_ts__ AS changed_at",
+    "filter": "status <> 'paid' AND amount > 1",
+}
+
+
+def _with_transform(
+    server: PrivateMariaDB, work: str, spark: Any, start: BinlogOffset, mor: bool, merge_from: int | None
+) -> dict[str, Any]:
+    """The same range again into two new pipelines, warm: without and with ``TRANSFORM``."""
+    rates = {}
+    for name in ("plain", "transformed"):
+        config = _config(server, work, name, [r"bench\.events"], 10, mor, start, merge_from)
+        if name == "transformed":
+            config = config.model_copy(update={"transform": [TransformRule.model_validate(TRANSFORM)]})
+        started = time.monotonic()
+        report = run_stream(config, spark, until_caught_up=True)
+        rates[name] = report.rows / (time.monotonic() - started)
+    return {
+        "warm_rows_per_s": round(rates["plain"]),
+        "transformed_rows_per_s": round(rates["transformed"]),
+        "transform_ratio": round(rates["transformed"] / rates["plain"], 3),
+        "goal_transform_ratio": 0.85,
     }
 
 
@@ -372,6 +405,10 @@ def main() -> None:
         "--executor-merge-from", type=int, default=20_000,
         help="stream.executor_merge_from (-1: null, every batch merged in the driver)",
     )  # fmt: skip
+    parser.add_argument(
+        "--transform", action="store_true",
+        help="the catch-up's range again, warm, without and with a transform (transform_ratio)",
+    )  # fmt: skip
     parser.add_argument("--steady-only", action="store_true", help="skip the catch-up part")
     parser.add_argument("--catch-up-only", action="store_true", help="skip the steady part")
     parser.add_argument("--report", type=Path, default=Path("bench/stream.html"))
@@ -390,6 +427,7 @@ def main() -> None:
                     args.txn_rows,
                     args.merge_on_read,
                     None if args.executor_merge_from < 0 else args.executor_merge_from,
+                    args.transform,
                 )
             )
             reader = catch_up.get("single_reader_rows_per_s")
