@@ -8,9 +8,14 @@ binlake cannot evaluate exactly (``schema.transform_sql``), a primary key not ke
 their expression, so the sink is created from the projection) and the evaluation of rows, on whole
 Arrow columns (``schema.transform_eval``).
 
-Metadata columns a projection or filter may name: ``__database__`` and ``__table__`` (the source
-table's), and ``__op_ts__`` (the time of the binlog event that last changed the row, UTC; null for
-rows the snapshot read).
+Metadata columns a projection may name (a filter may not: the source's rows do not hold them):
+``__database__`` and ``__table__`` (the source table's), and ``__op_ts__`` (the time of the binlog
+event that last changed the row, UTC; null for rows the snapshot read).
+
+Where it runs: the snapshot's and backfills' tasks (``spark.snapshot_task``), the stream's merges
+(``stream.table_sink``, ``stream.bucket_merge``: a last upsert the filter drops deletes its key),
+the quality row count (the server counts ``WHERE`` the filter) and ``verify`` (the server sums its
+own evaluation of the projection; the roll-forward goes through this one).
 
 **Schema changes** of a transformed table (``sink_changes_through``): a projection that names its
 columns ignores added columns (``*`` takes them); a change of a column the transform does not read

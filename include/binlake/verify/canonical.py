@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import decimal
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,9 +44,10 @@ MASK = (1 << 64) - 1
 _ARROW_FIXED_SCALE = 6
 
 
-def value_sql(column: Column) -> str:
-    """SQL rendering one value of ``column`` canonically (NULL stays NULL)."""
-    c, t = quote(column.name), column.data_type
+def value_sql(column: Column, expression: str | None = None) -> str:
+    """SQL rendering one value of ``column`` canonically (NULL stays NULL); ``expression``: the
+    SQL that computes it (a transform's computed column), default the column itself."""
+    c, t = f"({expression})" if expression else quote(column.name), column.data_type
     if is_bool(column):
         return f"IF({c} IS NULL, NULL, IF({c} + 0 <> 0, '1', '0'))"
     if t == "year" or t == "bit":
@@ -68,18 +69,19 @@ def value_sql(column: Column) -> str:
     return f"CAST({c} AS CHAR)"
 
 
-def row_sql(columns: Sequence[Column]) -> str:
-    """SQL of a row's canonical text (see the module docstring)."""
+def row_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = None) -> str:
+    """SQL of a row's canonical text (see the module docstring); ``expressions``: SQL computing
+    columns by name (a transform's projection)."""
     pieces = []
     for column in columns:
-        value = f"CONVERT({value_sql(column)} USING utf8mb4)"
+        value = f"CONVERT({value_sql(column, (expressions or {}).get(column.name))} USING utf8mb4)"
         pieces.append(f"IFNULL(CONCAT(OCTET_LENGTH({value}), ':', {value}), 'N')")
     return f"CONCAT_WS(',', {', '.join(pieces)})"
 
 
-def checksum_sql(columns: Sequence[Column]) -> str:
+def checksum_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = None) -> str:
     """``COUNT(*), SUM(hash)`` of the rows a query selects (SUM is exact: a DECIMAL)."""
-    return f"COUNT(*), SUM(CAST(CONV(LEFT(MD5({row_sql(columns)}), 16), 16, 10) AS UNSIGNED))"
+    return f"COUNT(*), SUM(CAST(CONV(LEFT(MD5({row_sql(columns, expressions)}), 16), 16, 10) AS UNSIGNED))"
 
 
 def double_text(value: float) -> str:

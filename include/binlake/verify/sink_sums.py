@@ -26,6 +26,7 @@ from pyiceberg.table import Table
 from binlake.events import Column, CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import select_converter
 from binlake.source.chunk_splitter import ChunkRange
 from binlake.stream.records import images
@@ -135,13 +136,17 @@ def rolled_forward(
     key: str,
     chunks: ChunkIndex,
     until: Sequence[int],
+    transform: Transform | None = None,
 ) -> Sums:
     """The sink's sums moved along ``changes`` up to each chunk's position (``until``, as
-    ``records.position``)."""
+    ``records.position``; ``transform``: the table's, which the images go through)."""
     counts, totals = sums[0].copy(), sums[1].copy()
     if changes.num_rows == 0:
         return counts, totals
     rows = images(changes)
+    if transform is not None:  # the sink holds the projection of the rows the filter keeps
+        kept = transform.keep(rows)
+        changes, rows = changes.filter(kept), transform.project(rows.filter(kept))
     at = chunks.of(rows.column(key))
     limit = np.array(until, dtype=np.int64)
     due = (at >= 0) & (changes.column("at").to_numpy() <= limit[np.clip(at, 0, None)])

@@ -25,6 +25,7 @@ import pymysql
 from binlake.config import SourceConfig
 from binlake.events import Column, CreateTable, quote
 from binlake.offsets import BinlogOffset
+from binlake.schema.transforms import Transform
 from binlake.source.binlog_scan import gtid_boundaries
 from binlake.source.chunk_splitter import ChunkRange, range_condition
 from binlake.source.connection import connect, server_version
@@ -56,15 +57,21 @@ def source_sums(
     server_id: int,
     consistent_snapshot: bool | None = None,
     columns: Sequence[Column] | None = None,
+    transform: Transform | None = None,
 ) -> list[ChunkSum]:
     """The server's sums of ``chunks`` (index, range) of ``table``, ``parallelism`` connections at
     once (``server_id``: the first of their replica ids, for watermarks that look into the binlog;
     ``consistent_snapshot``: None = where the server reports the snapshot's position; ``columns``:
-    the columns compared, default all)."""
+    the columns compared, default all; ``transform``: the server computes its projection's columns
+    and sums only the rows its filter keeps)."""
     if not chunks:
         return []
     groups = _groups(list(chunks), max(1, parallelism))
-    sql = checksum_sql(columns if columns is not None else table.columns)
+    sql = checksum_sql(columns if columns is not None else table.columns, transform_sql(transform))
+    if transform is not None and transform.spec.filter:
+        sql += f" FROM {table.table.quoted()} WHERE ({transform.spec.filter})"
+    else:
+        sql += f" FROM {table.table.quoted()} WHERE TRUE"
     with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="verify-source") as pool:
         done = pool.map(
             lambda i: _sum_group(
@@ -73,6 +80,14 @@ def source_sums(
             range(len(groups)),
         )
         return sorted((s for group in done for s in group), key=lambda s: s.index)
+
+
+def transform_sql(transform: Transform | None) -> dict[str, str]:
+    """SQL of each computed column of ``transform``'s projection, and the source column of each
+    kept (maybe renamed) one, by sink column name."""
+    if transform is None:
+        return {}
+    return {i.name: quote(i.node.value) if i.node.op == "column" else i.node.sql for i in transform.items}
 
 
 def _groups(chunks: list[tuple[int, ChunkRange]], parts: int) -> list[list[tuple[int, ChunkRange]]]:
@@ -124,6 +139,6 @@ def _sum(
     condition, params = range_condition(quote(key_column), chunk)
     with conn.cursor() as cur:
         # pymysql formats the parameters in with %: the rendering's own % (DATE_FORMAT) doubled.
-        cur.execute(f"SELECT {sql.replace('%', '%%')} FROM {table.table.quoted()} WHERE {condition}", params)
+        cur.execute(f"SELECT {sql.replace('%', '%%')} AND {condition}", params)
         rows, total = cur.fetchone()
     return int(rows), int(total or 0) & MASK

@@ -31,7 +31,7 @@ from binlake.planner import discover_tables
 from binlake.quality.checkpoint import sink_offset
 from binlake.quality.reconcile import changes_after
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
-from binlake.schema.transforms import transform_rule
+from binlake.schema.transforms import Transform, transform_of, transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import stream_offset
 from binlake.source.binlog_reader import SchemaChangedError
@@ -186,8 +186,15 @@ def _verify_table(
     result = TableVerification(schema.table.name, identifier, key)
     pinned = _pin(config, store, identifier)
     sink_columns = set(pinned.table.schema().column_names) if pinned else set()
-    columns = [c for c in schema.columns if c.name in sink_columns]
-    result.not_compared = [c.name for c in schema.columns if c.name not in sink_columns]
+    transform = transform_of(config, schema) if transform_rule(config, schema.table.name) else None
+    if transform is None:
+        columns = [c for c in schema.columns if c.name in sink_columns]
+        result.not_compared = [c.name for c in schema.columns if c.name not in sink_columns]
+    else:  # the projection's columns, but those computed from metadata the source does not hold
+        columns = [
+            i.column for i in transform.items if not i.node.uses_metadata and i.column.name in sink_columns
+        ]
+        result.not_compared = [i.name for i in transform.items if i.column not in columns]
     chunks = ChunkIndex(schema.column(key), ranges)
 
     def unverified(note: str) -> TableVerification:
@@ -200,11 +207,6 @@ def _verify_table(
     if pinned is None:
         return unverified(
             f"the sink table {identifier} does not exist or holds no offset yet: run the pipeline first"
-        )
-    if transform_rule(config, schema.table.name) is not None:
-        return unverified(
-            f"{schema.table} is transformed (`transform`): verify does not compare a projection's checksums "
-            "yet; the quality run's row count covers its filter"
         )
     version = store.schema_history(name).at(schema.table, pinned.offset)
     if version is not None and version.schema is not None and not same_schema(version.schema, schema):
@@ -231,6 +233,7 @@ def _verify_table(
                 reading.result,
                 plans,
                 consistent_snapshot,
+                transform,
             )
     except SchemaChangedError:
         return unverified(
@@ -285,6 +288,7 @@ def _compare(
     base: Callable[[], Sums],
     plans: Sequence[StoredPlan],
     consistent_snapshot: bool | None,
+    transform: Transform | None = None,
 ) -> tuple[list[ChunkVerdict], int, float]:
     """Sum the chunks on the source and compare; chunks whose sum may or may not hold a change
     (MySQL's watermarks) are summed again."""
@@ -298,7 +302,7 @@ def _compare(
         clock = time.monotonic()
         fresh = source_sums(
             config.source, schema, key, [(i, chunks.ranges[i]) for i in pending], config.pipeline.parallelism,
-            server_id + 1, consistent_snapshot, columns,
+            server_id + 1, consistent_snapshot, columns, transform,
         )  # fmt: skip
         seconds += time.monotonic() - clock
         end = max(s.high for s in fresh)
@@ -317,7 +321,7 @@ def _compare(
         log.info("verify %s: %d chunks changed while summed (attempt %d): summing them again", schema.table,
                  len(pending), attempt)  # fmt: skip
     until = [position(sums[i].high) if i in sums else 0 for i in range(len(chunks))]
-    counts, totals = rolled_forward(base(), changes, columns, key, chunks, until)
+    counts, totals = rolled_forward(base(), changes, columns, key, chunks, until, transform)
     verdicts = []
     for i, chunk in enumerate(chunks.ranges):
         s = sums.get(i)
