@@ -187,3 +187,24 @@ def test_values_binlake_cannot_reproduce_stop_it() -> None:
         compile_transform(TransformSpec("id, id * 4 AS x"), schema).project(big)
     same_rows = compile_transform(TransformSpec("id, id * 1 AS x"), schema).project(big)
     assert same_rows.column("x").to_pylist() == [2**62, 1]
+
+
+def test_a_shadow_table_goes_through_its_tables_rule(tmp_path: Any) -> None:
+    from binlake.config import PipelineConfig
+    from binlake.schema.transforms import transform_rule
+
+    config = PipelineConfig.model_validate(
+        {
+            "pipeline": {"name": "p", "work_dir": str(tmp_path)},
+            "source": {"hostname": "h", "username": "u", "password": "p", "tables": [r"shop\..*"]},
+            "transform": [{"source_table": r"shop\.orders", "filter": "total > 0"}],
+        }
+    )
+    rule = transform_rule(config, "shop.orders")
+    assert rule is not None
+    # gh-ost's and pt-osc's shadow tables become `orders` at the cut-over: the same rule, from the start.
+    assert transform_rule(config, "shop._orders_gho") == rule
+    assert transform_rule(config, "shop._orders_new") == rule
+    assert transform_rule(config, "shop._orders_del") == rule
+    assert transform_rule(config, "shop.customers") is None
+    assert transform_rule(config, "shop._customers_gho") is None

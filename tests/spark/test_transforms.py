@@ -169,3 +169,26 @@ def test_schema_changes_through_a_transform(
     ) as stopped:
         run_stream(config, spark, until_caught_up=True)
     assert "Fix:" in str(stopped.value)
+
+
+def test_a_table_renamed_out_of_its_transform_stops_the_stream(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), status VARCHAR(10), amount DECIMAL(10,2), "
+        "secret VARCHAR(20))",
+        "INSERT INTO t VALUES (1, 'a', 'ok', 1, 's')",
+        database=database,
+    )
+    config = transformed(stream_config(mariadb, database, tmp_path), database)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    # The sink table holds the rule's projection; under its new name the table has no rule.
+    mariadb.execute(
+        "RENAME TABLE t TO t_all", "INSERT INTO t_all VALUES (2, 'b', 'ok', 2, 's')", database=database
+    )
+    with pytest.raises(StreamError, match=r"renamed to .*t_all.*different `transform` rules") as stopped:
+        run_stream(config, spark, until_caught_up=True)
+    assert "Fix:" in str(stopped.value)
+    rows, _ = sink(config, database)
+    assert [r["id"] for r in rows] == [1]  # nothing of the renamed table's rows

@@ -42,6 +42,7 @@ from binlake.events import (
     DropColumn,
     RenameColumn,
     SchemaChange,
+    TableId,
 )
 from binlake.schema.transform_eval import arrow_of, evaluate
 from binlake.schema.transform_sql import (
@@ -52,6 +53,7 @@ from binlake.schema.transform_sql import (
     parse_filter,
     parse_projection,
 )
+from binlake.source.discovery import shadow_base
 
 DATABASE, TABLE, OP_TS = "__database__", "__table__", "__op_ts__"
 METADATA = {
@@ -227,8 +229,12 @@ def sink_column(name: str, t: SqlType) -> Column:
 
 
 def transform_rule(config: PipelineConfig, table: str) -> TransformRule | None:
-    """The first ``transform`` rule whose ``source_table`` matches ``table`` (``database.table``)."""
-    return next((r for r in config.transform if re.fullmatch(r.source_table, table)), None)
+    """The first ``transform`` rule whose ``source_table`` matches ``table`` (``database.table``),
+    or, for an online schema-change tool's shadow table (``_t_gho``…), ``t`` (its rows become
+    ``t``'s at the cut-over, so they go through ``t``'s transform from the start)."""
+    found = next((r for r in config.transform if re.fullmatch(r.source_table, table)), None)
+    base = shadow_base(TableId.parse(table)) if found is None and config.transform else None
+    return transform_rule(config, base.name) if base is not None else found
 
 
 def transform_of(config: PipelineConfig, schema: CreateTable, routed: bool = False) -> Transform | None:

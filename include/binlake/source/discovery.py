@@ -26,6 +26,13 @@ SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema",
 _SHADOW = re.compile(r"^_+(.+)_(gho|ghc|del|new|old)$")
 
 
+def shadow_base(table: TableId) -> TableId | None:
+    """The table ``table``'s name makes it an online schema-change tool's shadow of (gh-ost's
+    ``_t_gho``, pt-osc's ``_t_new``…), whether or not that table is captured."""
+    found = _SHADOW.match(table.table)
+    return TableId(table.database, found.group(1)) if found is not None else None
+
+
 @dataclass(frozen=True)
 class TableSelector:
     """Include regexes minus exclude regexes, matched in full against ``database.table`` — and the
@@ -44,11 +51,8 @@ class TableSelector:
 
     def shadow_of(self, table: TableId) -> TableId | None:
         """The selected table ``table`` is an online schema-change tool's shadow of, if any."""
-        found = _SHADOW.match(table.table)
-        if found is None:
-            return None
-        base = TableId(table.database, found.group(1))
-        return base if self._selected(base) else None
+        base = shadow_base(table)
+        return base if base is not None and self._selected(base) else None
 
     def _selected(self, table: TableId) -> bool:
         name = table.name

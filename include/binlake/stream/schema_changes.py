@@ -353,6 +353,16 @@ def _through_transform(
     if isinstance(change, CreateTable):
         transform = transform_of(config, change, routed(config, change.table))
         return [transform.sink] if transform is not None else None
+    if isinstance(change, RenameTable):
+        old, new = transform_rule(config, change.table.name), transform_rule(config, change.new_table.name)
+        if old != new:  # the sink table holds one rule's projection; the other's rows would not fit
+            raise TransformError(
+                f"{change.table} is renamed to {change.new_table}, and the two names fall under different "
+                "`transform` rules (or one under none), so the sink table's columns would not be the "
+                f"renamed table's. Fix: give both names the same rule, then backfill {change.new_table} "
+                f"(`binlake backfill --table {change.new_table}`)."
+            )
+        return None
     if transform_rule(config, str(change.table)) is None:
         return None
     earlier = [

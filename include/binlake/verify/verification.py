@@ -31,6 +31,7 @@ from binlake.planner import discover_tables
 from binlake.quality.checkpoint import sink_offset
 from binlake.quality.reconcile import changes_after
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.schema.transform_sql import TransformError
 from binlake.schema.transforms import Transform, transform_of, transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import stream_offset
@@ -186,7 +187,11 @@ def _verify_table(
     result = TableVerification(schema.table.name, identifier, key)
     pinned = _pin(config, store, identifier)
     sink_columns = set(pinned.table.schema().column_names) if pinned else set()
-    transform = transform_of(config, schema) if transform_rule(config, schema.table.name) else None
+    refused = None
+    try:
+        transform = transform_of(config, schema) if transform_rule(config, schema.table.name) else None
+    except TransformError as e:  # the rule no longer fits the table: said below, as unverified
+        transform, refused = None, str(e)
     if transform is None:
         columns = [c for c in schema.columns if c.name in sink_columns]
         result.not_compared = [c.name for c in schema.columns if c.name not in sink_columns]
@@ -204,6 +209,8 @@ def _verify_table(
         log.warning("verify %s: %s", schema.table, note)
         return result
 
+    if refused is not None:
+        return unverified(refused)
     if pinned is None:
         return unverified(
             f"the sink table {identifier} does not exist or holds no offset yet: run the pipeline first"
