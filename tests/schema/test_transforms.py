@@ -13,7 +13,7 @@ import pytest
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.transform_eval import TransformInexactError
-from binlake.schema.transforms import OP_TS, TransformError, TransformSpec, compile_transform
+from binlake.schema.transforms import OP_TS, POSITION, TransformError, TransformSpec, compile_transform
 from binlake.schema.type_mapping import RowConverter, arrow_type
 from binlake.source.discovery import discover
 from binlake.testing.private_server import PrivateMariaDB
@@ -111,10 +111,17 @@ def test_metadata_columns() -> None:
     transform = compile_transform(TransformSpec(f"id, __database__ AS db, __table__, {OP_TS} AS at"), schema)
     rows = pa.table({"id": pa.array([1, 2], pa.int32())})
     when = pa.array([dt.datetime(2026, 1, 1, tzinfo=dt.UTC), None], pa.timestamp("us", "UTC"))
-    assert transform.project(rows, when).to_pylist() == [
+    assert transform.project(rows, {OP_TS: when}).to_pylist() == [
         {"id": 1, "db": "shop", "__table__": "t", "at": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)},
         {"id": 2, "db": "shop", "__table__": "t", "at": None},
     ]
+    # A change's position, as MySQL names binlog files; an update the filter drops is a delete.
+    changes = compile_transform(TransformSpec(f"id, {POSITION} AS pos", "id > 1"), schema)
+    rows3 = pa.table({"id": pa.array([1, 2, 3], pa.int32())})
+    at = pa.array([(12 << 32) | 4, (7 << 32) | 123456, None], pa.int64())
+    kept, dropped = changes.upserts(rows3, pa.array([0, 0, 0]), at, "mysql-bin")
+    assert kept.to_pylist() == [{"id": 2, "pos": "mysql-bin.000007:123456"}, {"id": 3, "pos": None}]
+    assert dropped.to_pylist() == [{"id": 1}]
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def transformed(config: PipelineConfig, database: str, **stream: Any) -> Pipelin
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = config.source.password.get_secret_value()
     raw["transform"] = [
-        {"source_table": rf"{database}\.t", "projection": f"{PROJECTION}, __op_ts__ AS changed_at",
+        {"source_table": rf"{database}\.t",
+         "projection": f"{PROJECTION}, __op_ts__ AS changed_at, __binlog_position__ AS changed_in",
          "filter": FILTER, "description": "no test rows, no secrets"},
     ]  # fmt: skip
     raw["stream"] = {**raw.get("stream", {}), **stream}
@@ -57,7 +59,7 @@ def sink(config: PipelineConfig, database: str) -> tuple[list[dict[str, Any]], l
 
 
 def without_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k != "changed_at"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("changed_at", "changed_in")} for r in rows]
 
 
 @pytest.mark.slow
@@ -107,13 +109,16 @@ def test_snapshot_and_stream_of_a_transformed_table_equal_the_servers_transform(
     ]
     assert untouched
     assert all(changed[i] is None for i in untouched)  # as the snapshot read them
+    where = {r["id"]: r["changed_in"] for r in pyiceberg_rows}
+    assert re.fullmatch(r"[\w-]+\.\d{6}:\d+", where[2001]), where[2001]
+    assert all(where[i] is None for i in untouched)
     # binlake verify: the server sums its own projection of the rows its filter keeps; both modes
     # of a sum (MariaDB's consistent snapshot, MySQL's watermarks with the binlog rolled forward).
     for consistent in (True, False):
         report = verify(config, f"transformed-{consistent}", consistent_snapshot=consistent)
         assert {v.status for v in report.verdicts} == {"equal"}, [v.note for v in report.verdicts]
     [checked] = report.tables
-    assert checked.not_compared == ["changed_at"]
+    assert checked.not_compared == ["changed_at", "changed_in"]
     # A backfill re-reads the table through the transform and replaces what the sink lost.
     table = open_catalog(config).load_table(sink_name(config, TableId(database, "t")))
     table.delete("id < 100")

@@ -55,12 +55,15 @@ from binlake.schema.transform_sql import (
 )
 from binlake.source.discovery import shadow_base
 
-DATABASE, TABLE, OP_TS = "__database__", "__table__", "__op_ts__"
+DATABASE, TABLE, OP_TS, POSITION = "__database__", "__table__", "__op_ts__", "__binlog_position__"
 METADATA = {
     DATABASE: SqlType("text", collation="utf8mb4_bin", length=64),
     TABLE: SqlType("text", collation="utf8mb4_bin", length=64),
     OP_TS: SqlType("timestamp"),
+    POSITION: SqlType("text", collation="utf8mb4_bin", length=80),
 }
+#: Metadata of the row's last change: nothing for rows a snapshot read.
+CHANGE_METADATA = (OP_TS, POSITION)
 
 
 @dataclass(frozen=True)
@@ -103,17 +106,18 @@ class Transform:
             condition.columns if condition is not None else frozenset()))  # fmt: skip
         """The source columns it reads."""
 
-    def keep(self, rows: pa.Table, op_ts: pa.Array | None = None) -> pa.Array:
+    def keep(self, rows: pa.Table, changes: dict[str, pa.Array] | None = None) -> pa.Array:
         """Which rows pass the filter (TRUE; NULL and FALSE do not), as a boolean array."""
         if self.condition is None:
             return pa.array([True] * rows.num_rows, pa.bool_())
-        value = evaluate(self.condition, rows, self._metadata(rows, op_ts), self.where)
+        value = evaluate(self.condition, rows, self._metadata(rows, changes), self.where)
         truth = value if value.type == pa.bool_() else pc.not_equal(value, pa.scalar(0, value.type))
         return pc.fill_null(truth, False)
 
-    def project(self, rows: pa.Table, op_ts: pa.Array | None = None) -> pa.Table:
-        """``rows`` (the source's columns) as rows of ``sink``."""
-        metadata = self._metadata(rows, op_ts)
+    def project(self, rows: pa.Table, changes: dict[str, pa.Array] | None = None) -> pa.Table:
+        """``rows`` (the source's columns) as rows of ``sink``; ``changes``: the metadata of each
+        row's last change (``CHANGE_METADATA``; none: rows a snapshot read)."""
+        metadata = self._metadata(rows, changes)
         arrays = []
         for item in self.items:
             if item.node.op == "column":  # carried as it is: the source's own type and values
@@ -122,26 +126,44 @@ class Transform:
                 arrays.append(evaluate(item.node, rows, metadata, f"{self.where}, column `{item.name}`"))
         return pa.Table.from_arrays(arrays, names=[i.name for i in self.items])
 
-    def upserts(self, rows: pa.Table, times: pa.Array | None = None) -> tuple[pa.Table, pa.Table]:
+    def upserts(
+        self,
+        rows: pa.Table,
+        times: pa.Array | None = None,
+        at: pa.Array | None = None,
+        binlog: str = "binlog",
+    ) -> tuple[pa.Table, pa.Table]:
         """A batch's last rows per key (the source's columns; ``times``: their events' epoch
-        seconds): the projected rows the filter keeps, and the keys of those it does not — the
-        sink may hold an earlier version of them that passed, so they are deleted (an update that
-        moves a row out of the filter is a delete; into it, an insert)."""
-        op_ts = None if times is None else pc.multiply(times.cast(pa.int64()), 1_000_000).cast(
-            pa.timestamp("us", "UTC")
-        )  # fmt: skip
-        kept = self.keep(rows, op_ts)
+        seconds; ``at``: their ``records.position``, in binlog files named ``binlog``.NNNNNN): the
+        projected rows the filter keeps, and the keys of those it does not — the sink may hold an
+        earlier version of them that passed, so they are deleted (an update that moves a row out of
+        the filter is a delete; into it, an insert)."""
+        changes = {}
+        if times is not None:
+            changes[OP_TS] = pc.multiply(times.cast(pa.int64()), 1_000_000).cast(pa.timestamp("us", "UTC"))
+        if at is not None:
+            changes[POSITION] = position_texts(at, binlog)
+        kept = self.keep(rows, changes)
         dropped = rows.filter(pc.invert(kept)).select(list(self.table.primary_key))
-        return self.project(rows.filter(kept), op_ts.filter(kept) if op_ts is not None else None), dropped
+        return self.project(rows.filter(kept), {k: v.filter(kept) for k, v in changes.items()}), dropped
 
-    def _metadata(self, rows: pa.Table, op_ts: pa.Array | None) -> dict[str, pa.Array]:
+    def _metadata(self, rows: pa.Table, changes: dict[str, pa.Array] | None) -> dict[str, pa.Array]:
         n = rows.num_rows
-        times = op_ts if op_ts is not None else pa.nulls(n, pa.timestamp("us", "UTC"))
+        found = changes or {}
         return {
             DATABASE: pa.array([self.table.table.database] * n, pa.string()),
             TABLE: pa.array([self.table.table.table] * n, pa.string()),
-            OP_TS: times,
+            OP_TS: found.get(OP_TS, pa.nulls(n, pa.timestamp("us", "UTC"))),
+            POSITION: found.get(POSITION, pa.nulls(n, pa.string())),
         }
+
+
+def position_texts(at: pa.Array, binlog: str) -> pa.Array:
+    """``records.position`` values as ``binlog.000123:4567`` (MySQL's file numbering: six digits)."""
+    at = at.cast(pa.int64())
+    files = pc.utf8_lpad(pc.cast(pc.shift_right(at, 32), pa.string()), 6, "0")
+    offsets = pc.cast(pc.bit_wise_and(at, 0xFFFFFFFF), pa.string())
+    return pc.binary_join_element_wise(f"{binlog}.", files, ":", offsets, "")
 
 
 def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:
@@ -177,9 +199,13 @@ def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:
     if condition is not None and condition.uses_metadata:
         raise TransformError(f"{where}: the filter `{spec.filter}` reads metadata columns, which the source "
                              "table does not hold. Fix: filter on the table's own columns.")  # fmt: skip
-    if not table.primary_key and any(i.node.value == OP_TS for i in items if i.node.op == "metadata"):
-        raise TransformError(f"{where}: `{OP_TS}` needs a primary key (without one, a row's changes net out "
-                             "and keep no time). Fix: leave it out.")  # fmt: skip
+    if not table.primary_key and any(
+        i.node.value in CHANGE_METADATA for i in items if i.node.op == "metadata"
+    ):
+        raise TransformError(
+            f"{where}: `{OP_TS}` and `{POSITION}` need a primary key (without one, a row's changes net out "
+            "and keep no time or position). Fix: leave them out."
+        )
     return Transform(spec, table, items, condition, where)
 
 

@@ -191,7 +191,9 @@ class BatchApplier:
             self._follow_schemas(end)
         counts = block_counts(head)
         due = self.backfills.due(end) if self.backfills is not None else {}
-        plans = self._bucket_plans(counts, first_positions(head), set(due) | {g.table.name for g in found})
+        plans = self._bucket_plans(
+            counts, first_positions(head), set(due) | {g.table.name for g in found}, binlog_base(end)
+        )
         merged = self._merge_on_executors(frame, plans, clock)
         with clock.phase("read"):
             rest = sorted(set(counts) - set(merged))
@@ -250,7 +252,7 @@ class BatchApplier:
         return batch
 
     def _bucket_plans(
-        self, counts: dict[str, int], firsts: dict[str, int], driver: set[str]
+        self, counts: dict[str, int], firsts: dict[str, int], driver: set[str], binlog: str
     ) -> dict[str, BucketPlan]:
         """The tables whose share of the batch the executors merge: merge-on-read tables with a
         primary key, enough changes (``merge_from``), a sink of their own and nothing the driver
@@ -268,7 +270,7 @@ class BatchApplier:
                 name, max(after + 1, firsts[name])
             )
             if not filtering:
-                plans[name] = sink.bucket_plan(after)
+                plans[name] = sink.bucket_plan(after, binlog)
         return plans
 
     def _merge_on_executors(
@@ -352,7 +354,7 @@ class BatchApplier:
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
             keyed = last_per_key(rows, sink.keys)
-            upserts, dropped = sink.upserts(keyed)
+            upserts, dropped = sink.upserts(keyed, binlog_base(end))
             deletes = (
                 pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped])
                 if dropped.num_rows
@@ -419,6 +421,11 @@ class BatchApplier:
         else:
             prune = sink.keys[0] if sink.keys and len(parts) == 1 else None
             sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, self.complete, clear, force)
+
+
+def binlog_base(offset: BinlogOffset) -> str:
+    """The binlog files' base name (``binlog`` of ``binlog.000123``)."""
+    return offset.file.rsplit(".", 1)[0]
 
 
 def _later(a: BinlogOffset, b: BinlogOffset | None) -> BinlogOffset:

@@ -142,7 +142,8 @@ class StagedBackfills:
             transformed = sink.transform is not None
             rows = complete(rows, sink.keys, _previous(staged, schema, sink), schema.table.name, transformed)
             keyed = last_per_key(rows, sink.keys)
-            upserts, dropped = sink.upserts(keyed)  # a transform's filter may drop some: deleted
+            # A transform's filter may drop some: deleted.
+            upserts, dropped = sink.upserts(keyed, low.file.rsplit(".", 1)[0])
             deletes = sink.key_rows(pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped]))
             names = list(deletes.schema.names)
             touched = pa.concat_tables([upserts.select(names), deletes.cast(upserts.select(names).schema)])

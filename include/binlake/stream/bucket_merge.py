@@ -68,6 +68,8 @@ class BucketPlan:
     """``records.position`` the table holds changes up to: earlier ones are dropped."""
     transform: Transform | None = None
     """The table's projection and filter (``schema.transforms``)."""
+    binlog: str = "binlog"
+    """The binlog files' base name (``__binlog_position__``)."""
 
 
 @dataclass
@@ -141,7 +143,7 @@ def _merge(plan: BucketPlan, changes: pa.Table) -> BucketResult:
     last = last_per_key(changes, plan.keys)
     upserts, deletes = last.upserts.cast(plan.source), last.deletes.cast(_key_schema(plan))
     if plan.transform is not None:  # rows the filter drops are deleted (``Transform.upserts``)
-        upserts, dropped = plan.transform.upserts(upserts, last.times)
+        upserts, dropped = plan.transform.upserts(upserts, last.times, last.positions, plan.binlog)
         deletes = pa.concat_tables([deletes, dropped.cast(deletes.schema)])
     rows = project(upserts, plan.sink)
     keys = project(deletes, plan.sink_keys)

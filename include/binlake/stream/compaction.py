@@ -28,6 +28,8 @@ class KeyedChanges:
     """Key columns."""
     times: pa.Array | None = None
     """The upserts' event times (epoch seconds)."""
+    positions: pa.Array | None = None
+    """The upserts' ``records.position``."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ def last_per_key(changes: pa.Table, keys: Sequence[str]) -> KeyedChanges:
     final = changes.take(last)
     upserts = pc.equal(final.column("op"), "upsert")
     kept = final.filter(upserts)
-    return KeyedChanges(images(kept), images(final.filter(pc.invert(upserts)), keys), kept.column("ts"))
+    deletes = images(final.filter(pc.invert(upserts)), keys)
+    return KeyedChanges(images(kept), deletes, kept.column("ts"), kept.column("at"))
 
 
 def net_rows(changes: pa.Table) -> RowChanges:

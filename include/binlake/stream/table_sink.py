@@ -47,13 +47,13 @@ class TableSink:
         sink_keys = [SOURCE_TABLE_COLUMN, *self.keys] if self.routed else list(self.keys)
         self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in sink_keys if k in present])
 
-    def bucket_plan(self, after: int) -> BucketPlan:
+    def bucket_plan(self, after: int, binlog: str = "binlog") -> BucketPlan:
         """What executors need to merge this table's changes after position ``after``
         (``stream.bucket_merge``)."""
         table = self.writer.table
         return BucketPlan(
             self.schema.table.name, self.arrow, self.keys, self.sink_arrow, self.sink_key_arrow,
-            table.metadata, table.io, after, self.transform,
+            table.metadata, table.io, after, self.transform, binlog,
         )  # fmt: skip
 
     def rows(self, images: pa.Table) -> pa.Table:
@@ -64,13 +64,14 @@ class TableSink:
             images = self.transform.project(images.filter(self.transform.keep(images)))
         return project(self._routed(images), self.sink_arrow)
 
-    def upserts(self, last: KeyedChanges) -> tuple[pa.Table, pa.Table]:
+    def upserts(self, last: KeyedChanges, binlog: str = "binlog") -> tuple[pa.Table, pa.Table]:
         """A batch's last upserts per key as rows of the sink table, and the keys (the source's
-        columns) of those a transform's filter drops: deleted in the sink."""
+        columns) of those a transform's filter drops: deleted in the sink (``binlog``: the binlog
+        files' base name, for ``__binlog_position__``)."""
         images = last.upserts.cast(self.arrow)
         if self.transform is None:
             return self.rows(images), images.select(list(self.keys)).slice(0, 0)
-        kept, dropped = self.transform.upserts(images, last.times)
+        kept, dropped = self.transform.upserts(images, last.times, last.positions, binlog)
         return project(self._routed(kept), self.sink_arrow), dropped
 
     def previous_rows(self, keys: pa.Table) -> pa.Table:
