@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,11 @@ from binlake.source.validator import validate
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import StreamError, run_stream
-from binlake.testing import duckdb_iceberg
+from binlake.testing import demo, duckdb_iceberg
 from binlake.testing.private_server import PrivateMariaDB
+from binlake.testing.workload import Workload
 from binlake.verify.verification import verify
-from tests.helpers import stream_config
+from tests.helpers import assert_sink_equals_source, stream_config
 
 PROJECTION = "id, name, UPPER(status) AS status_u, amount * 100 AS cents, CONCAT(name, '/', status) AS label"
 FILTER = "status <> 'test' AND amount > 0"
@@ -197,3 +199,64 @@ def test_a_table_renamed_out_of_its_transform_stops_the_stream(
     assert "Fix:" in str(stopped.value)
     rows, _ = sink(config, database)
     assert [r["id"] for r in rows] == [1]  # nothing of the renamed table's rows
+
+
+#: Transforms of the demo's tables whose filters the workload's updates cross both ways (orders
+#: are cancelled and paid again, customers made inactive and active).
+DEMO_TRANSFORMS = [
+    {
+        "source_table": r".*\.orders",
+        "projection": "id, customer_id, status, total * 100 AS total_cents, UPPER(currency) AS currency, "
+        "ordered_at, __op_ts__ AS changed_at",
+        "filter": "status <> 'cancelled' AND total > 0",
+    },
+    {
+        "source_table": r".*\.customers",
+        "projection": "id, country, is_active, loyalty_points",
+        "filter": "is_active",
+    },
+]
+
+
+@pytest.mark.slow
+def test_a_workload_moving_rows_across_filters_while_the_stream_runs(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    demo.load(mariadb.admin_connection, 3000, database=database)
+    raw = stream_config(mariadb, database, tmp_path, chunk_size=500).model_dump(
+        mode="json", exclude_none=True
+    )
+    raw["source"]["password"] = mariadb.password
+    raw["transform"] = DEMO_TRANSFORMS
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    workload = Workload(mariadb.admin_connection, database=database, rate=150, txn_size=3).start()
+    stop = threading.Event()
+    batches = threading.Semaphore(0)
+    stream = threading.Thread(
+        target=lambda: run_stream(config, spark, stop=stop, progress=lambda _b, _r: batches.release())
+    )
+    stream.start()
+    try:
+        for _ in range(3):  # waited for, not timed
+            assert batches.acquire(timeout=300)
+    finally:
+        stats = workload.stop()
+        stop.set()
+        stream.join(600)
+    assert not stream.is_alive()
+    assert stats.total > 200
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)  # every table, the transformed ones through their rules
+    # And by the server's own evaluation of the orders' rule.
+    columns = "id, customer_id, status, total * 100 AS total_cents, UPPER(currency) AS currency, ordered_at"
+    with contextlib.closing(mariadb.admin_connection()) as conn, conn.cursor() as cur:
+        cur.execute(
+            f"SELECT {columns} FROM `{database}`.orders WHERE status <> 'cancelled' AND total > 0 ORDER BY id"
+        )
+        names = [d[0] for d in cur.description]
+        expected_orders = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    orders = open_catalog(config).load_table(sink_name(config, TableId(database, "orders")))
+    stored = sorted(orders.scan().to_arrow().drop_columns(["changed_at"]).to_pylist(), key=lambda r: r["id"])
+    assert stored == expected_orders

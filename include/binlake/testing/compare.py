@@ -11,10 +11,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, routed
+from binlake.schema.transforms import Transform, transform_of
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.source.bulk_select import text_select_list
@@ -32,6 +35,11 @@ def source_rows(
     config: PipelineConfig, schema: CreateTable, where: str = "1 = 1", params: Any = ()
 ) -> list[dict[str, Any]]:
     """The table's rows in the source now, as the sink would hold them."""
+    return source_batch(config, schema, where, params).to_pylist()  # type: ignore[no-any-return]
+
+
+def source_batch(config: PipelineConfig, schema: CreateTable, where: str = "1 = 1", params: Any = ()) -> Any:
+    """``source_rows`` as an Arrow record batch of the table's columns."""
     converter = RowConverter(schema)
     with contextlib.closing(connect(config.source)) as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
@@ -39,7 +47,7 @@ def source_rows(
         columns = text_select_list(list(schema.columns))
         cur.execute(f"SELECT {columns} FROM {schema.table.quoted()} WHERE {where}", params)
         rows = cur.fetchall()
-    return converter.batch(converter.select_columns(rows)).to_pylist()  # type: ignore[no-any-return]
+    return converter.batch(converter.select_columns(rows))
 
 
 def sink_rows(config: PipelineConfig, table: TableId) -> list[dict[str, Any]]:
@@ -78,8 +86,11 @@ def compare(config: PipelineConfig) -> list[TableComparison]:
     """Compare every captured table of the pipeline."""
     results = []
     for schema in discover_tables(config):
-        source = bag(source_rows(config, schema))
-        sink = bag(sink_rows_of(config, schema))
+        transform = transform_of(config, schema, routed(config, schema.table))
+        if transform is None:
+            source, sink = bag(source_rows(config, schema)), bag(sink_rows_of(config, schema))
+        else:
+            source, sink = _transformed(config, schema, transform)
         results.append(
             TableComparison(
                 schema.table.name,
@@ -90,6 +101,18 @@ def compare(config: PipelineConfig) -> list[TableComparison]:
             )
         )
     return results
+
+
+def _transformed(
+    config: PipelineConfig, schema: CreateTable, transform: Transform
+) -> tuple[Counter[Row], Counter[Row]]:
+    """The source's rows through the table's transform, and the sink's, without the metadata
+    columns (when a row changed is the binlog's to say, not the table's)."""
+    rows = pa.Table.from_batches([source_batch(config, schema)])
+    projected = transform.project(rows.filter(transform.keep(rows)))
+    names = [i.name for i in transform.items if not i.node.uses_metadata]
+    sink = [{n: r.get(n) for n in names} for r in sink_rows(config, schema.table)]
+    return bag(projected.select(names).to_pylist()), bag(sink)
 
 
 def print_comparison(results: list[TableComparison]) -> None:
