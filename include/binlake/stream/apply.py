@@ -5,6 +5,11 @@ the same commit as the data, so a replayed batch — Spark re-runs the last one 
 skipped and a batch cut at another place applies only what is new), drop what the snapshot holds
 (``SnapshotFilter``), compact, turn images into Arrow, and commit through the writer with the
 batch's end offset. Then the state store records the batch and moves the stream's offset.
+
+The batch is read in parts (``stream.batch_frame``): its head (segment ends, gaps, counts) always;
+the changes of the tables merged here; and, for large shares of merge-on-read tables with a key,
+only the committables of their merge on the executors (``stream.bucket_merge``), whose files the
+same commit adds.
 """
 
 from __future__ import annotations
