@@ -10,8 +10,23 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import functions
 
+from binlake.stream.batch_frame import ArrowFrame
 from binlake.stream.bucket_merge import SPLIT_DDL, BucketPlan, BucketResult, merge_parts, split_blocks
 from binlake.stream.records import CHANGES
+
+
+class CollectedFrame(ArrowFrame):
+    """The micro-batch collected whole at its head, in one Spark job: for pipelines none of whose
+    tables merge on the executors (caching the batch and reading it in parts would cost a second
+    job per batch for nothing)."""
+
+    def __init__(self, frame: Any) -> None:
+        super().__init__(pa.table({}))
+        self._frame = frame
+
+    def head(self) -> pa.Table:
+        self.envelope = _arrow(self._frame)
+        return super().head()
 
 
 class SparkBatchFrame:

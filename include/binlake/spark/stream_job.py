@@ -44,7 +44,7 @@ from binlake.snapshot.spans import snapshot_applies
 from binlake.source.connection import connect
 from binlake.source.event_rows import gap_message
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
-from binlake.spark.batch_frame import SparkBatchFrame
+from binlake.spark.batch_frame import CollectedFrame, SparkBatchFrame
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.query_progress import ProgressLog
 from binlake.spark.stream_task import read_segment
@@ -316,7 +316,12 @@ def _run_query(
     frame = spark.readStream.format("binlake_binlog").options(**options).load()
     writer = (
         frame.writeStream.foreachBatch(
-            lambda batch, batch_id: applier(SparkBatchFrame(batch, config.pipeline.parallelism), batch_id)
+            lambda batch, batch_id: applier(
+                SparkBatchFrame(batch, config.pipeline.parallelism)
+                if applier.merges_on_executors()
+                else CollectedFrame(batch),
+                batch_id,
+            )
         )
         .option("checkpointLocation", str(checkpoint))
         .queryName(f"binlake_{name}")

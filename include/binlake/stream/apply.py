@@ -105,6 +105,13 @@ class BatchApplier:
         """Changes of a merge-on-read table in one batch from which the executors merge them
         (``stream.bucket_merge``; None: never)."""
 
+    def merges_on_executors(self) -> bool:
+        """Whether a sink table of the pipeline may have its share merged on the executors (else a
+        batch is best collected whole, in one Spark job)."""
+        return self.merge_from is not None and any(
+            s.keyed and not s.routed and merge_on_read(s.writer.table.metadata) for s in self.sinks.values()
+        )
+
     def __call__(self, frame: BatchFrame, batch_id: int) -> None:
         started = time.monotonic()
         clock = BatchClock()

@@ -44,8 +44,6 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.schema.routes import routed
-from binlake.schema.transform_sql import TransformError
-from binlake.schema.transforms import sink_changes_through, transform_of, transform_rule
 from binlake.snapshot.spans import TableSpan, stream_spans
 from binlake.source.binlog_scan import Boundary
 from binlake.source.charsets import Charsets
@@ -349,6 +347,11 @@ def _through_transform(
     config: PipelineConfig, store: StateStore, request: SchemaChangeRequest, after: CreateTable | None
 ) -> list[SchemaChange] | None:
     """The sink changes of a transformed table's change (``schema.transforms``); None: not transformed."""
+    # Imported here: the planning side imports this module and must not load pyarrow (see
+    # SchemaTracker.ddl).
+    from binlake.schema.transform_sql import TransformError
+    from binlake.schema.transforms import sink_changes_through, transform_of, transform_rule
+
     change = request.change
     if isinstance(change, CreateTable):
         transform = transform_of(config, change, routed(config, change.table))
@@ -391,6 +394,7 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         TableLayout,
         UnsupportedSchemaChangeError,
     )
+    from binlake.schema.transform_sql import TransformError
     from binlake.sink.catalog import open_catalog, sink_identifier
 
     pipeline = config.pipeline.name
