@@ -57,6 +57,12 @@ def test_without_the_packages_the_links_stay_and_a_warning_says_the_fix(
     assert "Fix: `make setup`" in caplog.text
 
 
+STYLED_CELL = """() => {
+  const cell = document.querySelector("table.table td");
+  return cell !== null && getComputedStyle(cell).borderTopStyle === "solid";
+}"""
+
+
 def test_the_report_renders_offline_in_a_browser(tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -88,6 +94,9 @@ def test_the_report_renders_offline_in_a_browser(tmp_path: Path) -> None:
             True,
         ]
         # Styled (Bootstrap's table class; unstyled: no borders) and the icon font (status marks).
+        # Waited for: bootstrap-table replaces the rows it built once more after they first show,
+        # and a cell read in between is detached (no computed style); unstyled, this times out.
+        page.wait_for_function(STYLED_CELL, timeout=15_000)
         assert page.eval_on_selector("table.table td", "e => getComputedStyle(e).borderTopStyle") == "solid"
         assert page.evaluate(FONT_AWESOME_LOADED)
         assert page.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")

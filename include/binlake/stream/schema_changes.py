@@ -347,8 +347,7 @@ def _through_transform(
     config: PipelineConfig, store: StateStore, request: SchemaChangeRequest, after: CreateTable | None
 ) -> list[SchemaChange] | None:
     """The sink changes of a transformed table's change (``schema.transforms``); None: not transformed."""
-    # Imported here: the planning side imports this module and must not load pyarrow (see
-    # SchemaTracker.ddl).
+    # Imported here: the planning side imports this module (see SchemaTracker.ddl).
     from binlake.schema.transform_sql import TransformError
     from binlake.schema.transforms import sink_changes_through, transform_of, transform_rule
 
