@@ -20,6 +20,13 @@ Datum: TypeAlias = Any
 _OUTSIDE_ASCII = r"[^\x20-\x7e]"
 
 
+_COMPARISONS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "null_safe_equal")
+_FAMILIES = {
+    **{op: "_arithmetic" for op in ("add", "subtract", "multiply")},
+    **{op: "_compare" for op in _COMPARISONS},
+}
+
+
 class TransformInexactError(BinlakeError):
     """A value the transform cannot evaluate exactly (the message says which and how to fix it)."""
 
@@ -51,11 +58,12 @@ class Evaluator:
         return value.cast(arrow_of(node.type)) if node.type.kind != "null" else value
 
     def value(self, node: Node) -> Datum:
-        handler = getattr(self, f"_{node.op}", None)
+        family = _FAMILIES.get(node.op)  # operators one method evaluates by Arrow's function name
+        handler = getattr(self, family or f"_{node.op}", None)
         if handler is None:  # the compiler never makes one: a defect, not a user's mistake
             raise AssertionError(f"no evaluation for {node.op}")
         try:
-            result: Datum = handler(node)
+            result: Datum = handler(node, node.op) if family else handler(node)
         except pa.ArrowInvalid as e:
             raise TransformInexactError(
                 f"{self.where}: `{node.sql}` failed on a row ({str(e).splitlines()[0]}); the server stops "
@@ -97,15 +105,6 @@ class Evaluator:
         if node.type.unsigned and node.type.kind != "double":
             self._not_negative(node, result)
         return pc.cast(result, arrow_of(node.type))
-
-    def _add(self, node: Node) -> Datum:
-        return self._arithmetic(node, "add")
-
-    def _subtract(self, node: Node) -> Datum:
-        return self._arithmetic(node, "subtract")
-
-    def _multiply(self, node: Node) -> Datum:
-        return self._arithmetic(node, "multiply")
 
     def _negate(self, node: Node) -> Datum:
         return pc.negate_checked(self._number(node.args[0], node.type))
@@ -156,31 +155,10 @@ class Evaluator:
         if pc.any(pc.match_substring_regex(value, _OUTSIDE_ASCII)).as_py():
             raise TransformInexactError(
                 f"{self.where}: `{node.sql}` holds text outside printable ASCII, which the column's "
-                "collation "
-                "compares (or changes case) by tables binlake does not reproduce. Fix: leave the comparison "
-                "(or UPPER/LOWER) of this column out of the transform, or compare a column of ASCII codes."
+                "collation compares (or changes case) by tables binlake does not reproduce. Fix: leave "
+                "the comparison (or UPPER/LOWER) of this column out of the transform, or compare a column "
+                "of ASCII codes."
             )
-
-    def _equal(self, node: Node) -> Datum:
-        return self._compare(node, "equal")
-
-    def _not_equal(self, node: Node) -> Datum:
-        return self._compare(node, "not_equal")
-
-    def _greater(self, node: Node) -> Datum:
-        return self._compare(node, "greater")
-
-    def _greater_equal(self, node: Node) -> Datum:
-        return self._compare(node, "greater_equal")
-
-    def _less(self, node: Node) -> Datum:
-        return self._compare(node, "less")
-
-    def _less_equal(self, node: Node) -> Datum:
-        return self._compare(node, "less_equal")
-
-    def _null_safe_equal(self, node: Node) -> Datum:
-        return self._compare(node, "null_safe_equal")
 
     def _in(self, node: Node) -> Datum:
         common: SqlType = node.value

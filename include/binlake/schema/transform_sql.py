@@ -156,9 +156,9 @@ class Compiler:
         except TransformError:
             raise
         except (KeyError, ValueError, TypeError) as e:  # an argument binlake did not expect
-            raise self._refuse(node, f"it is not understood ({e})") from None
+            raise self.refuse(node, f"it is not understood ({e})") from None
 
-    def _refuse(self, node: exp.Expression, why: str, fix: str | None = None) -> TransformError:
+    def refuse(self, node: exp.Expression, why: str, fix: str | None = None) -> TransformError:
         return TransformError(
             f"{self.where}: cannot evaluate `{node.sql(dialect='mysql')}`: {why}. "
             f"Fix: {fix or 'write it with the columns, operators and functions binlake evaluates (listed in binlake.schema.transform_sql), or leave it out'}."  # noqa: E501
@@ -172,15 +172,15 @@ class Compiler:
         if isinstance(node, _NONDETERMINISTIC_NODES) or (
             isinstance(node, exp.Anonymous) and str(node.this).upper() in _NONDETERMINISTIC
         ):
-            raise self._refuse(
+            raise self.refuse(
                 node, "it is not deterministic (its value depends on when or where it runs, so a row "
                 "would differ between the snapshot, the stream and a backfill)", "leave it out",
             )  # fmt: skip
         if isinstance(node, exp.AggFunc | exp.Window | exp.Subquery | exp.Select):
-            raise self._refuse(node, "a transform sees one row at a time", "leave it out")
+            raise self.refuse(node, "a transform sees one row at a time", "leave it out")
         rule = RULES.get(type(node))
         if rule is None:
-            raise self._refuse(node, "binlake does not evaluate it")
+            raise self.refuse(node, "binlake does not evaluate it")
         return rule(self, node)
 
     def reference(self, node: exp.Column) -> Node:
@@ -199,14 +199,11 @@ class Compiler:
         kind = column_type(column)
         if kind is None:
             why = f"binlake does not evaluate expressions over {column.column_type} columns"
-            raise self._refuse(node, why, f"project `{column.name}` as it is, or leave it out")
+            raise self.refuse(node, why, f"project `{column.name}` as it is, or leave it out")
         return Node("column", kind, value=column.name, sql=column.name, columns=frozenset({column.name}))
 
     def children(self, node: exp.Expression, *parts: exp.Expression) -> tuple[Node, ...]:
         return tuple(self._node(p) for p in parts)
-
-    def refuse(self, node: exp.Expression, why: str, fix: str | None = None) -> TransformError:
-        return self._refuse(node, why, fix)
 
 
 def make(op: str, kind: SqlType, args: tuple[Node, ...], node: exp.Expression, value: Any = None) -> Node:

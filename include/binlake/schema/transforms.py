@@ -94,12 +94,9 @@ class Transform:
         self.items = items
         self.condition = condition
         self.where = where
-        key = [
-            next(i.name for i in items if i.node.op == "column" and i.node.value == k)
-            for k in table.primary_key
-        ]
-        self.sink = CreateTable(table.table, tuple(i.column for i in items), tuple(key))
-        """The sink table's schema: the projection's columns (the primary key kept, maybe renamed)."""
+        self.sink = CreateTable(table.table, tuple(i.column for i in items), table.primary_key)
+        """The sink table's schema: the projection's columns (the primary key kept under its names:
+        ``compile_transform`` refuses others)."""
         self.star = any(i.star for i in items)
         """Whether the projection takes every column (``*``): then it takes added ones too."""
         self.source_columns = sorted(frozenset().union(*(i.node.columns for i in items)) | (
