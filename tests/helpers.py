@@ -127,6 +127,29 @@ def stream_config(
     return PipelineConfig.model_validate(raw)
 
 
+def stream_during(config: PipelineConfig, spark: Any, workload: Any, batches: int) -> Any:
+    """Run the continuous stream while ``workload`` (started) writes, for ``batches`` micro-batches
+    (waited for, not timed); then stop both (the stream between batches) and return the workload's
+    stats."""
+    from binlake.spark.stream_job import run_stream
+
+    stop = threading.Event()
+    done = threading.Semaphore(0)
+    stream = threading.Thread(
+        target=lambda: run_stream(config, spark, stop=stop, progress=lambda _b, _r: done.release())
+    )
+    stream.start()
+    try:
+        for _ in range(batches):
+            assert done.acquire(timeout=300)
+    finally:
+        stats = workload.stop()
+        stop.set()  # honoured between batches: once the stream has caught up with the workload
+        stream.join(600)
+    assert not stream.is_alive()
+    return stats
+
+
 def assert_sink_equals_source(config: PipelineConfig) -> None:
     """Every captured table's rows in the sink equal the source's (as multisets, under the type
     mapping)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,14 @@ from binlake.testing import demo, duckdb_iceberg
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from binlake.verify.verification import verify
-from tests.helpers import assert_sink_equals_source, stream_config
+from tests.helpers import assert_sink_equals_source, stream_config, stream_during
 
 PROJECTION = "id, name, UPPER(status) AS status_u, amount * 100 AS cents, CONCAT(name, '/', status) AS label"
 FILTER = "status <> 'test' AND amount > 0"
+TABLE = (
+    "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), status VARCHAR(10), amount DECIMAL(10,2), "
+    "secret VARCHAR(20))"
+)
 
 
 def transformed(config: PipelineConfig, database: str, **stream: Any) -> PipelineConfig:
@@ -70,8 +73,7 @@ def test_snapshot_and_stream_of_a_transformed_table_equal_the_servers_transform(
     merge_from: int | None, mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
     mariadb.execute(
-        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), status VARCHAR(10), amount DECIMAL(10,2), "
-        "secret VARCHAR(20))",
+        TABLE,
         "INSERT INTO t SELECT seq, CONCAT('n', seq), ELT(1 + seq % 4, 'ok', 'test', 'TEST', 'new'), "
         "(seq % 9) - 2.5, 'hunter2' FROM seq_1_to_600",
         database=database,
@@ -143,8 +145,7 @@ def test_schema_changes_through_a_transform(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
     mariadb.execute(
-        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), status VARCHAR(10), amount DECIMAL(10,2), "
-        "secret VARCHAR(20))",
+        TABLE,
         "INSERT INTO t VALUES (1, 'a', 'ok', 1, 's'), (2, 'b', 'test', 2, 's')",
         database=database,
     )
@@ -182,8 +183,7 @@ def test_a_table_renamed_out_of_its_transform_stops_the_stream(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
     mariadb.execute(
-        "CREATE TABLE t (id INT PRIMARY KEY, name VARCHAR(20), status VARCHAR(10), amount DECIMAL(10,2), "
-        "secret VARCHAR(20))",
+        TABLE,
         "INSERT INTO t VALUES (1, 'a', 'ok', 1, 's')",
         database=database,
     )
@@ -232,20 +232,7 @@ def test_a_workload_moving_rows_across_filters_while_the_stream_runs(
     plan(config)
     assert run_snapshot(config, spark).complete
     workload = Workload(mariadb.admin_connection, database=database, rate=150, txn_size=3).start()
-    stop = threading.Event()
-    batches = threading.Semaphore(0)
-    stream = threading.Thread(
-        target=lambda: run_stream(config, spark, stop=stop, progress=lambda _b, _r: batches.release())
-    )
-    stream.start()
-    try:
-        for _ in range(3):  # waited for, not timed
-            assert batches.acquire(timeout=300)
-    finally:
-        stats = workload.stop()
-        stop.set()
-        stream.join(600)
-    assert not stream.is_alive()
+    stats = stream_during(config, spark, workload, batches=3)
     assert stats.total > 200
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)  # every table, the transformed ones through their rules

@@ -25,7 +25,7 @@ from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from binlake.verify.verification import VerifyReport, verify
-from tests.helpers import assert_sink_equals_source, stream_config
+from tests.helpers import assert_sink_equals_source, stream_config, stream_during
 
 
 def sink_table(config: PipelineConfig, table: TableId) -> Any:
@@ -228,20 +228,7 @@ def test_a_long_merge_on_read_stream_compacting_and_expiring_stays_exact(
     caplog.set_level("INFO", logger="binlake.sink")
     caplog.set_level("INFO", logger="binlake.stream")
     workload = Workload(mariadb.admin_connection, database=database, rate=200, txn_size=3).start()
-    stop = threading.Event()
-    batches = threading.Semaphore(0)
-    stream = threading.Thread(
-        target=lambda: run_stream(config, spark, stop=stop, progress=lambda _b, _r: batches.release())
-    )
-    stream.start()
-    try:
-        for _ in range(14):  # waited for, not timed
-            assert batches.acquire(timeout=300)
-    finally:
-        stats = workload.stop()
-        stop.set()  # honoured between batches: once the stream has caught up with the workload
-        stream.join(600)
-    assert not stream.is_alive()
+    stats = stream_during(config, spark, workload, batches=14)
     assert stats.total > 1000
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)  # pyiceberg and DuckDB's own reader
