@@ -13,7 +13,14 @@ import pytest
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.transform_eval import TransformInexactError
-from binlake.schema.transforms import OP_TS, POSITION, TransformError, TransformSpec, compile_transform
+from binlake.schema.transforms import (
+    EVENT_TYPE,
+    OP_TS,
+    POSITION,
+    TransformError,
+    TransformSpec,
+    compile_transform,
+)
 from binlake.schema.type_mapping import RowConverter, arrow_type
 from binlake.source.discovery import discover
 from binlake.testing.private_server import PrivateMariaDB
@@ -122,6 +129,15 @@ def test_metadata_columns() -> None:
     kept, dropped = changes.upserts(rows3, pa.array([0, 0, 0]), at, "mysql-bin")
     assert kept.to_pylist() == [{"id": 2, "pos": "mysql-bin.000007:123456"}, {"id": 3, "pos": None}]
     assert dropped.to_pylist() == [{"id": 1}]
+    # The last change's kind, as Flink CDC's `__data_event_type__`: rows a snapshot read are `+I`.
+    kinds = compile_transform(TransformSpec(f"id, {EVENT_TYPE} AS kind", "id > 1"), schema)
+    kept, dropped = kinds.upserts(rows3, ops=pa.array(["update", "insert", "update"]))
+    assert kept.to_pylist() == [{"id": 2, "kind": "+I"}, {"id": 3, "kind": "+U"}]
+    assert dropped.to_pylist() == [{"id": 1}]
+    assert kinds.project(rows3).column("kind").to_pylist() == ["+I"] * 3
+    keyless = CreateTable(TableId("shop", "t"), (Column("id", "int", "int", False),), ())
+    with pytest.raises(TransformError, match="need a primary key"):
+        compile_transform(TransformSpec(f"id, {EVENT_TYPE} AS kind"), keyless)
 
 
 @pytest.mark.parametrize(
@@ -194,6 +210,15 @@ def test_values_binlake_cannot_reproduce_stop_it() -> None:
         compile_transform(TransformSpec("id, id * 4 AS x"), schema).project(big)
     same_rows = compile_transform(TransformSpec("id, id * 1 AS x"), schema).project(big)
     assert same_rows.column("x").to_pylist() == [2**62, 1]
+    # In the stream, the stop names the row and its change's binlog position (found among many).
+    many = pa.table({"id": pa.array([*range(1, 1000), 2**62, 1000], pa.int64()), "name": ["a"] * 1001})
+    at = pa.array([(3 << 32) | (4 + i) for i in range(1001)], pa.int64())
+    transform = compile_transform(TransformSpec("id, id * 4 AS x"), schema)
+    with pytest.raises(TransformInexactError) as stopped:
+        transform.upserts(many, pa.array([0] * 1001), at, "mysql-bin")
+    assert f"The row: key {{'id': {2**62}}}, changed at binlog position mysql-bin.000003:1003. Fix:" in str(
+        stopped.value
+    )
 
 
 def test_a_shadow_table_goes_through_its_tables_rule(tmp_path: Any) -> None:

@@ -3,7 +3,7 @@
 Both read the same binlog range; the executors' envelope (``RecordBuilder``) is built once from
 row images, once from undecoded events decoded a block at a time, and the change tables the
 driver gets must be equal: every value and type, the ops (a key update is a delete and an
-upsert, other keyed updates their after image alone), positions, row order, lean images, NULLs
+update, other keyed updates their after image alone), positions, row order, lean images, NULLs
 and the zero-date count.
 """
 
@@ -136,8 +136,8 @@ def test_columns_decode_to_the_row_decoders_changes(mariadb: PrivateMariaDB, dat
     assert by_columns.equals(by_rows)
     assert columns_convert.zero_dates == rows_convert.zero_dates > 0
     ops = by_rows.column("op").to_pylist()
-    if key:  # keyed: the key updates are a delete and an upsert each, the others an upsert alone
-        assert (ops.count("upsert"), ops.count("delete")) == (10 + 5 + 3 + 1, 3 + 10)
+    if key:  # keyed: the key updates are a delete and an update each, the others an update alone
+        assert (ops.count("insert"), ops.count("update"), ops.count("delete")) == (10, 5 + 3 + 1, 3 + 10)
     else:  # keyless: every update removes its before image and inserts its after image
         assert (ops.count("insert"), ops.count("delete")) == (10 + 5 + 3 + 1, 5 + 3 + 1 + 10)
 
@@ -198,7 +198,7 @@ def test_segments_read_alike_with_the_column_decoder_on_or_off(
     changes = table_changes(pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA))[schema.table.name]
     by_rows, _ = _changes(source_config(mariadb, database), start, end, RowConverter(schema), columnar=False)
     assert changes.equals(by_rows)
-    assert changes.column("op").to_pylist() == ["upsert"] * 4
+    assert changes.column("op").to_pylist() == ["insert", "insert", "update", "update"]
     assert bool(blocks) is columnar  # the setting decides which decoder reads
 
 

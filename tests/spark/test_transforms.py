@@ -40,7 +40,8 @@ def transformed(config: PipelineConfig, database: str, **stream: Any) -> Pipelin
     raw["source"]["password"] = config.source.password.get_secret_value()
     raw["transform"] = [
         {"source_table": rf"{database}\.t",
-         "projection": f"{PROJECTION}, __op_ts__ AS changed_at, __binlog_position__ AS changed_in",
+         "projection": f"{PROJECTION}, __op_ts__ AS changed_at, __binlog_position__ AS changed_in, "
+                       "__data_event_type__ AS kind",
          "filter": FILTER, "description": "no test rows, no secrets"},
     ]  # fmt: skip
     raw["stream"] = {**raw.get("stream", {}), **stream}
@@ -64,7 +65,7 @@ def sink(config: PipelineConfig, database: str) -> tuple[list[dict[str, Any]], l
 
 
 def without_time(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in r.items() if k not in ("changed_at", "changed_in")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("changed_at", "changed_in", "kind")} for r in rows]
 
 
 @pytest.mark.slow
@@ -86,6 +87,7 @@ def test_snapshot_and_stream_of_a_transformed_table_equal_the_servers_transform(
     pyiceberg_rows, duckdb_rows = sink(config, database)
     assert without_time(pyiceberg_rows) == expected(mariadb, database)
     assert all(r["changed_at"] is None for r in pyiceberg_rows)  # read by the snapshot, not changed
+    assert {r["kind"] for r in pyiceberg_rows} == {"+I"}  # as Flink CDC's snapshot emits rows
     assert "secret" not in pyiceberg_rows[0]
     started = dt.datetime.now(dt.UTC).replace(microsecond=0)
     mariadb.execute(
@@ -116,13 +118,22 @@ def test_snapshot_and_stream_of_a_transformed_table_equal_the_servers_transform(
     where = {r["id"]: r["changed_in"] for r in pyiceberg_rows}
     assert re.fullmatch(r"[\w-]+\.\d{6}:\d+", where[2001]), where[2001]
     assert all(where[i] is None for i in untouched)
+    kind = {r["id"]: r["kind"] for r in pyiceberg_rows}
+    assert kind[2001] == "+I"  # inserted
+    assert all(kind[i] == "+I" for i in untouched)
+    updated = [i for i in kind if i <= 600 and i % 3 == 0]  # their name changed
+    assert updated
+    assert all(kind[i] == "+U" for i in updated)
+    moved = [i for i in kind if 1000 < i < 2000]  # their key updated
+    assert moved
+    assert all(kind[i] == "+U" for i in moved)
     # binlake verify: the server sums its own projection of the rows its filter keeps; both modes
     # of a sum (MariaDB's consistent snapshot, MySQL's watermarks with the binlog rolled forward).
     for consistent in (True, False):
         report = verify(config, f"transformed-{consistent}", consistent_snapshot=consistent)
         assert {v.status for v in report.verdicts} == {"equal"}, [v.note for v in report.verdicts]
     [checked] = report.tables
-    assert checked.not_compared == ["changed_at", "changed_in"]
+    assert checked.not_compared == ["changed_at", "changed_in", "kind"]
     # A backfill re-reads the table through the transform and replaces what the sink lost.
     table = open_catalog(config).load_table(sink_name(config, TableId(database, "t")))
     table.delete("id < 100")

@@ -47,7 +47,7 @@ def test_due_units_reach_their_watermarks_and_overlapping_ones_wait_a_batch(tmp_
 
 
 def change(key: int | None, at: int) -> dict[str, object]:
-    return {"op": "upsert", "at": at, "idx": 0, "ts": 0, "row": {"id": key}}
+    return {"op": "insert", "at": at, "idx": 0, "ts": 0, "row": {"id": key}}
 
 
 def test_changes_in_a_range_apply_after_its_chunk_and_others_as_asked() -> None:

@@ -36,12 +36,12 @@ def test_last_change_per_key_wins() -> None:
     result = last_per_key(
         changes(
             KEYED,
-            ("upsert", (1, "a")),
-            ("upsert", (2, "b")),
-            ("delete", (1,)),  # a delete wins over the earlier upsert
-            ("upsert", (2, "c")),
+            ("insert", (1, "a")),
+            ("insert", (2, "b")),
+            ("delete", (1,)),  # a delete wins over the earlier insert
+            ("update", (2, "c")),
             ("delete", (3,)),
-            ("upsert", (3, "again")),  # an insert after a delete is an upsert
+            ("insert", (3, "again")),  # an insert after a delete is an upsert
         ),
         ("id",),
     )
@@ -50,6 +50,9 @@ def test_last_change_per_key_wins() -> None:
         {"id": 3, "v": "again"},
     ]
     assert result.deletes.to_pylist() == [{"id": 1}]
+    assert result.ops is not None  # the last change's kind, per upsert (``__data_event_type__``)
+    kinds = dict(zip(result.upserts.column("id").to_pylist(), result.ops.to_pylist(), strict=True))
+    assert kinds == {2: "update", 3: "insert"}
 
 
 def test_keyless_rows_net_out_and_keep_duplicates() -> None:
@@ -100,9 +103,9 @@ def test_executor_blocks_round_trip_typed_in_binlog_order() -> None:
     assert name == "db.t"
     assert table.schema == change_schema(schema)
     assert [(r["op"], r["row"]) for r in table.to_pylist()] == [
-        ("upsert", {"id": 1, "amount": Decimal("1.50"), "at": when}),
+        ("insert", {"id": 1, "amount": Decimal("1.50"), "at": when}),
         ("delete", {"id": 1, "amount": None, "at": None}),  # the key changed: the old key goes
-        ("upsert", {"id": 2, "amount": Decimal("2.00"), "at": None}),
+        ("update", {"id": 2, "amount": Decimal("2.00"), "at": None}),
         ("delete", {"id": 2, "amount": None, "at": None}),
     ]
     final = last_per_key(table, ("id",))

@@ -9,8 +9,12 @@ their expression, so the sink is created from the projection) and the evaluation
 Arrow columns (``schema.transform_eval``).
 
 Metadata columns a projection may name (a filter may not: the source's rows do not hold them):
-``__database__`` and ``__table__`` (the source table's), and ``__op_ts__`` (the time of the binlog
-event that last changed the row, UTC; null for rows the snapshot read).
+``__database__`` and ``__table__`` (the source table's); of the binlog event that last changed the
+row: ``__op_ts__`` (its time, UTC), ``__binlog_position__`` (``binlog.000123:4567``) — both null
+for rows a snapshot or backfill read — and ``__data_event_type__`` (Flink CDC's name and values:
+``+I`` for an inserted row, and for rows a snapshot or backfill read, as Flink CDC's snapshot
+emits them; ``+U`` for an updated one, including an update that moved the row into the filter or
+gave it its key). Deleted rows leave the sink, so ``-D`` and ``-U`` never appear.
 
 Where it runs: the snapshot's and backfills' tasks (``spark.snapshot_task``), the stream's merges
 (``stream.table_sink``, ``stream.bucket_merge``: a last upsert the filter drops deletes its key),
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -44,7 +50,7 @@ from binlake.events import (
     SchemaChange,
     TableId,
 )
-from binlake.schema.transform_eval import arrow_of, evaluate
+from binlake.schema.transform_eval import TransformInexactError, arrow_of, evaluate
 from binlake.schema.transform_sql import (
     Compiler,
     Node,
@@ -56,14 +62,18 @@ from binlake.schema.transform_sql import (
 from binlake.source.discovery import shadow_base
 
 DATABASE, TABLE, OP_TS, POSITION = "__database__", "__table__", "__op_ts__", "__binlog_position__"
+EVENT_TYPE = "__data_event_type__"
+INSERTED, UPDATED = "+I", "+U"
 METADATA = {
     DATABASE: SqlType("text", collation="utf8mb4_bin", length=64),
     TABLE: SqlType("text", collation="utf8mb4_bin", length=64),
     OP_TS: SqlType("timestamp"),
     POSITION: SqlType("text", collation="utf8mb4_bin", length=80),
+    EVENT_TYPE: SqlType("text", collation="utf8mb4_bin", length=2),
 }
-#: Metadata of the row's last change: nothing for rows a snapshot read.
-CHANGE_METADATA = (OP_TS, POSITION)
+_Run = Callable[[pa.Table, dict[str, pa.Array] | None], Any]
+#: Metadata of the row's last change (for rows a snapshot read: null, and ``+I``).
+CHANGE_METADATA = (OP_TS, POSITION, EVENT_TYPE)
 
 
 @dataclass(frozen=True)
@@ -105,15 +115,47 @@ class Transform:
 
     def keep(self, rows: pa.Table, changes: dict[str, pa.Array] | None = None) -> pa.Array:
         """Which rows pass the filter (TRUE; NULL and FALSE do not), as a boolean array."""
+        kept: pa.Array = self._located(rows, changes, self._keep)
+        return kept
+
+    def project(self, rows: pa.Table, changes: dict[str, pa.Array] | None = None) -> pa.Table:
+        """``rows`` (the source's columns) as rows of ``sink``; ``changes``: the metadata of each
+        row's last change (``CHANGE_METADATA``; none: rows a snapshot read)."""
+        projected: pa.Table = self._located(rows, changes, self._project)
+        return projected
+
+    def _located(self, rows: pa.Table, changes: dict[str, pa.Array] | None, run: _Run) -> Any:
+        """``run(rows, changes)``; a value it cannot evaluate exactly stops with the row's key and
+        the binlog position of its change named (the row found by halving the rows: only on the
+        way to a stop)."""
+        try:
+            return run(rows, changes)
+        except TransformInexactError as e:
+            lo, hi = 0, rows.num_rows
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                try:
+                    run(
+                        rows.slice(lo, mid - lo),
+                        {k: v.slice(lo, mid - lo) for k, v in (changes or {}).items()},
+                    )
+                    lo = mid
+                except TransformInexactError:
+                    hi = mid
+            key = {k: rows.column(k)[lo].as_py() for k in self.table.primary_key}
+            at = (changes or {}).get(POSITION)
+            found = f"The row: key {key}" if key else "The row: the table has no key"
+            found += f", changed at binlog position {at[lo]}." if at is not None and at[lo].is_valid else "."
+            raise TransformInexactError(str(e).replace(" Fix: ", f" {found} Fix: ", 1)) from None
+
+    def _keep(self, rows: pa.Table, changes: dict[str, pa.Array] | None) -> pa.Array:
         if self.condition is None:
             return pa.array([True] * rows.num_rows, pa.bool_())
         value = evaluate(self.condition, rows, self._metadata(rows, changes), self.where)
         truth = value if value.type == pa.bool_() else pc.not_equal(value, pa.scalar(0, value.type))
         return pc.fill_null(truth, False)
 
-    def project(self, rows: pa.Table, changes: dict[str, pa.Array] | None = None) -> pa.Table:
-        """``rows`` (the source's columns) as rows of ``sink``; ``changes``: the metadata of each
-        row's last change (``CHANGE_METADATA``; none: rows a snapshot read)."""
+    def _project(self, rows: pa.Table, changes: dict[str, pa.Array] | None) -> pa.Table:
         metadata = self._metadata(rows, changes)
         arrays = []
         for item in self.items:
@@ -129,9 +171,11 @@ class Transform:
         times: pa.Array | None = None,
         at: pa.Array | None = None,
         binlog: str = "binlog",
+        ops: pa.Array | None = None,
     ) -> tuple[pa.Table, pa.Table]:
         """A batch's last rows per key (the source's columns; ``times``: their events' epoch
-        seconds; ``at``: their ``records.position``, in binlog files named ``binlog``.NNNNNN): the
+        seconds; ``at``: their ``records.position``, in binlog files named ``binlog``.NNNNNN;
+        ``ops``: their events' kinds, ``insert`` or ``update``): the
         projected rows the filter keeps, and the keys of those it does not — the sink may hold an
         earlier version of them that passed, so they are deleted (an update that moves a row out of
         the filter is a delete; into it, an insert)."""
@@ -140,6 +184,8 @@ class Transform:
             changes[OP_TS] = pc.multiply(times.cast(pa.int64()), 1_000_000).cast(pa.timestamp("us", "UTC"))
         if at is not None:
             changes[POSITION] = position_texts(at, binlog)
+        if ops is not None:
+            changes[EVENT_TYPE] = pc.if_else(pc.equal(ops, "update"), UPDATED, INSERTED)
         kept = self.keep(rows, changes)
         dropped = rows.filter(pc.invert(kept)).select(list(self.table.primary_key))
         return self.project(rows.filter(kept), {k: v.filter(kept) for k, v in changes.items()}), dropped
@@ -152,6 +198,7 @@ class Transform:
             TABLE: pa.array([self.table.table.table] * n, pa.string()),
             OP_TS: found.get(OP_TS, pa.nulls(n, pa.timestamp("us", "UTC"))),
             POSITION: found.get(POSITION, pa.nulls(n, pa.string())),
+            EVENT_TYPE: found.get(EVENT_TYPE, pa.array([INSERTED] * n, pa.string())),
         }
 
 
@@ -200,8 +247,8 @@ def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:
         i.node.value in CHANGE_METADATA for i in items if i.node.op == "metadata"
     ):
         raise TransformError(
-            f"{where}: `{OP_TS}` and `{POSITION}` need a primary key (without one, a row's changes net out "
-            "and keep no time or position). Fix: leave them out."
+            f"{where}: `{OP_TS}`, `{POSITION}` and `{EVENT_TYPE}` need a primary key (without one, a row's "
+            "changes net out and keep no time, position or kind). Fix: leave them out."
         )
     return Transform(spec, table, items, condition, where)
 

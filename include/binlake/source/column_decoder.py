@@ -262,7 +262,7 @@ class ColumnBlock:
             # A keyed update's before image stays only when the key changed: a delete of the old key.
             befores = np.flatnonzero(update & before)
             keep[befores] = self._key_changed(columns, befores)
-        kinds = np.where(before, "delete", "upsert" if keyed else "insert")
+        kinds = np.where(before, "delete", np.where(update & keyed, "update", "insert"))
         # Position of the row within its event, as the row path numbers it: an update's images
         # are 0, 1, 2, ... (before, after, ...); an insert's 1, 3, ...; a delete's 0, 2, ...
         idx = np.where(update, index, 2 * index + (op == _INSERT))

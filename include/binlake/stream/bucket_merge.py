@@ -143,7 +143,7 @@ def _merge(plan: BucketPlan, changes: pa.Table) -> BucketResult:
     last = last_per_key(changes, plan.keys)
     upserts, deletes = last.upserts.cast(plan.source), last.deletes.cast(_key_schema(plan))
     if plan.transform is not None:  # rows the filter drops are deleted (``Transform.upserts``)
-        upserts, dropped = plan.transform.upserts(upserts, last.times, last.positions, plan.binlog)
+        upserts, dropped = plan.transform.upserts(upserts, last.times, last.positions, plan.binlog, last.ops)
         deletes = pa.concat_tables([deletes, dropped.cast(deletes.schema)])
     rows = project(upserts, plan.sink)
     keys = project(deletes, plan.sink_keys)

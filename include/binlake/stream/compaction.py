@@ -1,9 +1,10 @@
 """Per-table compaction of a micro-batch's changes (Arrow, in the driver).
 
 Tables with a primary key keep the last change per key by binlog position: a delete wins over
-earlier changes, an insert after a delete is an upsert (a key update arrives as a delete of the
-old key and an upsert of the new one). Tables without a key net whole rows out: each row counts
-+1 per insert and -1 per delete, so duplicates stay exact whatever the order.
+earlier changes, an insert or update is an upsert of the row, whatever came before (a key update
+arrives as a delete of the old key and an update of the new one). Tables without a key net whole
+rows out: each row counts +1 per insert and -1 per delete, so duplicates stay exact whatever the
+order.
 
 Both work on whole columns (Arrow's hash grouping), never row by row in Python.
 """
@@ -30,6 +31,8 @@ class KeyedChanges:
     """The upserts' event times (epoch seconds)."""
     positions: pa.Array | None = None
     """The upserts' ``records.position``."""
+    ops: pa.Array | None = None
+    """The upserts' event kinds (``insert`` or ``update``)."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,10 @@ def last_per_key(changes: pa.Table, keys: Sequence[str]) -> KeyedChanges:
     )
     last = numbered.group_by(names, use_threads=False).aggregate([("n", "max")]).column("n_max")
     final = changes.take(last)
-    upserts = pc.equal(final.column("op"), "upsert")
-    kept = final.filter(upserts)
-    deletes = images(final.filter(pc.invert(upserts)), keys)
-    return KeyedChanges(images(kept), deletes, kept.column("ts"), kept.column("at"))
+    deleted = pc.equal(final.column("op"), "delete")
+    kept = final.filter(pc.invert(deleted))
+    deletes = images(final.filter(deleted), keys)
+    return KeyedChanges(images(kept), deletes, kept.column("ts"), kept.column("at"), kept.column("op"))
 
 
 def net_rows(changes: pa.Table) -> RowChanges:

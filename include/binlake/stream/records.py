@@ -17,14 +17,15 @@ and block of changes, plus the one ``segment`` row each partition ends with.
 
 **Change table** (``change_schema``; one per captured table, decoded from the blocks):
 
-- ``op``: ``upsert`` / ``delete`` for tables with a primary key; ``insert`` / ``delete`` (whole
-  rows) for tables without.
+- ``op``: ``insert`` / ``update`` / ``delete`` for tables with a primary key (the event's kind:
+  an insert or update is an upsert of the row, kept apart for ``__data_event_type__``; the new key
+  of a key update is an ``update``); ``insert`` / ``delete`` (whole rows) for tables without.
 - ``at``: a sortable position: binlog file number << 32 | position of the row's event.
 - ``idx``: order of rows within one event (an update of the key is two rows: delete, upsert).
 - ``ts``: event time, epoch seconds.
 - ``row``: the row as a struct of the table's columns (Arrow types of ``schema.type_mapping``, all
   nullable). Deletes of keyed tables carry only the key columns (the before image is not read);
-  a key update is a delete of the old key and an upsert of the new row.
+  a key update is a delete of the old key and an ``update`` of the new row.
 - ``absent``: null for a complete row; else a bitmask (bit i: column i) of the columns an update's
   row image did not carry (``binlog_row_image`` NOBLOB/MINIMAL): they keep the row's previous
   values, which the driver takes from the sink (``stream.patches``).
@@ -241,7 +242,7 @@ class RecordBuilder:
         n = len(images)
         if op == "delete" and block.keyed:  # only the key counts; a MINIMAL image has nothing else
             images = [_present(image) for image in images]
-        block.ops.extend(["delete" if op == "delete" else "upsert" if block.keyed else "insert"] * n)
+        block.ops.extend(["delete" if op == "delete" else "insert"] * n)
         block.idx.extend(range(0 if op == "delete" else 1, 2 * n, 2))  # like an update's before/after
         block.rows.extend(images)
         block.at.extend([at] * n)
@@ -260,7 +261,7 @@ class RecordBuilder:
                 ops.append("delete")
                 idx.append(i)
                 rows.append(_present(before) if keyed else before)
-            ops.append("upsert" if keyed else "insert")
+            ops.append("update" if keyed else "insert")
             idx.append(i + 1)
             if ABSENT in after:
                 block.absent[len(rows)] = _mask(after)

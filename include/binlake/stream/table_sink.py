@@ -71,7 +71,7 @@ class TableSink:
         images = last.upserts.cast(self.arrow)
         if self.transform is None:
             return self.rows(images), images.select(list(self.keys)).slice(0, 0)
-        kept, dropped = self.transform.upserts(images, last.times, last.positions, binlog)
+        kept, dropped = self.transform.upserts(images, last.times, last.positions, binlog, last.ops)
         return project(self._routed(kept), self.sink_arrow), dropped
 
     def previous_rows(self, keys: pa.Table) -> pa.Table:
