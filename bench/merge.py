@@ -1,7 +1,7 @@
 """Merge cost into Iceberg: seconds and bytes rewritten per batch, by workload and table layout.
 
     .venv/bin/python bench/merge.py [--rows 1000000] [--batches 10] [--changes 10000] [--growth]
-        [--layout NAME ...]
+        [--layout NAME ...] [--upkeep background|inline] [--trigger-s S]
 
 A 1M-row table (orders-like rows) gets 10 consecutive merges of 10k changes (9k updates, 1k
 deletes) through binlake's merge path, for two workloads — uniform random keys, and OLTP-like skew
@@ -11,17 +11,24 @@ no growth over the batches. ``--growth`` runs each layout at ``--rows`` and 4× 
 run: ``cost_growth_4x`` (median seconds per batch at 4× ÷ at 1×; goal ≤ 1.3) and the bytes written
 per batch as a share of the table (goal ≤ 5 %). The ``key index`` layout is what the stream's
 writers do on a merge-on-read table (``sink.key_index``); its first batch builds the index.
+``--upkeep background`` (the stream's way, default) runs each batch's compaction while the next
+batch's changes are made (the stream: while the executors read them); the next batch waits for
+what is left, in its time. ``--upkeep inline`` counts it in its own batch's time. ``--trigger-s``
+starts a batch at most every S seconds, as a steady stream's trigger does (10k changes every 5 s:
+the issue's steady 2,000 changes/s); 0 (default) runs them back to back, as a catch-up does.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import statistics
 import tempfile
 import time
 from decimal import Decimal
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +115,25 @@ def pick(rng: random.Random, live: list[int], count: int, skewed: bool) -> list[
     return list(hot)
 
 
+def make_batches(conn: Connection, table_rows: int, changes: int, skewed: bool) -> None:
+    """The batches' changes, one each time the bench asks (another process: as the stream's
+    executors read the next batch after the last one is applied, while the driver waits)."""
+    rng = random.Random(42)
+    live = list(range(1, table_rows + 1))
+    batch = 0
+    while conn.recv():
+        batch += 1
+        touched = pick(rng, live, changes, skewed)
+        deleted = touched[: changes // 10]
+        upserts = rows(sorted(touched[changes // 10 :]), rng, batch)
+        conn.send((pa.table({"id": pa.array(deleted, pa.int64())}), upserts))
+        gone = set(deleted)
+        live = [k for k in live if k not in gone]
+
+
 def run(
     layout_name: str, layout: TableLayout, workload: str, args: argparse.Namespace, table_rows: int
 ) -> dict[str, Any]:
-    rng = random.Random(42)
     with tempfile.TemporaryDirectory(prefix="binlake-bench-") as tmp:
         warehouse = Path(tmp) / "warehouse"
         warehouse.mkdir()
@@ -122,30 +144,45 @@ def run(
         policy = CompactionPolicy() if layout_name in COMPACTED else None
         keep = StreamConfig().keep_snapshots if policy is not None else 0  # the stream's default
         writer = IcebergWriter(
-            catalog, "bench.orders", key_index_dir=index, compaction=policy, keep_snapshots=keep
-        )
-        live = list(range(1, table_rows + 1))
-        writer.table.append(rows(live, rng, 0))
+            catalog, "bench.orders", key_index_dir=index, compaction=policy, keep_snapshots=keep,
+            background_upkeep=args.upkeep == "background",
+        )  # fmt: skip
+        writer.table.append(rows(list(range(1, table_rows + 1)), random.Random(7), 0))
         writer.table.refresh()
         table_bytes = sum(t.file.file_size_in_bytes for t in writer.table.scan().plan_files())
         files = len(list(writer.table.scan().plan_files()))
-        seconds, rewritten, written = [], [], []
+        seconds, rewritten, written, upkeep, waited = [], [], [], [], []
+        known = {s.snapshot_id for s in writer.table.snapshots()}
+        expected = table_rows
+        ours, theirs = multiprocessing.get_context("spawn").Pipe()
+        maker = multiprocessing.get_context("spawn").Process(
+            target=make_batches, args=(theirs, table_rows, args.changes, workload == "skewed")
+        )
+        maker.start()
+        due = time.monotonic()
         for batch in range(1, args.batches + 1):
-            touched = pick(rng, live, args.changes, workload == "skewed")
-            deleted = touched[: args.changes // 10]
-            updated = touched[args.changes // 10 :]
-            deletes = pa.table({"id": pa.array(deleted, pa.int64())})
-            upserts = rows(sorted(updated), rng, batch)
-            known = {s.snapshot_id for s in writer.table.snapshots()}
+            time.sleep(max(0.0, due - time.monotonic()))  # the stream's trigger: a batch every N s
+            due = time.monotonic() + args.trigger_s
+            ours.send(True)
+            deletes, upserts = ours.recv()
             started = time.monotonic()
+            # Inline, the batch's upkeep (a compaction, …) is in its time; in the background it
+            # overlaps making the next batch (the stream: reading it), and the next batch waits
+            # for what is left of it (counted in that batch's time).
             writer.merge_batch(batch, upserts, deletes)
-            seconds.append(time.monotonic() - started)  # with a compaction after it, if any
+            seconds.append(time.monotonic() - started)
+            waited.append(writer.upkeep.waited)
+            upkeep.append(writer.upkeep.seconds)  # inline: this batch's; background: the last one's
+            if batch == args.batches:
+                writer.settle()
+            # Snapshots since the last batch's: in the background, they hold the last one's upkeep.
             made = [s.summary for s in writer.table.snapshots() if s.snapshot_id not in known]
             rewritten.append(sum(_summed(s, "removed-files-size") for s in made))
             written.append(sum(_summed(s, "added-files-size") for s in made))
-            gone = set(deleted)
-            live = [k for k in live if k not in gone]
-        expected = len(live)
+            known |= {s.snapshot_id for s in writer.table.snapshots()}
+            expected -= deletes.num_rows  # distinct live keys
+        ours.send(False)
+        maker.join()
         tasks = list(writer.table.scan().plan_files())
         actual = writer.table.scan().to_arrow().num_rows
         assert actual == expected, (actual, expected)
@@ -171,6 +208,10 @@ def run(
                 if len(seconds) >= 21
                 else None
             ),
+            "upkeep_s_median": round(statistics.median(upkeep), 3),
+            "upkeep_s_max": round(max(upkeep), 3),
+            "upkeep_s_total": round(sum(upkeep), 2),
+            "waited_for_upkeep_s_total": round(sum(waited), 2),
             "files_after": len(tasks),
             "delete_files_after": len({d.file_path for t in tasks for d in t.delete_files}),
         }
@@ -187,6 +228,20 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--changes", type=int, default=10_000)
     parser.add_argument("--layout", action="append", choices=list(LAYOUTS), help="only these layouts")
+    parser.add_argument(
+        "--upkeep",
+        choices=["background", "inline"],
+        default="background",
+        help="run each batch's upkeep (compaction, manifest merges, expiry) in the background while the "
+        "next batch is made, as the stream does while it reads the next batch (default), or inline",
+    )
+    parser.add_argument(
+        "--trigger-s",
+        type=float,
+        default=0.0,
+        help="start a batch at most every this many seconds, as the stream's trigger does in a steady "
+        "stream (default 0: each batch as soon as the last is done, a catch-up)",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     sizes = [args.rows, 4 * args.rows] if args.growth else [args.rows]
@@ -216,6 +271,8 @@ def main() -> None:
                 "rows": args.rows,
                 "batches": args.batches,
                 "changes_per_batch": args.changes,
+                "upkeep": args.upkeep,
+                "trigger_s": args.trigger_s,
                 "goals": {
                     "skewed_s": 1.0,
                     "skewed_rewritten_share": 0.2,

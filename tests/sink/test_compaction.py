@@ -142,15 +142,22 @@ from tests.sink.helpers import rows
 tmp = Path(sys.argv[1])
 catalog = SqlCatalog("test", uri=f"sqlite:///{tmp / 'catalog.db'}", warehouse=f"file://{tmp / 'warehouse'}")
 policy = CompactionPolicy(small_files=2, delete_files=0)
-writer = IcebergWriter(catalog, "db.t", key_index_dir=tmp / "index", compaction=policy)
+background = sys.argv[2] == "background"  # as the stream's writers: the upkeep in its own thread
+writer = IcebergWriter(
+    catalog, "db.t", key_index_dir=tmp / "index", compaction=policy, background_upkeep=background
+)
 writer.merge_batch(
     1, rows([5, 6, 2000], "one-"), pa.table({"id": pa.array([7], pa.int64())}), BinlogOffset("b.000001", 10)
 )
+writer.settle()  # the stream settles every writer before it ends
 """
 
 
+@pytest.mark.parametrize("upkeep", ["inline", "background"])
 @pytest.mark.parametrize("point", ["compaction-written", "compaction-committed"])
-def test_kill_9_during_a_compaction_then_the_stream_goes_on_exact(point: str, tmp_path: Path) -> None:
+def test_kill_9_during_a_compaction_then_the_stream_goes_on_exact(
+    point: str, upkeep: str, tmp_path: Path
+) -> None:
     """Killed with the compaction's files written but not committed, or committed before the key
     index learned of it: the replayed batch is skipped, the next ones land exactly."""
     import os
@@ -163,7 +170,7 @@ def test_kill_9_during_a_compaction_then_the_stream_goes_on_exact(point: str, tm
     writer = _writer(tmp_path, policy=CompactionPolicy(small_files=2, delete_files=0))
     writer.table.append(rows(list(range(1000)), "v"))
     killed = subprocess.run(
-        [sys.executable, "-c", _CRASHING_WRITER, str(tmp_path)],
+        [sys.executable, "-c", _CRASHING_WRITER, str(tmp_path), upkeep],
         env={**os.environ, VARIABLE: point},
         capture_output=True,
         text=True,

@@ -82,7 +82,9 @@ class KeyIndex:
             path.unlink(missing_ok=True)
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None)
+        # Used by one thread at a time, but not always the one that opened it: a stream's writer
+        # compacts in its upkeep thread (``sink/upkeep.py``), which the next batch waits for.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         # The journal only in memory: a failed statement still rolls back; a killed process is
         # covered by the order of the writes (module docstring).
         db.execute("PRAGMA journal_mode=MEMORY")

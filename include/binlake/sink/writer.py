@@ -21,6 +21,7 @@ anti-join; tables are sorted on the key, so a batch of recent keys touches few f
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -68,6 +69,7 @@ from binlake.sink.row_match import (
     row_counts,
     take_rows,
 )
+from binlake.sink.upkeep import Upkeep
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,7 @@ class IcebergWriter:
         key_index_dir: Path | None = None,
         compaction: CompactionPolicy | None = None,
         keep_snapshots: int = 0,
+        background_upkeep: bool = False,
     ) -> None:
         cache_manifest_entries()  # every merge plans the table, reading its manifests again
         self.catalog = catalog
@@ -96,17 +99,21 @@ class IcebergWriter:
         self.merge_manifests_at = merge_manifests_at
         """After a batch commit, merge the table's manifests once it has this many (0: never)."""
         self.key_index_dir = key_index_dir
-        """Where merge-on-read keeps the table's key index (``sink.key_index``; None: no index,
-        each merge reads the keys of the files that may hold its keys)."""
+        """Where merge-on-read keeps the table's key index (``sink.key_index``; None: none)."""
         self._key_index: KeyIndex | None = None
         self.compaction = compaction
-        """When to compact a merge-on-read table after a batch (``sink/compaction.py``; None: never,
-        and only with a key index, which counts each file's live rows)."""
+        """When to compact a merge-on-read table with a key index (``sink/compaction.py``; None: never)."""
         self.keep_snapshots = keep_snapshots
-        """After a batch commit, expire the oldest snapshots beyond this many (``sink/snapshot_retention.py``;
-        0: never)."""
+        """After a batch commit, expire snapshots beyond this many (``sink/snapshot_retention``; 0: never)."""
         self._changes = 0
         """Rows of the last batch merged through the key index (what a compaction may spend)."""
+        self.upkeep = Upkeep(identifier, background_upkeep)
+        """Compaction, manifest merges and expiry after a batch commit (``sink/upkeep.py``: in a
+        thread of its own if ``background_upkeep``, settled before the table's next commit)."""
+
+    def settle(self) -> None:
+        """Wait for the table's upkeep under way (``sink/upkeep.py``); raise its error."""
+        self.upkeep.settle()
 
     # -- append files (snapshot) ----------------------------------------------------------------
 
@@ -253,6 +260,7 @@ class IcebergWriter:
     ) -> CommitResult:
         """Run ``commit`` (one Iceberg commit that stores the batch's properties) unless the batch
         is in already; on a conflict refresh, check again, and retry."""
+        self.settle()
         started = time.monotonic()
         properties = batch_properties(batch_id, offset)
         for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -265,26 +273,24 @@ class IcebergWriter:
                 log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
                 continue
             result = commit_result(self.table, "committed", started, attempt)
-            if not self._compact():  # a compaction merges the manifests too
-                self._merge_manifests()
-            if self.keep_snapshots:
-                snapshot_retention.expire(self.table, self.keep_snapshots)
+            self.upkeep.start(functools.partial(self._upkeep, self._changes))
+            self._changes = 0
             return result
         raise CommitConflictError(
             f"Could not apply batch {batch_id} to {self.identifier}: {MAX_ATTEMPTS} conflicts"
         )
 
-    def _merge_manifests(self) -> None:
-        if self.merge_manifests_at:
-            compaction.merge_manifests(self.table, self.merge_manifests_at)
-
-    def _compact(self) -> bool:
-        """Compact a bounded share of a merge-on-read table if it is due (``sink/compaction.py``);
-        whether it did."""
-        changes, self._changes = self._changes, 0
+    def _upkeep(self, changes: int) -> None:
+        """After a batch commit of ``changes`` rows merged through the key index: compact a bounded
+        share of a merge-on-read table if due (``sink/compaction.py``; it merges the manifests
+        too), else merge the manifests if due; expire old snapshots."""
+        compacted = False
         if self.compaction is not None and self._key_index is not None and changes:
-            return compaction.after_batch(self.table, self._key_index, changes, self.compaction)
-        return False
+            compacted = compaction.after_batch(self.table, self._key_index, changes, self.compaction)
+        if not compacted and self.merge_manifests_at:
+            compaction.merge_manifests(self.table, self.merge_manifests_at)
+        if self.keep_snapshots:
+            snapshot_retention.expire(self.table, self.keep_snapshots)
 
     def _applied(self, batch_id: int, offset: BinlogOffset | None) -> bool:
         if offset is not None:

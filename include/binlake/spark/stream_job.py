@@ -2,8 +2,8 @@
 
 1. **Start**: resume where the state store says every table is applied, or start by
    ``source.startup_mode`` (``stream/startup.py``); a purged start stops with a clear error.
-2. **Read**: the ``binlake_binlog`` source plans micro-batches (at most
-   ``stream.max_bytes_per_batch``) and executors decode their segments in parallel.
+2. **Read**: the ``binlake_binlog`` source plans micro-batches (at most ``stream.max_bytes_per_batch``),
+   executors decode their segments in parallel — and the tables' upkeep runs (``sink/upkeep.py``).
 3. **Apply**: ``foreachBatch`` filters, compacts and commits each table with the batch's end offset
    (``stream/apply.py``): exactly once, whatever crashes.
 4. **Trigger**: every ``stream.trigger_interval_s`` seconds, or ``until_caught_up`` (Spark's
@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,14 +144,14 @@ def run_stream(
         )
     store = StateStore(config.pipeline.resolved_state_uri)
     held: list[str] = []
+    writers: dict[str, IcebergWriter] = {}
     try:
         discovered = discover_tables(config)
         _refuse_cascading_keys(config, [s.table for s in discovered])
         start = resolve_start(config, store, ids.end)
         origin = store.offsets(name).load(ORIGIN)
         if origin is None:
-            # A new lineage: from here on, a restart resumes (even before the first batch, so a
-            # `latest-offset` start does not move to a later "latest").
+            # A new lineage: a restart resumes from here (a `latest-offset` start keeps its "latest").
             origin = start.offset
             store.offsets(name).save(ORIGIN, origin)
             store.offsets(name).save(STREAM, origin)
@@ -159,8 +159,6 @@ def run_stream(
         schemas = _schemas(config, tracker, discovered, start.offset)
         catalog = open_catalog(config)
         chunk_keys = dict(config.source.chunk_key_columns)
-
-        writers: dict[str, IcebergWriter] = {}
 
         def make_sink(schema: CreateTable, version: BinlogOffset | None = None) -> TableSink | None:
             identifier = sink_name(config, schema.table)
@@ -178,6 +176,7 @@ def run_stream(
                     config.key_index_dir,
                     CompactionPolicy() if config.stream.compact else None,
                     config.stream.keep_snapshots,
+                    background_upkeep=True,  # settled before the table's next batch
                 )
             shared = routed(config, schema.table)
             return TableSink(
@@ -211,7 +210,7 @@ def run_stream(
             sinks,
             snapshot_filter,
             on_batch=on_batch,
-            before_batch=lambda: _hold(store, name, held),
+            before_batch=lambda: _hold(store, name, held, writers.values()),
             complete=config.source.startup_mode == "initial",
             tracker=tracker,
             make_sink=make_sink,
@@ -223,11 +222,15 @@ def run_stream(
             anchor=BinlogAnchor(config, store, ids.end),
             merge_from=config.stream.executor_merge_from,
         )
-        _hold(store, name, held)
+        _hold(store, name, held, ())
         _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
+        for writer in writers.values():
+            writer.settle()  # the last batch's upkeep: its error is the stream's
         report.seconds = time.monotonic() - started
         return report
     finally:
+        for writer in writers.values():
+            writer.upkeep.wait()  # nothing of the stream's runs on once it has stopped
         for identifier in held:
             store.leases(name).release(identifier, Holder.STREAM)
         store.close()
@@ -348,8 +351,7 @@ def _run_query(
             applier.apply_due()  # backfill units the stream is past, though the source was quiet
     except Exception as e:
         if stop is not None and stop.is_set():
-            # Asked to stop and a batch was cut off anyway: nothing of it was recorded, and the
-            # next run applies it (exactly once), so this is a clean stop.
+            # Asked to stop, a batch cut off: nothing of it recorded, the next run applies it: clean.
             log.info("stream stopped during a batch; the next run applies it again")
             return
         raise _stream_error(applier, e) from None
@@ -404,8 +406,11 @@ def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
     )
 
 
-def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
-    """Take or renew the stream's hold on its tables; wait while maintenance holds one."""
+def _hold(store: StateStore, pipeline: str, identifiers: list[str], writers: Iterable[IcebergWriter]) -> None:
+    """Take or renew the stream's hold on its tables (waiting while maintenance holds one) once
+    their upkeep after the last batch is done (``sink/upkeep.py``): a batch finds them at rest."""
+    for writer in writers:
+        writer.settle()
     try:
         store.leases(pipeline).hold(identifiers, Holder.STREAM, LEASE, wait_s=LEASE_WAIT_S)
     except TableBusyError as e:
