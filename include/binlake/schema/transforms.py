@@ -131,22 +131,30 @@ class Transform:
         try:
             return run(rows, changes)
         except TransformInexactError as e:
+
+            def fails(start: int, length: int) -> bool:
+                part = {k: v.slice(start, length) for k, v in (changes or {}).items()}
+                try:
+                    run(rows.slice(start, length), part)
+                except TransformInexactError:
+                    return True
+                return False
+
             lo, hi = 0, rows.num_rows
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                try:
-                    run(
-                        rows.slice(lo, mid - lo),
-                        {k: v.slice(lo, mid - lo) for k, v in (changes or {}).items()},
-                    )
-                    lo = mid
-                except TransformInexactError:
-                    hi = mid
-            key = {k: rows.column(k)[lo].as_py() for k in self.table.primary_key}
-            at = (changes or {}).get(POSITION)
-            found = f"The row: key {key}" if key else "The row: the table has no key"
-            found += f", changed at binlog position {at[lo]}." if at is not None and at[lo].is_valid else "."
-            raise TransformInexactError(str(e).replace(" Fix: ", f" {found} Fix: ", 1)) from None
+                lo, hi = (lo, mid) if fails(lo, mid - lo) else (mid, hi)
+            named = self._row(rows, changes, lo) if fails(lo, 1) else ""  # a row alone, or none
+            raise TransformInexactError(str(e).replace(" Fix: ", f" {named}Fix: ", 1)) from None
+
+    def _row(self, rows: pa.Table, changes: dict[str, pa.Array] | None, i: int) -> str:
+        """Names row ``i`` (its key, and the binlog position of its change, where known)."""
+        key = {k: rows.column(k)[i].as_py() for k in self.table.primary_key}
+        at = (changes or {}).get(POSITION)
+        if not key:
+            return ""
+        where = f", changed at binlog position {at[i]}" if at is not None and at[i].is_valid else ""
+        return f"The row: key {key}{where}. "
 
     def _keep(self, rows: pa.Table, changes: dict[str, pa.Array] | None) -> pa.Array:
         if self.condition is None:
