@@ -39,6 +39,7 @@ from pyiceberg.table import Table
 from pyiceberg.table import Transaction as _Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Summary
+from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyiceberg.typedef import EMPTY_DICT
 
@@ -120,7 +121,11 @@ class Transaction(_Transaction):
     metadata on every access, and one overwrite commit reads it about twenty times: with the
     snapshots a stream leaves (every one with its summary), that copying was half of a
     merge-on-read batch's commit after 100 batches (``bench/merge.py --growth``, 3.8 of 8 s over
-    10 batches). The metadata models are frozen, so one copy serves until the updates change.
+    10 batches). The metadata models are frozen, so one copy serves until the updates change —
+    and it need not be a deep copy at all: pyiceberg's updates build new lists and dicts instead of
+    changing their base's (``model_copy(update=…)``), and this metadata only plans the transaction
+    (the catalog computes what it writes from the updates itself). The deep copy grew with the
+    snapshots kept: 29 ms each, two per commit, after 100 batches.
     """
 
     def __init__(self, table: Table) -> None:
@@ -131,7 +136,10 @@ class Transaction(_Transaction):
     def table_metadata(self) -> TableMetadata:
         base, updates = self._table.metadata, self._updates
         if self._memo is None or self._memo[0] is not base or self._memo[1] is not updates:
-            self._memo = (base, updates, super().table_metadata)
+            context, metadata = _TableMetadataUpdateContext(), base
+            for update in updates:
+                metadata = _apply_table_update(update, metadata, context)
+            self._memo = (base, updates, metadata)
         return self._memo[2]
 
 
