@@ -15,17 +15,17 @@ from binlake.offsets import BinlogOffset
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.writer import IcebergWriter
 from binlake.testing import duckdb_iceberg
-from tests.sink.helpers import content, create, make_catalog, rows
-
-#: Files of ~1000 rows count as full-sized; each batch's new rows make a small file.
-PROPERTIES = {"write.merge.mode": "merge-on-read", "write.target-file-size-bytes": str(12_000)}
-POLICY = CompactionPolicy(deleted_share=0.3, budget_factor=4.0, small_files=4, delete_files=3)
-
-
-def _writer(tmp_path: Path, policy: CompactionPolicy | None = POLICY) -> IcebergWriter:
-    catalog = make_catalog(tmp_path)
-    identifier = create(catalog, properties=PROPERTIES)
-    return IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index", compaction=policy)
+from tests.sink.helpers import (
+    POLICY,
+    SMALL_FILES_MOR,
+    compacting_writer,
+    compactions,
+    content,
+    create,
+    fill,
+    make_catalog,
+    rows,
+)
 
 
 def _counts(writer: IcebergWriter) -> tuple[int, int]:
@@ -39,22 +39,12 @@ def _manifests(writer: IcebergWriter) -> int:
     return len(snapshot.manifests(writer.table.io)) if snapshot is not None else 0
 
 
-def _compactions(writer: IcebergWriter) -> int:
-    return sum(
-        1
-        for s in writer.table.snapshots()
-        if s.summary is not None and s.summary.additional_properties.get("binlake.operation") == "compact"
-    )
-
-
 def test_files_and_delete_files_stay_bounded_and_the_table_exact(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    writer = _writer(tmp_path)
-    for start in range(0, 4000, 1000):
-        writer.table.append(rows(list(range(start, start + 1000)), "v"))
+    writer = compacting_writer(tmp_path)
+    expected = fill(writer, 4000)
     initial = _counts(writer)[0]
-    expected = {i: f"v{i}" for i in range(4000)}
     rng = random.Random(7)
     con = duckdb_iceberg.connect()
     peak, manifests = (0, 0), 0
@@ -79,7 +69,7 @@ def test_files_and_delete_files_stay_bounded_and_the_table_exact(
             peak = max(peak, _counts(writer))
             manifests = max(manifests, _manifests(writer))
     assert "compacted db.t" in caplog.text
-    assert _compactions(writer) >= 3
+    assert compactions(writer) >= 3
     # Bounded: without compaction 40 batches leave 40 more data files and 40 delete files.
     data_files, delete_files = peak
     assert data_files <= initial + POLICY.small_files + 2
@@ -97,12 +87,12 @@ def test_files_and_delete_files_stay_bounded_and_the_table_exact(
 
 
 def test_no_compaction_without_a_policy(tmp_path: Path) -> None:
-    writer = _writer(tmp_path, policy=None)
+    writer = compacting_writer(tmp_path, policy=None)
     writer.table.append(rows(list(range(1000)), "v"))
     initial = _counts(writer)[0]
     for batch in range(1, 7):
         writer.merge_batch(batch, rows([batch, 500 + batch], f"b{batch}-"), None)
-    assert _compactions(writer) == 0
+    assert compactions(writer) == 0
     assert _counts(writer) == (initial + 6, 6)
 
 
@@ -111,9 +101,8 @@ def test_merge_on_read_manifests_are_merged_without_compaction(tmp_path: Path) -
     and deletes) as a copy-on-write table's; the merged deletes still apply to the rows they did
     (sequence numbers kept), for pyiceberg and DuckDB."""
     catalog = make_catalog(tmp_path)
-    writer = IcebergWriter(catalog, create(catalog, properties=PROPERTIES), merge_manifests_at=6)
-    writer.table.append(rows(list(range(1000)), "v"))
-    expected = {i: f"v{i}" for i in range(1000)}
+    writer = IcebergWriter(catalog, create(catalog, properties=SMALL_FILES_MOR), merge_manifests_at=6)
+    expected = fill(writer, 1000)
     most = 0
     for batch in range(1, 21):
         updated, deleted = [batch, 300 + batch, 2000 + batch], [600 + batch]
@@ -167,7 +156,7 @@ def test_kill_9_during_a_compaction_then_the_stream_goes_on_exact(
 
     from binlake.faults import VARIABLE
 
-    writer = _writer(tmp_path, policy=CompactionPolicy(small_files=2, delete_files=0))
+    writer = compacting_writer(tmp_path, policy=CompactionPolicy(small_files=2, delete_files=0))
     writer.table.append(rows(list(range(1000)), "v"))
     killed = subprocess.run(
         [sys.executable, "-c", _CRASHING_WRITER, str(tmp_path), upkeep],
@@ -179,7 +168,7 @@ def test_kill_9_during_a_compaction_then_the_stream_goes_on_exact(
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     writer.table.refresh()
-    assert _compactions(writer) == (1 if point == "compaction-committed" else 0)
+    assert compactions(writer) == (1 if point == "compaction-committed" else 0)
     expected = {i: f"v{i}" for i in range(1000) if i != 7} | {5: "one-5", 6: "one-6", 2000: "one-2000"}
     assert content(writer) == expected
     again = writer.merge_batch(1, rows([5], "replayed-"), None, BinlogOffset("b.000001", 10))
