@@ -33,7 +33,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -71,7 +71,8 @@ METADATA = {
     POSITION: SqlType("text", collation="utf8mb4_bin", length=80),
     EVENT_TYPE: SqlType("text", collation="utf8mb4_bin", length=2),
 }
-_Run = Callable[[pa.Table, dict[str, pa.Array] | None], Any]
+_T = TypeVar("_T")
+_Changes = dict[str, pa.Array] | None
 #: Metadata of the row's last change (for rows a snapshot read: null, and ``+I``).
 CHANGE_METADATA = (OP_TS, POSITION, EVENT_TYPE)
 
@@ -115,16 +116,16 @@ class Transform:
 
     def keep(self, rows: pa.Table, changes: dict[str, pa.Array] | None = None) -> pa.Array:
         """Which rows pass the filter (TRUE; NULL and FALSE do not), as a boolean array."""
-        kept: pa.Array = self._located(rows, changes, self._keep)
-        return kept
+        return self._located(rows, changes, self._keep)
 
     def project(self, rows: pa.Table, changes: dict[str, pa.Array] | None = None) -> pa.Table:
         """``rows`` (the source's columns) as rows of ``sink``; ``changes``: the metadata of each
         row's last change (``CHANGE_METADATA``; none: rows a snapshot read)."""
-        projected: pa.Table = self._located(rows, changes, self._project)
-        return projected
+        return self._located(rows, changes, self._project)
 
-    def _located(self, rows: pa.Table, changes: dict[str, pa.Array] | None, run: _Run) -> Any:
+    def _located(
+        self, rows: pa.Table, changes: dict[str, pa.Array] | None, run: Callable[[pa.Table, _Changes], _T]
+    ) -> _T:
         """``run(rows, changes)``; a value it cannot evaluate exactly stops with the row's key and
         the binlog position of its change named (the row found by halving the rows: only on the
         way to a stop)."""
