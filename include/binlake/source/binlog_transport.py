@@ -30,10 +30,10 @@ import zlib
 from collections import deque
 from typing import Any
 
-import pymysql
 from pymysql.protocol import MysqlPacket
 
 from binlake.errors import BinlakeError
+from binlake.source.connection import SourceConnection
 
 #: Replication commands that start a binlog dump: the packets after them are events.
 _COM_BINLOG_DUMP = 0x12
@@ -180,7 +180,7 @@ def plain_events(event: bytes, checksum: bool) -> list[bytes] | None:
     return None
 
 
-class BinlogConnection(pymysql.connections.Connection):
+class BinlogConnection(SourceConnection):
     """A pymysql connection whose binlog dump hands out compressed events as plain ones.
 
     Before the dump command it is an ordinary connection (python-mysql-replication sets session

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import ssl
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -23,6 +24,26 @@ _ACCESS_DENIED = 1045
 _HOST_NOT_ALLOWED = 1130
 _HOST_BLOCKED = 1129
 _UNKNOWN_DATABASE = 1049
+
+
+class SourceConnection(pymysql.connections.Connection):
+    """A pymysql connection that builds pymysql's default TLS context once per process.
+
+    Without TLS options pymysql offers TLS if the server supports it, through a context it builds
+    for every connection — loading the system's CA store, ~20 ms: a fifth of a catch-up batch's
+    planning, which opens four connections, and as much again in each segment reader. The context
+    is the same every time and is only read when a connection wraps its socket, so one serves all.
+    """
+
+    _preferred: ssl.SSLContext | None = None
+
+    def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+        base: Any = super()
+        if sslp != {}:  # explicit options: pymysql's own context for them
+            return base._create_ssl_ctx(sslp)  # type: ignore[no-any-return]
+        if SourceConnection._preferred is None:
+            SourceConnection._preferred = base._create_ssl_ctx(sslp)
+        return SourceConnection._preferred
 
 
 @dataclass(frozen=True, order=True)
@@ -77,7 +98,7 @@ def connect(
     where = f"{source.hostname}:{source.port}"
     log.debug("connecting to %s as %s (database %s)", where, source.username, database)
     try:
-        return pymysql.connect(
+        return SourceConnection(
             host=source.hostname,
             port=source.port,
             user=source.username,
