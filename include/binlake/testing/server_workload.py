@@ -6,9 +6,10 @@ that also runs the stream it reaches a few thousand changes/s. This one is a sto
 time is up, paced against its start time, so the client costs nothing while it runs and the
 server's own work is all the load costs — what the source server of a production stream pays.
 
-Rows it writes: ids from ``first_id`` up, five per transaction; each transaction updates three rows
-written 60 transactions earlier and deletes two written 120 transactions earlier, so once warm the
-table keeps a steady size and every change touches a row that exists.
+Rows it writes: ids from above the table's largest up, five per transaction; each transaction
+updates three rows written 60 transactions earlier and deletes two written 120 transactions earlier
+(the table grows by three rows a transaction). Once 120 transactions ran — from the first one, if
+the table held 600 consecutive ids to begin with — every change touches a row that exists.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from binlake.testing.workload import Connect
@@ -87,9 +88,9 @@ class ServerWorkload:
     connect: Connect
     table: str
     rate: float
-    _thread: threading.Thread | None = None
-    _result: ServerWorkloadStats | None = None
-    _error: BaseException | None = None
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+    _result: ServerWorkloadStats | None = field(default=None, init=False, repr=False)
+    _error: BaseException | None = field(default=None, init=False, repr=False)
 
     @property
     def procedure(self) -> str:
