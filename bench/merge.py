@@ -41,6 +41,7 @@ from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.writer import IcebergWriter
+from binlake.spark.runtime.heap import frozen_heap
 
 TABLE = CreateTable(
     TableId("bench", "orders"),
@@ -160,27 +161,28 @@ def run(
         )
         maker.start()
         due = time.monotonic()
-        for batch in range(1, args.batches + 1):
-            time.sleep(max(0.0, due - time.monotonic()))  # the stream's trigger: a batch every N s
-            due = time.monotonic() + args.trigger_s
-            ours.send(True)
-            deletes, upserts = ours.recv()
-            started = time.monotonic()
-            # Inline, the batch's upkeep (a compaction, …) is in its time; in the background it
-            # overlaps making the next batch (the stream: reading it), and the next batch waits
-            # for what is left of it (counted in that batch's time).
-            writer.merge_batch(batch, upserts, deletes)
-            seconds.append(time.monotonic() - started)
-            waited.append(writer.upkeep.waited)
-            upkeep.append(writer.upkeep.seconds)  # inline: this batch's; background: the last one's
-            if batch == args.batches:
-                writer.settle()
-            # Snapshots since the last batch's: in the background, they hold the last one's upkeep.
-            made = [s.summary for s in writer.table.snapshots() if s.snapshot_id not in known]
-            rewritten.append(sum(_summed(s, "removed-files-size") for s in made))
-            written.append(sum(_summed(s, "added-files-size") for s in made))
-            known |= {s.snapshot_id for s in writer.table.snapshots()}
-            expected -= deletes.num_rows  # distinct live keys
+        with frozen_heap():  # as the stream's driver runs (spark/runtime/heap.py)
+            for batch in range(1, args.batches + 1):
+                time.sleep(max(0.0, due - time.monotonic()))  # the stream's trigger: a batch every N s
+                due = time.monotonic() + args.trigger_s
+                ours.send(True)
+                deletes, upserts = ours.recv()
+                started = time.monotonic()
+                # Inline, the batch's upkeep (a compaction, …) is in its time; in the background it
+                # overlaps making the next batch (the stream: reading it), and the next batch waits
+                # for what is left of it (counted in that batch's time).
+                writer.merge_batch(batch, upserts, deletes)
+                seconds.append(time.monotonic() - started)
+                waited.append(writer.upkeep.waited)
+                upkeep.append(writer.upkeep.seconds)  # inline: this batch's; background: the last one's
+                if batch == args.batches:
+                    writer.settle()
+                # Snapshots since the last batch's: in the background, they hold the last one's upkeep.
+                made = [s.summary for s in writer.table.snapshots() if s.snapshot_id not in known]
+                rewritten.append(sum(_summed(s, "removed-files-size") for s in made))
+                written.append(sum(_summed(s, "added-files-size") for s in made))
+                known |= {s.snapshot_id for s in writer.table.snapshots()}
+                expected -= deletes.num_rows  # distinct live keys
         ours.send(False)
         maker.join()
         tasks = list(writer.table.scan().plan_files())

@@ -9,8 +9,8 @@
 4. **Trigger**: every ``stream.trigger_interval_s`` seconds, or ``until_caught_up`` (Spark's
    available-now): stop once the position the source had at the start is applied.
 
-The Spark checkpoint lives under ``stream.checkpoint_dir``, named after where the stream's lineage
-began, so a new snapshot starts a new checkpoint instead of resuming an old one.
+The Spark checkpoint (under ``stream.checkpoint_dir``) is named after where the stream's lineage
+began: a new snapshot starts a new checkpoint instead of resuming an old one.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from binlake.source.foreign_keys import cascade_fix, cascading_keys
 from binlake.spark.batch_frame import CollectedFrame, SparkBatchFrame
 from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.query_progress import ProgressLog
+from binlake.spark.runtime.heap import frozen_heap
 from binlake.spark.stream_task import read_segment
 from binlake.spark.tasks import task_error
 from binlake.state.backfills import BackfillLedger
@@ -223,7 +224,8 @@ def run_stream(
             merge_from=config.stream.executor_merge_from,
         )
         _hold(store, name, held, ())
-        _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
+        with frozen_heap():  # what lives now outlives the stream: out of the collector's scans
+            _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
         for writer in writers.values():
             writer.settle()  # the last batch's upkeep: its error is the stream's
         report.seconds = time.monotonic() - started
@@ -386,8 +388,7 @@ def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
     if isinstance(applier.error, BinlakeError):
         return applier.error
     # A task's error reaches the batch function when it collects the batch's rows.
-    message = task_error(applier.error) if applier.error is not None else None
-    message = message or task_error(error)
+    message = (task_error(applier.error) if applier.error is not None else None) or task_error(error)
     if message is not None:
         return StreamError(
             f"A stream task failed; nothing of its batch was applied. The task said: {message}"
