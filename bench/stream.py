@@ -262,8 +262,7 @@ def _steady(
         server.execute("CREATE DATABASE IF NOT EXISTS bench")
         workload: Any = ServerWorkload(server.admin_connection, STEADY_TABLE, rate)
         workload.install()
-        server.execute(f"INSERT INTO {STEADY_TABLE} SELECT seq, seq % 5000, seq / 100, 'new', MD5(seq), "
-                       f"'2026-01-01' FROM seq_1_to_{STEADY_ROWS}", database="bench")  # fmt: skip
+        workload.seed(STEADY_ROWS)
         tables = [re.escape(STEADY_TABLE)]
     else:
         demo.load(server.admin_connection, 50_000)

@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from binlake.offsets import BinlogOffset
+from binlake.source.binlog_scan import open_stream
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.server_workload import ServerWorkload
+from tests.helpers import source_config
 
 SEEDED = 2000
 
 
-def _rows_per_transaction(server: PrivateMariaDB, file: str, pos: int, table: str) -> list[int]:
-    stream = BinLogStreamReader(
-        connection_settings={
-            "host": "127.0.0.1",
-            "port": server.port,
-            "user": server.user,
-            "password": server.password,
-        },
-        server_id=7301,
-        log_file=file,
-        log_pos=pos,
-        resume_stream=True,
-        blocking=False,
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent],
-        enable_logging=False,
-    )
+def _rows_per_transaction(
+    server: PrivateMariaDB, database: str, start: BinlogOffset, table: str
+) -> list[int]:
+    events = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent]
+    stream = open_stream(source_config(server, database), 7301, start, only_events=events)
     sizes, rows = [], 0
     try:
         for event in stream:
@@ -46,10 +37,7 @@ def test_paced_ten_row_transactions_that_each_change_ten_rows(mariadb: PrivateMa
     workload = ServerWorkload(mariadb.admin_connection, table, rate)
     workload.install()
     # Seeded below the first new id: from the first transaction on, every update and delete hits.
-    mariadb.execute(
-        f"INSERT INTO {table} SELECT seq, 1, 1, 'new', NULL, '2026-01-01' FROM seq_1_to_{SEEDED}",
-        database=database,
-    )
+    workload.seed(SEEDED)
     file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
 
     stats = workload.start(seconds).join(60)
@@ -57,4 +45,7 @@ def test_paced_ten_row_transactions_that_each_change_ten_rows(mariadb: PrivateMa
     assert 0 < stats.transactions <= (seconds + 0.005) * rate / 10 + 1  # never ahead of its pace
     assert stats.total == 10 * stats.transactions
     assert mariadb.query(f"SELECT COUNT(*) FROM {table}") == [(SEEDED + 3 * stats.transactions,)]
-    assert _rows_per_transaction(mariadb, file, pos, table) == [10] * stats.transactions
+    assert (
+        _rows_per_transaction(mariadb, database, BinlogOffset(file, int(pos)), table)
+        == [10] * stats.transactions
+    )

@@ -113,6 +113,18 @@ class ServerWorkload:
             cur.execute(TABLE.format(table=self.table))
             cur.execute(body)
 
+    def seed(self, rows: int) -> None:
+        """Add ids 1..``rows`` to the (empty) table: from 600 on, every change of the first
+        transaction hits a row (see the module docstring)."""
+        database = self.table.split(".")[0]
+        with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
+            cur.execute(f"USE `{database}`")  # seq_1_to_N: MariaDB's sequence engine, any database
+            cur.execute(
+                f"INSERT INTO {self.table} SELECT seq, seq % 5000, seq / 100, 'new', MD5(seq), "
+                f"'2026-01-01' FROM seq_1_to_{rows}"
+            )
+            conn.commit()
+
     def run(self, seconds: float) -> ServerWorkloadStats:
         """One ``CALL`` for ``seconds``, in this thread; new ids start above the table's largest."""
         with contextlib.closing(self.connect()) as conn, conn.cursor() as cur:
