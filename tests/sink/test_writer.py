@@ -15,6 +15,7 @@ from pyiceberg.table import Transaction
 from binlake.offsets import BinlogOffset
 from binlake.sink import copy_on_write
 from binlake.sink.exactly_once import ChunkCommit, PartialCommitError
+from binlake.sink.file_bounds import files_with_keys
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import content, create, make_catalog, rows
 
@@ -86,6 +87,36 @@ def test_merge_rewrites_only_files_holding_the_keys(tmp_path: Path) -> None:
     assert result.files_removed == 1  # only the file of 3000-3999
     assert result.bytes_removed < total / 3
     assert len(content(writer)) == 4001
+
+
+@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+def test_a_commit_result_describes_the_snapshot_the_catalog_has(tmp_path: Path, mode: str) -> None:
+    """The writer's table is not loaded again after a commit: what it reports must still be the
+    commit the catalog holds, and the writer's next commit must start from it."""
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(
+        catalog, create(catalog), key_index_dir=tmp_path / "index",
+        compaction=None, keep_snapshots=0,
+    )  # fmt: skip
+    writer.table.transaction().set_properties({"write.merge.mode": mode}).commit_transaction()
+    writer.table.append(rows(list(range(0, 1000)), "v"))
+    for batch in (1, 2):
+        result = writer.merge_batch(batch, rows([10 * batch, 2000 + batch], "u"), None)
+        stored = catalog.load_table("db.t")
+        snapshot = stored.current_snapshot()
+        assert snapshot is not None
+        assert snapshot.summary is not None
+        assert result.snapshot_id == snapshot.snapshot_id == writer.table.current_snapshot().snapshot_id
+        assert result.files_added == int(snapshot.summary["added-data-files"])
+        assert result.bytes_added == int(snapshot.summary["added-files-size"])
+        assert writer.table.metadata_location == stored.metadata_location
+    assert content(writer) == {
+        **{i: f"v{i}" for i in range(1000)},
+        10: "u10",
+        20: "u20",
+        2001: "u2001",
+        2002: "u2002",
+    }
 
 
 @pytest.mark.parametrize(("coalesce_bytes", "files"), [(0, 4 + 5), (64 * 1024 * 1024, 1)])
@@ -199,3 +230,43 @@ def test_manifests_are_merged_once_batches_leave_many(tmp_path: Path) -> None:
         plain.merge_batch(batch, rows([batch], "x"), offset=BinlogOffset("b.000001", batch))
     plain.table.refresh()
     assert len(plain.table.current_snapshot().manifests(plain.table.io)) >= 11  # type: ignore[union-attr]
+
+
+def test_copy_on_write_writes_each_file_in_key_order(tmp_path: Path) -> None:
+    """Pieces in key order are written as they are; anything else is sorted first."""
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog))
+    writer.table.append(rows(list(range(0, 1000, 2)), "v"))  # even keys
+    batches = [
+        rows(list(range(1000, 1100)), "n"),  # new keys, beyond the table's and in order
+        rows([1101, 1099, 7, 3, 2000, 1], "u"),  # out of order, into the stored files
+    ]
+    for batch_id, upserts in enumerate(batches, start=1):
+        assert writer.merge_batch(batch_id, upserts, None).outcome == "committed"
+        for task in writer.table.scan().plan_files():
+            ids = pq.read_table(task.file.file_path.removeprefix("file://")).column("id").to_pylist()
+            assert ids == sorted(ids), task.file.file_path
+    expected = {i: f"v{i}" for i in range(0, 1000, 2)} | {i: f"n{i}" for i in range(1000, 1100)}
+    expected |= {i: f"u{i}" for i in (1101, 1099, 7, 3, 2000, 1)}
+    assert content(writer) == expected
+
+
+@pytest.mark.parametrize("key_type", ["bigint", "varchar"])
+def test_files_with_keys_picks_the_files_whose_bounds_hold_a_key(tmp_path: Path, key_type: str) -> None:
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog)
+    table = catalog.load_table(identifier)
+    for start in range(0, 4000, 1000):  # four files, one per key range
+        table.append(rows(list(range(start, start + 1000)), "v"))
+    keys = {  # a key in the second file, one between files' ranges none has, one in the last
+        "bigint": pa.table({"id": pa.array([3999, None, 1500, 1500, 99_999], pa.int64())}),
+        "varchar": pa.table({"v": pa.array(["v3999", "v1500", None, "zz"])}),
+    }[key_type]
+    column = keys.column_names[0]
+    picked = files_with_keys(table, keys, [column])
+    held = sorted(
+        pq.read_table(t.file.file_path.removeprefix("file://")).column("id")[0].as_py() for t, _, _ in picked
+    )
+    # Text compares as text: the first file's bounds are "v0" and "v999", so "v1500" and "v3999"
+    # may be in it too; "zz" is past every file's upper bound.
+    assert held == ([1000, 3000] if key_type == "bigint" else [0, 1000, 3000])

@@ -6,7 +6,9 @@ from __future__ import annotations
 import itertools
 import uuid
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.io import FileIO
 from pyiceberg.table import FileScanTask, Transaction
 
@@ -37,9 +39,19 @@ def overwrite(
             snap.delete_data_file(task.file)
         for data in _coalesce(pieces, COALESCE_BYTES):
             if order and len(data.column_names):
-                data = data.sort_by(order)
+                data = _in_order(data, order)
             for data_file in write_data_files(metadata, data, io, write_uuid, counter):
                 snap.append_data_file(data_file)
+
+
+def _in_order(data: pa.Table, order: list[tuple[str, str]]) -> pa.Table:
+    """``data`` sorted by ``order``, or ``data`` itself when it is in that order already: the new
+    rows of keys beyond the table's (inserts in key order) usually are, and copying a catch-up
+    batch's rows into the place they already had took 50-70 ms of its commit."""
+    indices = pc.sort_indices(data, sort_keys=order)
+    if bool((indices.to_numpy() == np.arange(len(indices))).all()):
+        return data
+    return data.take(indices)
 
 
 #: Arrow bytes of rows a copy-on-write commit writes into one file at most when it coalesces.

@@ -108,8 +108,8 @@ def batch_properties(batch_id: int, offset: BinlogOffset | None) -> dict[str, st
 
 
 def commit_result(table: Table, outcome: Outcome, started: float, attempts: int) -> CommitResult:
-    """What the commit just made did, from the table's current snapshot."""
-    table.refresh()
+    """What the commit just made did, from the table's current snapshot. No refresh: a commit
+    leaves ``table`` at the metadata it wrote (loading it again parsed every snapshot it keeps)."""
     snapshot = table.current_snapshot()
     summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else {}
 
