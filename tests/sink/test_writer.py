@@ -258,7 +258,7 @@ def test_files_with_keys_picks_the_files_whose_bounds_hold_a_key(tmp_path: Path,
     table = catalog.load_table(identifier)
     for start in range(0, 4000, 1000):  # four files, one per key range
         table.append(rows(list(range(start, start + 1000)), "v"))
-    keys = {  # a key in the second file, one between files' ranges none has, one in the last
+    keys = {  # keys of the second and the last file, a NULL, a repeated key, one past every file
         "bigint": pa.table({"id": pa.array([3999, None, 1500, 1500, 99_999], pa.int64())}),
         "varchar": pa.table({"v": pa.array(["v3999", "v1500", None, "zz"])}),
     }[key_type]
