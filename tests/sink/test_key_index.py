@@ -34,6 +34,11 @@ def _loaded(writer: IcebergWriter) -> dict[int, str]:
     return {i: f"v{i}" for i in range(3000)}
 
 
+def _records(index: KeyIndex) -> set[tuple[object, str, int]]:
+    query = "SELECT k.key, f.path, k.pos FROM keys k JOIN files f ON f.id = k.file"
+    return set(index._db.execute(query).fetchall())
+
+
 def test_batches_through_the_index_give_the_table_a_scan_gives(tmp_path: Path) -> None:
     catalog = make_catalog(tmp_path)
     indexed = IcebergWriter(catalog, create(catalog, "a", properties=MOR), key_index_dir=tmp_path / "index")
@@ -46,6 +51,12 @@ def test_batches_through_the_index_give_the_table_a_scan_gives(tmp_path: Path) -
         _batch(scanned, batch, rng_b, {})
         assert indexed._key_index is not None
         assert indexed._key_index.describes(indexed.table)
+        # What the batches left in the index is what a build from the table finds.
+        built = KeyIndex(tmp_path / f"built-{batch}.sqlite", ["id"])
+        built.rebuild(indexed.table)
+        assert _records(indexed._key_index) == _records(built)
+        live = {p: n for p, n in indexed._key_index.live_rows().items() if n}
+        assert live == {p: n for p, n in built.live_rows().items() if n}
     assert content(indexed) == content(scanned) == expected
     summary = indexed.table.current_snapshot().summary  # type: ignore[union-attr]
     assert summary is not None
@@ -151,11 +162,11 @@ catalog = SqlCatalog("test", uri=f"sqlite:///{tmp / 'catalog.db'}", warehouse=f"
 writer = IcebergWriter(catalog, "db.t", key_index_dir=tmp / "index")
 original = key_index.KeyIndex._add
 calls = []
-def killed(self, *args):  # after the commit, the batch's keys removed, its new rows' keys next
+def killed(self, *args, **kwargs):  # after the commit, the batch's keys removed, its new rows' keys next
     calls.append(args)
     if len(calls) == 2:  # the first is the build's
         os._exit(9)
-    return original(self, *args)
+    return original(self, *args, **kwargs)
 key_index.KeyIndex._add = killed
 writer.merge_batch(1, rows([5, 6], "killed-"), pa.table({"id": pa.array([7], pa.int64())}))
 """

@@ -149,16 +149,20 @@ class KeyIndex:
             self.path,
         )
 
-    def _add(self, path: str, keys: pa.Table, positions: pa.Array | None = None, moved: bool = False) -> int:
+    def _add(
+        self, path: str, keys: pa.Table, positions: pa.Array | None = None, moved: bool = False,
+        replace: bool = False,
+    ) -> int:  # fmt: skip
         """Record ``keys`` as rows of ``path``, at ``positions`` (None: 0, 1, 2, … — the file's
-        rows in order); ``moved``: the keys were elsewhere (a compaction rewrote their file)."""
+        rows in order); ``moved``: the keys were elsewhere (a compaction rewrote their file);
+        ``replace``: the keys' records may still point at the rows these replace."""
         if keys.num_rows == 0:
             return 0
         file = self._file_id(path)
         where = range(keys.num_rows) if positions is None else positions.to_pylist()
         try:
             self._db.executemany(
-                f"INSERT {'OR REPLACE ' if moved else ''}INTO keys VALUES (?, ?, ?)",
+                f"INSERT {'OR REPLACE ' if moved or replace else ''}INTO keys VALUES (?, ?, ?)",
                 zip(self._encode(keys), [file] * keys.num_rows, where, strict=True),
             )
             self._db.execute("UPDATE files SET live = live + ? WHERE id = ?", (keys.num_rows, file))
@@ -192,31 +196,54 @@ class KeyIndex:
                 found.setdefault(path, []).append(int(pos))
         return {path: sorted(p) for path, p in found.items()}
 
-    def apply(self, table: Table, keys: pa.Table, added: Sequence[str], before: int | None) -> None:
+    def apply(
+        self,
+        table: Table,
+        keys: pa.Table,
+        added: Sequence[str],
+        before: int | None,
+        replaced: dict[str, int] | None = None,
+    ) -> None:
         """After a commit that replaced the rows of ``keys`` and added the files ``added``: the
         index now describes the table's new snapshot, if it described ``before`` (the snapshot the
-        batch was merged on); else it is left to be rebuilt."""
+        batch was merged on); else it is left to be rebuilt. ``replaced``: rows per file that
+        ``positions(keys)`` found for the commit (saves looking the keys up again)."""
         identity = _identity(table, self.key_columns)
         meta = self._meta()
         if meta.get("snapshot") != str(before) or meta.get("boot") != _boot():
             return
-        schema = table.schema().select(*self.key_columns)
+        schema = table.schema().select(*self.key_columns).as_arrow()
+        new = [(p, pq.read_table(table.io.new_input(p).open(), columns=self.key_columns)) for p in added]
         self.forget()
         with self._transaction():
             encoded = sorted(self._encode(keys.select(self.key_columns)))  # B-tree order: fewer page visits
-            for low in range(0, len(encoded), _STEP):
-                part = encoded[low : low + _STEP]
-                marks = ",".join("?" * len(part))
+            fresh = [k for _, data in new for k in self._encode(data.cast(schema))]
+            if replaced is not None and len(set(fresh)) == len(fresh) and set(fresh) <= set(encoded):
+                # Each key is looked up once more, not twice: the counts are known, and a new row
+                # of a key replaces its record in place; only the deleted keys are removed.
+                decrements = [(n, path) for path, n in replaced.items()]
+                self._db.executemany("UPDATE files SET live = live - ? WHERE path = ?", decrements)
+                self._remove(sorted(set(encoded) - set(fresh)))
+                for path, data in new:
+                    self._add(path, data.cast(schema), replace=True)
+            else:
+                self._remove(encoded, count=True)
+                for path, data in new:
+                    self._add(path, data.cast(schema))
+        self._describe(identity)
+
+    def _remove(self, encoded: list[Any], count: bool = False) -> None:
+        """Remove these keys' records (``count``: and take them off their files' live rows)."""
+        for low in range(0, len(encoded), _STEP):
+            part = encoded[low : low + _STEP]
+            marks = ",".join("?" * len(part))
+            if count:
                 gone = self._db.execute(
                     f"SELECT file, COUNT(*) FROM keys WHERE key IN ({marks}) GROUP BY file", part
                 ).fetchall()
-                decrements = [(n, f) for f, n in gone]
+                decrements = [(n, file) for file, n in gone]
                 self._db.executemany("UPDATE files SET live = live - ? WHERE id = ?", decrements)
-                self._db.execute(f"DELETE FROM keys WHERE key IN ({marks})", part)
-            for path in added:
-                data = pq.read_table(table.io.new_input(path).open(), columns=self.key_columns)
-                self._add(path, data.cast(schema.as_arrow()))
-        self._describe(identity)
+            self._db.execute(f"DELETE FROM keys WHERE key IN ({marks})", part)
 
     def moved(self, table: Table, removed: Sequence[str], added: Sequence[str], before: int | None) -> None:
         """After a commit that rewrote the files ``removed`` (their live rows) into ``added``: the

@@ -371,8 +371,7 @@ class IcebergWriter:
                     pending = pending.filter(pc.invert(mine))
                     rewrites.append((low, task, merged))
             new_rows = pending if pending.num_rows else None
-            # In key order, so neighbouring pieces are coalesced into one file (``copy_on_write.overwrite``,
-            # which sorts each file it writes).
+            # In key order: neighbouring pieces coalesce into one file (``copy_on_write.overwrite``).
             rewrites.sort(key=lambda r: (r[0] is not None, r[0]))
             overwrite(tx, table.io, properties, [(t, rows) for _, t, rows in rewrites], new_rows, order)
             tx.set_properties(properties)
@@ -406,7 +405,8 @@ class IcebergWriter:
             )
             tx.set_properties(properties)
         if index is not None:
-            index.apply(table, keys, [f.file_path for f in files], before)
+            found = {f.file_path: len(p) for f, p in replaced}  # rows per file the keys had
+            index.apply(table, keys, [f.file_path for f in files], before, found)
             self._changes = keys.num_rows
         elif self._key_index is not None:
             self._key_index.forget()  # a backfill's ranges were merged without it
