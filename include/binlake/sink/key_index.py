@@ -213,23 +213,27 @@ class KeyIndex:
         if meta.get("snapshot") != str(before) or meta.get("boot") != _boot():
             return
         schema = table.schema().select(*self.key_columns).as_arrow()
-        new = [(p, pq.read_table(table.io.new_input(p).open(), columns=self.key_columns)) for p in added]
+        new = [
+            (p, pq.read_table(table.io.new_input(p).open(), columns=self.key_columns).cast(schema))
+            for p in added
+        ]
         self.forget()
         with self._transaction():
             encoded = sorted(self._encode(keys.select(self.key_columns)))  # B-tree order: fewer page visits
-            fresh = [k for _, data in new for k in self._encode(data.cast(schema))]
-            if replaced is not None and len(set(fresh)) == len(fresh) and set(fresh) <= set(encoded):
+            fresh = [k for _, data in new for k in self._encode(data)]
+            batch, rewritten = set(encoded), set(fresh)
+            if replaced is not None and len(rewritten) == len(fresh) and rewritten <= batch:
                 # Each key is looked up once more, not twice: the counts are known, and a new row
                 # of a key replaces its record in place; only the deleted keys are removed.
                 decrements = [(n, path) for path, n in replaced.items()]
                 self._db.executemany("UPDATE files SET live = live - ? WHERE path = ?", decrements)
-                self._remove(sorted(set(encoded) - set(fresh)))
+                self._remove(sorted(batch - rewritten))
                 for path, data in new:
-                    self._add(path, data.cast(schema), replace=True)
+                    self._add(path, data, replace=True)
             else:
                 self._remove(encoded, count=True)
                 for path, data in new:
-                    self._add(path, data.cast(schema))
+                    self._add(path, data)
         self._describe(identity)
 
     def _remove(self, encoded: list[Any], count: bool = False) -> None:
