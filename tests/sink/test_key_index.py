@@ -10,6 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from binlake.events import Column, CreateTable, TableId
+from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink import key_index, key_index_store
 from binlake.sink.key_index import KeyIndex, KeyIndexError
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import content, create, make_catalog, rows
@@ -34,12 +37,12 @@ def _loaded(writer: IcebergWriter) -> dict[int, str]:
     return {i: f"v{i}" for i in range(3000)}
 
 
-def _records(index: KeyIndex) -> set[tuple[object, str, int]]:
-    query = "SELECT k.key, f.path, k.pos FROM keys k JOIN files f ON f.id = k.file"
-    return set(index._db.execute(query).fetchall())
-
-
-def test_batches_through_the_index_give_the_table_a_scan_gives(tmp_path: Path) -> None:
+@pytest.mark.parametrize("min_delta", [key_index._MIN_DELTA, 0])
+def test_batches_through_the_index_give_the_table_a_scan_gives(
+    tmp_path: Path, min_delta: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also with the delta merged into a new base whenever it holds an eighth of the base's keys."""
+    monkeypatch.setattr(key_index, "_MIN_DELTA", min_delta)
     catalog = make_catalog(tmp_path)
     indexed = IcebergWriter(catalog, create(catalog, "a", properties=MOR), key_index_dir=tmp_path / "index")
     scanned = IcebergWriter(catalog, create(catalog, "b", properties=MOR))
@@ -52,9 +55,9 @@ def test_batches_through_the_index_give_the_table_a_scan_gives(tmp_path: Path) -
         assert indexed._key_index is not None
         assert indexed._key_index.describes(indexed.table)
         # What the batches left in the index is what a build from the table finds.
-        built = KeyIndex(tmp_path / f"built-{batch}.sqlite", ["id"])
+        built = KeyIndex(tmp_path / f"built-{batch}", ["id"])
         built.rebuild(indexed.table)
-        assert _records(indexed._key_index) == _records(built)
+        assert indexed._key_index.records() == built.records()
         live = {p: n for p, n in indexed._key_index.live_rows().items() if n}
         assert live == {p: n for p, n in built.live_rows().items() if n}
     assert content(indexed) == content(scanned) == expected
@@ -133,7 +136,7 @@ def test_the_index_describes_one_table_and_snapshot(tmp_path: Path) -> None:
     catalog = make_catalog(tmp_path)
     writer = IcebergWriter(catalog, create(catalog, properties=MOR))
     writer.table.append(rows([1, 2], "v"))
-    index = KeyIndex(tmp_path / "i.sqlite", ["id"])
+    index = KeyIndex(tmp_path / "i", ["id"])
     assert not index.describes(writer.table)
     index.rebuild(writer.table)
     assert index.describes(writer.table)
@@ -148,35 +151,42 @@ def test_the_index_describes_one_table_and_snapshot(tmp_path: Path) -> None:
     assert not index.describes(other.table)
 
 
-_KILLED_MID_UPDATE = """
+_KILLED = """
 import os, sys
 import pyarrow as pa
 from pathlib import Path
 from pyiceberg.catalog.sql import SqlCatalog
-from binlake.sink import key_index
+from binlake.sink import key_index, key_index_store
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import rows
 
-tmp = Path(sys.argv[1])
+tmp, where = Path(sys.argv[1]), sys.argv[2]
 catalog = SqlCatalog("test", uri=f"sqlite:///{tmp / 'catalog.db'}", warehouse=f"file://{tmp / 'warehouse'}")
 writer = IcebergWriter(catalog, "db.t", key_index_dir=tmp / "index")
-original = key_index.KeyIndex._add
-calls = []
-def killed(self, *args, **kwargs):  # after the commit, the batch's keys removed, its new rows' keys next
-    calls.append(args)
-    if len(calls) == 2:  # the first is the build's
+append, write_base = key_index_store.append, key_index.KeyIndex._write_base
+
+def torn(path, record):  # dies half way through writing a record
+    append(path, record[: len(record) // 2])
+    os._exit(9)
+
+def merging(self, run, identity):  # the first base is the build's; the second merges the delta
+    if self._generation > 0:
+        (self.path / f"base-{self._generation + 1}.tmp").mkdir()
         os._exit(9)
-    return original(self, *args, **kwargs)
-key_index.KeyIndex._add = killed
+    return write_base(self, run, identity)
+
+if where == "log":
+    key_index_store.append = torn
+else:
+    key_index._MIN_DELTA = 0
+    key_index.KeyIndex._write_base = merging
 writer.merge_batch(1, rows([5, 6], "killed-"), pa.table({"id": pa.array([7], pa.int64())}))
 """
 
 
-def test_a_process_killed_while_updating_the_index_leaves_it_to_be_rebuilt(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The Iceberg commit landed and the process died while the index took the batch in: the next
-    writer must not trust the index (it rebuilds, and the next batch replaces the right rows)."""
+def _killed(tmp_path: Path, where: str) -> tuple[IcebergWriter, KeyIndex]:
+    """A process that merged a batch into a new table of 20 rows, killed at ``where``; a new writer
+    of the table and its index as that finds it."""
     import subprocess
     import sys
 
@@ -184,12 +194,19 @@ def test_a_process_killed_while_updating_the_index_leaves_it_to_be_rebuilt(
     identifier = create(catalog, properties=MOR)
     IcebergWriter(catalog, identifier).table.append(rows(list(range(20)), "v"))
     died = subprocess.run(
-        [sys.executable, "-c", _KILLED_MID_UPDATE, str(tmp_path)], capture_output=True, text=True, check=False
+        [sys.executable, "-c", _KILLED, str(tmp_path), where], capture_output=True, text=True, check=False
     )
     assert died.returncode == 9, died.stderr
     writer = IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index")
-    index = KeyIndex(tmp_path / "index" / f"{identifier}-{writer.table.metadata.table_uuid}.sqlite", ["id"])
-    assert index.path.exists()
+    return writer, KeyIndex(tmp_path / "index" / f"{identifier}-{writer.table.metadata.table_uuid}", ["id"])
+
+
+def test_a_process_killed_while_logging_a_batch_leaves_the_index_to_be_rebuilt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Iceberg commit landed and the process died while writing the batch's log record: the
+    next writer must not trust the index (it rebuilds, and the next batch replaces the right rows)."""
+    writer, index = _killed(tmp_path, "log")
     assert not index.describes(writer.table)
     with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
         writer.merge_batch(2, rows([6, 8], "after-"), pa.table({"id": pa.array([5], pa.int64())}))
@@ -198,15 +215,86 @@ def test_a_process_killed_while_updating_the_index_leaves_it_to_be_rebuilt(
     assert content(writer) == expected
 
 
-def test_a_damaged_index_file_is_rebuilt(tmp_path: Path) -> None:
+def test_a_process_killed_while_writing_a_new_base_keeps_the_logged_index(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch's record reached the log and the process died merging the delta into a new base:
+    the old base and its log still describe the table (no rebuild)."""
+    writer, index = _killed(tmp_path, "base")
+    assert index.describes(writer.table)
+    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+        writer.merge_batch(2, rows([6, 8], "after-"), pa.table({"id": pa.array([5], pa.int64())}))
+    assert "indexed the keys" not in caplog.text
+    expected = {i: f"v{i}" for i in range(20) if i not in (5, 7)} | {6: "after-6", 8: "after-8"}
+    assert content(writer) == expected
+    built = KeyIndex(tmp_path / "built", ["id"])
+    built.rebuild(writer.table)
+    assert writer._key_index is not None
+    assert writer._key_index.records() == built.records()
+
+
+def test_log_records_of_another_boot_are_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log is not synced: after a machine crash its pages may be lost, so a new boot replays
+    none of the records the last one wrote."""
     catalog = make_catalog(tmp_path)
     writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
     writer.table.append(rows(list(range(10)), "v"))
     writer.merge_batch(1, rows([1], "a-"), None)
     assert writer._key_index is not None
     path = writer._key_index.path
-    writer._key_index.close()
-    path.write_bytes(b"not a database" * 100)
+    assert KeyIndex(path, ["id"]).describes(writer.table)
+    monkeypatch.setattr(key_index_store, "boot", lambda: "another boot")
+    assert not KeyIndex(path, ["id"]).describes(writer.table)
+
+
+@pytest.mark.parametrize("damaged", ["base-1/keys.npy", "base-1/meta.json", "base-1.log"])
+def test_a_damaged_index_file_is_rebuilt(tmp_path: Path, damaged: str) -> None:
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
+    writer.table.append(rows(list(range(10)), "v"))
+    writer.merge_batch(1, rows([1], "a-"), None)
+    assert writer._key_index is not None
+    path = writer._key_index.path
+    (path / damaged).write_bytes(b"not an index" * 100)
+    assert not KeyIndex(path, ["id"]).describes(writer.table)
     later = IcebergWriter(catalog, writer.identifier, key_index_dir=tmp_path / "index")
     later.merge_batch(2, rows([1, 2], "b-"), pa.table({"id": pa.array([3], pa.int64())}))
     assert content(later) == {i: f"v{i}" for i in range(10) if i != 3} | {1: "b-1", 2: "b-2"}
+
+
+@pytest.mark.parametrize("kind", ["varchar", "composite"])
+def test_keys_kept_as_bytes_or_digests_give_the_index_a_build_gives(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys of several integer columns are kept as their bytes, others as digests; batches through
+    either leave the index a build from the table finds, with the delta merged into new bases."""
+    monkeypatch.setattr(key_index, "_MIN_DELTA", 0)
+    catalog = make_catalog(tmp_path)
+    key = ("o", "line") if kind == "composite" else ("code",)
+    columns = [Column(k, kind if kind == "varchar" else "bigint", kind, nullable=False) for k in key]
+    applier = IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), TableLayout(properties=MOR))
+    applier.apply(CreateTable(TableId("db", "t"), (*columns, Column("v", "bigint", "bigint")), key))
+    writer = IcebergWriter(catalog, "db.t", key_index_dir=tmp_path / "index")
+    schema = writer.table.schema().as_arrow()
+
+    def batch(ids: list[int], v: int) -> pa.Table:
+        values = {"o": [i // 7 - 50 for i in ids], "line": [i % 7 for i in ids]} if kind == "composite" else {
+            "code": [f"k{i:05}" for i in ids]
+        }  # fmt: skip
+        return pa.table({**values, "v": [v] * len(ids)}, schema=schema)
+
+    writer.table.append(batch(list(range(700)), 0))
+    expected = {i: 0 for i in range(700)}
+    rng = random.Random(5)
+    for n in range(1, 7):
+        touched = rng.sample(range(900), 60)
+        writer.merge_batch(n, batch(sorted(touched[10:]), n), batch(sorted(touched[:10]), n).select(key))
+        expected.update({i: n for i in touched[10:]})
+        for i in touched[:10]:
+            expected.pop(i, None)
+        built = KeyIndex(tmp_path / f"built-{n}", key)
+        built.rebuild(writer.table)
+        assert writer._key_index is not None
+        assert writer._key_index.records() == built.records()
+    assert sorted(writer.table.scan().to_arrow().column("v").to_pylist()) == sorted(expected.values())
+    assert writer.table.scan().to_arrow().num_rows == len(expected)

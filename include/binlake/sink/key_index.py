@@ -4,8 +4,7 @@ A merge-on-read batch replaces rows by position deletes, so it must know the pos
 stored rows. Found by reading the key columns of every file whose bounds may hold a batch key,
 that costs the table, not the batch, as soon as the keys are spread out (uniform keys meet every
 file; ``bench/merge.py``: 3× the time at 4× the rows). Hudi keeps a record index for the same
-reason. binlake's is a SQLite file per sink table in the pipeline's work folder: a batch looks its
-keys up (point reads, a B-tree: the cost of the batch) and records where its new rows went.
+reason. binlake's is a folder per sink table in the pipeline's work folder.
 
 **It is a cache of the table, never the truth.** It records the Iceberg snapshot it describes
 (with the table's uuid and key columns); the writer uses it only when that is the table's current
@@ -15,27 +14,33 @@ update, a ``binlake maintain``, another writer, a lost work folder or a job on a
 one rebuild, and never a wrong position. A key found twice while building means the table holds
 one key in two live rows: the build stops and says so instead of picking one.
 
-Since it is a cache, it is written without SQLite's journal on disk (a WAL made a batch's 10k key
-updates cost 0.29 s against 0.08 s without, on 4M keys): safety comes from the order of its writes
-instead. An update first erases the record of what the index describes (its own commit), then
-changes the keys (a second), and only then records the new snapshot (a third), so a process killed
-anywhere leaves an index that describes nothing and is rebuilt — into a new file, whatever state the
-old one was left in. A machine that crashed may have lost any of the file's unsynced pages, so the
-record also names the boot it was written in (Linux's boot id; elsewhere each update is synced).
+**Sorted arrays, searched a batch at a time.** A batch's keys are sorted and found by one binary
+search (numpy), not one B-tree descent per key: a SQLite index cost 2.3× per batch at 4× the keys
+(CPU in the B-tree; its cache, memory-mapping or sorted keys changed nothing). A *base* (every key in
+order, with its file and row position) is written once and memory-mapped; the batches since then go
+to a *delta* (sorted, in memory; a deleted key is a record without a file) and to a log, one record
+per batch (``sink/key_index_store.py``: how these files survive a kill or a machine crash). Once the
+delta holds an eighth of the base, the two are merged into a new base: a cost of the table paid once
+per table/8 changed keys, so still in proportion to the changes. Memory: the delta, 20 bytes a key.
+
+A batch's record is written after its Iceberg commit: a process killed before it has written it
+whole leaves an index describing the snapshot before the commit, so it is rebuilt.
+
+Keys: one integer column is kept as it is; several integer columns as their bytes (big-endian, sign
+bit flipped: exact and in key order); any other key as a 128-bit BLAKE2b digest of its values (two
+keys sharing one: odds about n²/2¹²⁹, 10⁻²¹ at a billion keys).
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import hashlib
 import logging
-import os
-import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -45,13 +50,17 @@ from pyiceberg.manifest import DataFileContent
 from pyiceberg.table import FileScanTask, Table
 
 from binlake.errors import BinlakeError
+from binlake.sink import key_index_store as store
+from binlake.sink.key_index_store import Run, among, concat
 
 log = logging.getLogger(__name__)
 
-#: Bumped when the file's layout changes: an index of another version is rebuilt.
-FORMAT = "2"
-#: Keys per statement when looking up or removing (SQLite's bound-variable limit is 32766).
-_STEP = 20_000
+#: Bumped when the files' layout changes: an index of another version is rebuilt.
+FORMAT = "3"
+#: The delta is merged into a new base once it holds this share of the base's keys (and at least
+#: ``_MIN_DELTA``): the merge rewrites the base, so its cost per changed key stays bounded.
+_DELTA_SHARE = 8
+_MIN_DELTA = 1 << 16
 
 
 class KeyIndexError(BinlakeError):
@@ -62,280 +71,308 @@ class KeyIndex:
     """The key → (file, position) index of one Iceberg table (see the module docstring).
 
     Args:
-        path: the SQLite file (created when missing).
+        path: the index's folder (created when missing).
         key_columns: the table's key columns (its identifier fields), in order.
     """
 
+    _base: Run  # every key in order, memory-mapped
+    _delta: Run  # the batches since, in memory
+    _paths: dict[int, str]  # file id → data file
+    _ids: dict[str, int]
+    _live: dict[int, int]  # file id → its rows the index holds
+    _next: int  # the next file id
+
     def __init__(self, path: Path, key_columns: Sequence[str]) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True)
         self.path = path
         self.key_columns = list(key_columns)
-        self._integer: bool | None = None
-        try:
-            self._db = self._open()
-        except sqlite3.DatabaseError:  # not a database any more (a crash, a disk): start afresh
-            self._remove_files()
-            self._db = self._open()
-
-    def _remove_files(self) -> None:
-        for path in (self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))):
-            path.unlink(missing_ok=True)
-
-    def _open(self) -> sqlite3.Connection:
-        # Used by one thread at a time, but not always the one that opened it: a stream's writer
-        # compacts in its upkeep thread (``sink/upkeep.py``), which the next batch waits for.
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        # The journal only in memory: a failed statement still rolls back; a killed process is
-        # covered by the order of the writes (module docstring).
-        db.execute("PRAGMA journal_mode=MEMORY")
-        db.execute("PRAGMA synchronous=OFF")
-        db.execute("PRAGMA cache_size=-65536")  # 64 MiB: a batch's keys touch pages all over the B-tree
-        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        return db
-
-    def close(self) -> None:
-        self._db.close()
+        self._identity: dict[str, str] | None = None  # what it describes (None: nothing)
+        self._found: tuple[np.ndarray, np.ndarray] | None = None  # the last keys looked up, their files
+        self._generation = 0
+        self._load()
 
     # -- what it describes ---------------------------------------------------------------------
 
     def describes(self, table: Table) -> bool:
         """Whether the index holds exactly the table's current snapshot."""
-        return self._meta() == _identity(table, self.key_columns)
+        return self._identity is not None and self._identity == _identity(table, self.key_columns)
 
-    def _meta(self) -> dict[str, str]:
-        try:
-            return dict(self._db.execute("SELECT name, value FROM meta").fetchall())
-        except sqlite3.DatabaseError:  # a file left damaged by a crash: it describes nothing
-            return {}
+    def forget(self) -> None:
+        """The table changed in a way not recorded here: rebuild before the next use (its snapshot
+        moved on, so a later process finds the files behind the table too)."""
+        self._identity = None
 
     # -- building -------------------------------------------------------------------------------
 
     def rebuild(self, table: Table) -> None:
         """Index every live row of the table's current snapshot (reads every data file's keys)."""
         started = time.monotonic()
-        schema = table.schema()
-        integer = _integer_key(table, self.key_columns)
-        self._db.close()
-        self._remove_files()  # a new file: the old one may be in any state
-        self._db = self._open()
-        with self._transaction():
-            self._db.execute(
-                "CREATE TABLE files (id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, "
-                "live INTEGER NOT NULL)"
-            )
-            self._db.execute(
-                "CREATE TABLE keys (key INTEGER PRIMARY KEY, file INTEGER NOT NULL, pos INTEGER NOT NULL)"
-                if integer
-                else "CREATE TABLE keys (key BLOB PRIMARY KEY, file INTEGER NOT NULL, pos INTEGER NOT NULL) "
-                "WITHOUT ROWID"
-            )
-            self._integer = integer
-            rows = 0
-            if table.current_snapshot() is not None:
-                key_schema = schema.select(*self.key_columns)
-                for task in table.scan().plan_files():
-                    keys = ArrowScan(table.metadata, table.io, key_schema, AlwaysTrue()).to_table(
-                        tasks=[FileScanTask(task.file)]
-                    )
-                    live = _live_positions(table, task, keys.num_rows)
-                    keys = keys.select(self.key_columns)
-                    rows += self._add(task.file.file_path, keys if live is None else keys.take(live), live)
-        self._describe(_identity(table, self.key_columns))
+        identity = _identity(table, self.key_columns)
+        self._start(identity)
+        keys, files, pos = [], [], []
+        if table.current_snapshot() is not None:
+            key_schema = table.schema().select(*self.key_columns)
+            for task in table.scan().plan_files():
+                data = ArrowScan(table.metadata, table.io, key_schema, AlwaysTrue()).to_table(
+                    tasks=[FileScanTask(task.file)]
+                )
+                live = _live_positions(table, task, data.num_rows)
+                at = np.arange(data.num_rows, dtype=np.int64) if live is None else live
+                keys.append(self._encode(data if live is None else data.take(pa.array(live))))
+                files.append(np.full(len(at), self._file_id(task.file.file_path), np.int32))
+                pos.append(at)
+        run = self._sorted_unique(concat(keys, self._dtype), concat(files, np.int32), concat(pos, np.int64))
+        self._write_base(run, identity)
         log.info(
             "indexed the keys of %s: %d rows in %.2f s (%s)",
-            table.name(),
-            rows,
-            time.monotonic() - started,
-            self.path,
+            table.name(), len(run.keys), time.monotonic() - started, self.path,
+        )  # fmt: skip
+
+    def _sorted_unique(self, keys: np.ndarray, files: np.ndarray, pos: np.ndarray) -> Run:
+        order = np.argsort(keys, kind="stable")
+        run = Run(keys[order], files[order], pos[order])
+        twice = np.flatnonzero(run.keys[1:] == run.keys[:-1])
+        if len(twice):
+            raise self._stored_twice(self._paths[int(run.files[twice[0] + 1])])
+        return run
+
+    def _stored_twice(self, path: str) -> KeyIndexError:
+        return KeyIndexError(
+            f"Cannot index the keys ({', '.join(self.key_columns)}) of the sink table: a key is in two "
+            f"live rows (one in {path}). The table no longer equals its source. Fix: re-snapshot the "
+            "table (`binlake plan --replan`, `binlake snapshot`)."
         )
-
-    def _add(
-        self, path: str, keys: pa.Table, positions: pa.Array | None = None, moved: bool = False,
-        replace: bool = False,
-    ) -> int:  # fmt: skip
-        """Record ``keys`` as rows of ``path``, at ``positions`` (None: 0, 1, 2, … — the file's
-        rows in order); ``moved``: the keys were elsewhere (a compaction rewrote their file);
-        ``replace``: the keys' records may still point at the rows these replace."""
-        if keys.num_rows == 0:
-            return 0
-        file = self._file_id(path)
-        where = range(keys.num_rows) if positions is None else positions.to_pylist()
-        try:
-            self._db.executemany(
-                f"INSERT {'OR REPLACE ' if moved or replace else ''}INTO keys VALUES (?, ?, ?)",
-                zip(self._encode(keys), [file] * keys.num_rows, where, strict=True),
-            )
-            self._db.execute("UPDATE files SET live = live + ? WHERE id = ?", (keys.num_rows, file))
-        except sqlite3.IntegrityError:
-            raise KeyIndexError(
-                f"Cannot index the keys ({', '.join(self.key_columns)}) of the sink table: a key is in two "
-                f"live rows (one in {path}). The table no longer equals its source. Fix: re-snapshot the "
-                "table (`binlake plan --replan`, `binlake snapshot`)."
-            ) from None
-        return int(keys.num_rows)
-
-    def _file_id(self, path: str) -> int:
-        self._db.execute("INSERT OR IGNORE INTO files (path, live) VALUES (?, 0)", (path,))
-        row = self._db.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
-        return int(row[0])
 
     # -- a batch --------------------------------------------------------------------------------
 
     def positions(self, keys: pa.Table) -> dict[str, list[int]]:
         """Data file → sorted positions of the stored rows of ``keys`` (keys not stored: absent)."""
-        found: dict[str, list[int]] = {}
-        encoded = self._encode(keys.select(self.key_columns))
-        for low in range(0, len(encoded), _STEP):
-            part = encoded[low : low + _STEP]
-            marks = ",".join("?" * len(part))
-            rows = self._db.execute(
-                f"SELECT f.path, k.pos FROM keys k JOIN files f ON f.id = k.file WHERE k.key IN ({marks})",
-                part,
-            ).fetchall()
-            for path, pos in rows:
-                found.setdefault(path, []).append(int(pos))
-        return {path: sorted(p) for path, p in found.items()}
+        encoded = np.unique(self._encode(keys))
+        files, pos = self._lookup(encoded)
+        self._found = (encoded, files)  # the batch's update after its commit looks them up no more
+        stored = files >= 0
+        files, pos = files[stored], pos[stored]
+        order = np.lexsort((pos, files))
+        files, pos = files[order], pos[order]
+        cuts = np.flatnonzero(np.diff(files)) + 1
+        return {
+            self._paths[int(f[0])]: p.tolist()
+            for f, p in zip(np.split(files, cuts), np.split(pos, cuts), strict=True)
+            if len(f)
+        }
 
-    def apply(
-        self,
-        table: Table,
-        keys: pa.Table,
-        added: Sequence[str],
-        before: int | None,
-        replaced: dict[str, int] | None = None,
-    ) -> None:
+    def apply(self, table: Table, keys: pa.Table, added: Sequence[str], before: int | None) -> None:
         """After a commit that replaced the rows of ``keys`` and added the files ``added``: the
         index now describes the table's new snapshot, if it described ``before`` (the snapshot the
-        batch was merged on); else it is left to be rebuilt. ``replaced``: rows per file that
-        ``positions(keys)`` found for the commit (saves looking the keys up again)."""
-        identity = _identity(table, self.key_columns)
-        meta = self._meta()
-        if meta.get("snapshot") != str(before) or meta.get("boot") != _boot():
+        batch was merged on); else it is left to be rebuilt."""
+        if not self._described(before):
             return
-        schema = table.schema().select(*self.key_columns).as_arrow()
-        new = [
-            (p, pq.read_table(table.io.new_input(p).open(), columns=self.key_columns).cast(schema))
-            for p in added
-        ]
-        self.forget()
-        with self._transaction():
-            encoded = sorted(self._encode(keys.select(self.key_columns)))  # B-tree order: fewer page visits
-            fresh = [k for _, data in new for k in self._encode(data)]
-            batch, rewritten = set(encoded), set(fresh)
-            if replaced is not None and len(rewritten) == len(fresh) and rewritten <= batch:
-                # Each key is looked up once more, not twice: the counts are known, and a new row
-                # of a key replaces its record in place; only the deleted keys are removed.
-                decrements = [(n, path) for path, n in replaced.items()]
-                self._db.executemany("UPDATE files SET live = live - ? WHERE path = ?", decrements)
-                self._remove(sorted(batch - rewritten))
-                for path, data in new:
-                    self._add(path, data, replace=True)
-            else:
-                self._remove(encoded, count=True)
-                for path, data in new:
-                    self._add(path, data)
-        self._describe(identity)
-
-    def _remove(self, encoded: list[Any], count: bool = False) -> None:
-        """Remove these keys' records (``count``: and take them off their files' live rows)."""
-        for low in range(0, len(encoded), _STEP):
-            part = encoded[low : low + _STEP]
-            marks = ",".join("?" * len(part))
-            if count:
-                gone = self._db.execute(
-                    f"SELECT file, COUNT(*) FROM keys WHERE key IN ({marks}) GROUP BY file", part
-                ).fetchall()
-                decrements = [(n, file) for file, n in gone]
-                self._db.executemany("UPDATE files SET live = live - ? WHERE id = ?", decrements)
-            self._db.execute(f"DELETE FROM keys WHERE key IN ({marks})", part)
+        gone = np.unique(self._encode(keys))
+        self._change(table, gone, added, (), check=True)
 
     def moved(self, table: Table, removed: Sequence[str], added: Sequence[str], before: int | None) -> None:
         """After a commit that rewrote the files ``removed`` (their live rows) into ``added``: the
         keys point into the new files, and the index describes the new snapshot (if it described
         ``before``)."""
-        identity = _identity(table, self.key_columns)
-        meta = self._meta()
-        if meta.get("snapshot") != str(before) or meta.get("boot") != _boot():
+        if not self._described(before):
             return
-        schema = table.schema().select(*self.key_columns)
-        self.forget()
-        with self._transaction():
-            for path in added:
-                data = pq.read_table(table.io.new_input(path).open(), columns=self.key_columns)
-                self._add(path, data.cast(schema.as_arrow()), moved=True)
-            self._db.executemany("DELETE FROM files WHERE path = ?", [(path,) for path in removed])
-        self._describe(identity)
+        self._change(table, np.empty(0, self._dtype), added, removed, check=False)
+
+    def _described(self, before: int | None) -> bool:
+        return self._identity is not None and self._identity["snapshot"] == str(before)
+
+    def _change(
+        self, table: Table, gone: np.ndarray, added: Sequence[str], removed: Sequence[str], check: bool
+    ) -> None:
+        """Remove the ``gone`` keys, record the keys of the files ``added`` (``check``: none of them
+        may be live elsewhere) and drop the files ``removed``: in memory, then as one log record."""
+        identity = _identity(table, self.key_columns)
+        schema = table.schema().select(*self.key_columns).as_arrow()
+        new_ids = {path: self._file_id(path) for path in added}
+        parts = []
+        for path in added:
+            data = pq.read_table(table.io.new_input(path).open(), columns=self.key_columns).cast(schema)
+            parts.append((self._encode(data), new_ids[path]))
+        put = concat([k for k, _ in parts], self._dtype)
+        files = concat([np.full(len(k), f, np.int32) for k, f in parts], np.int32)
+        pos = concat([np.arange(len(k), dtype=np.int64) for k, _ in parts], np.int64)
+        order = np.argsort(put, kind="stable")
+        put, files, pos = put[order], files[order], pos[order]
+        if check:
+            self._check_new(put, files, gone)
+        found, self._found = self._found, None
+        was = found[1] if found is not None and np.array_equal(found[0], gone) else None
+        dropped = [self._ids[path] for path in removed if path in self._ids]
+        record: dict[str, Any] = {"before": self._identity, "after": identity, "dropped": dropped}
+        record["files"] = {str(i): p for p, i in new_ids.items()}
+        try:
+            if self._replay(record, gone, put, files, pos, was):
+                log.warning("the key index of %s kept rows of rewritten files: rebuilding it", table.name())
+                self.forget()
+                return
+            self._append(record, (gone, put, files, pos))
+        except BaseException:
+            self.forget()  # half applied: describes nothing
+            raise
+
+    def _check_new(self, put: np.ndarray, files: np.ndarray, gone: np.ndarray) -> None:
+        """A new row's key must be unique among the new rows and not live outside the batch."""
+        twice = np.flatnonzero(put[1:] == put[:-1])
+        outside = np.flatnonzero(~among(gone, put))
+        elsewhere = outside[self._lookup(put[outside])[0] >= 0]
+        if len(twice) or len(elsewhere):
+            self.forget()
+            at = int(twice[0] + 1) if len(twice) else int(elsewhere[0])
+            raise self._stored_twice(self._paths[int(files[at])])
+
+    def _replay(
+        self, record: dict[str, Any], gone: np.ndarray, put: np.ndarray, files: np.ndarray, pos: np.ndarray,
+        was: np.ndarray | None = None,
+    ) -> int:  # fmt: skip
+        """One batch's change, in memory (also how the log is read back; ``was``: the files of the
+        ``gone`` keys' rows, if known); the rows the index still holds in the files it drops (a
+        rewrite that left some out: then it is not appended)."""
+        self._found = None
+        for key, path in record["files"].items():
+            self._paths[int(key)], self._ids[path] = path, int(key)
+            self._next = max(self._next, int(key) + 1)
+        self._count(self._lookup(gone)[0] if was is None else was, -1)
+        deleted = np.full(len(gone), -1, np.int32)
+        self._delta = self._delta.upsert(gone, deleted, np.zeros(len(gone), np.int64))
+        moving = put[~among(gone, put)]  # keys the batch did not remove: their rows leave old files
+        self._count(self._lookup(moving)[0], -1)
+        self._delta = self._delta.upsert(put, files, pos)
+        self._count(files, 1)
+        stranded = 0
+        for file in record["dropped"]:
+            self._ids.pop(self._paths.pop(file, ""), None)
+            stranded += self._live.pop(file, 0)
+        self._identity = record["after"]
+        return stranded
+
+    def _lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """File id (-1: not stored) and row position of each of ``keys`` (sorted)."""
+        files = np.full(len(keys), -1, np.int32)
+        pos = np.zeros(len(keys), np.int64)
+        for run in (self._base, self._delta):  # the delta is newer
+            at, hit = run.find(keys)
+            files[hit] = run.files[at[hit]]
+            pos[hit] = run.pos[at[hit]]
+        return files, pos
+
+    def _count(self, files: np.ndarray, sign: int) -> None:
+        ids, counts = np.unique(files[files >= 0], return_counts=True)
+        for file, n in zip(ids.tolist(), counts.tolist(), strict=True):
+            self._live[file] = self._live.get(file, 0) + sign * n
 
     def live_rows(self) -> dict[str, int]:
         """Data file → rows of it the index holds (its rows no delete removed)."""
-        return {path: int(live) for path, live in self._db.execute("SELECT path, live FROM files")}
+        return {path: self._live.get(file, 0) for file, path in self._paths.items()}
 
-    def forget(self) -> None:
-        """The table changed in a way not recorded here: rebuild before the next use."""
-        self._db.execute("DELETE FROM meta")
+    def records(self) -> set[tuple[Any, str, int]]:
+        """Every stored key (as kept: an integer, or bytes), with its file and row position."""
+        run = self._base.updated(self._delta)
+        paths = [self._paths[f] for f in run.files.tolist()]
+        return set(zip(run.keys.tolist(), paths, run.pos.tolist(), strict=True))
 
-    # -- helpers --------------------------------------------------------------------------------
+    # -- the files ------------------------------------------------------------------------------
 
-    def _describe(self, values: dict[str, str]) -> None:
-        """Record what the index now holds — the last write of an update, in a commit of its own."""
-        boot = _boot()
-        if boot == "":
-            # No boot id to tell a machine crash by: the keys reach the disk before the record does.
-            with self.path.open("rb+") as file:
-                os.fsync(file.fileno())
-        with self._transaction():
-            self._db.execute("DELETE FROM meta")
-            self._db.executemany("INSERT INTO meta VALUES (?, ?)", {**values, "boot": boot}.items())
+    def _start(self, identity: dict[str, str] | None) -> None:
+        """Empty, describing ``identity`` (None: nothing), its keys kept as the table's need."""
+        self._identity, self._found = identity, None
+        self._encoding = identity["encoding"] if identity is not None else "int"
+        self._dtype = _dtype(self._encoding, len(self.key_columns))
+        self._base, self._delta = Run.empty(self._dtype), Run.empty(self._dtype)
+        self._paths, self._ids, self._live, self._next = {}, {}, {}, 0
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+    def _file_id(self, path: str) -> int:
+        if path not in self._ids:
+            self._ids[path], self._paths[self._next] = self._next, path
+            self._next += 1
+        return self._ids[path]
 
-    def _encode(self, keys: pa.Table) -> list[Any]:
-        """Keys as SQLite values: integers as they are (one integer key column), else one blob
-        per row (its values' text, columns apart: equal keys give equal blobs)."""
-        if self._integer is None:
-            self._integer = self._meta().get("integer") == "1"
-        if self._integer:
-            return list(keys.column(0).to_pylist())
-        columns = [keys.column(name).to_pylist() for name in self.key_columns]
-        return [repr(values).encode() for values in zip(*columns, strict=True)]
+    def _write_base(self, run: Run, identity: dict[str, str]) -> None:
+        """``run`` as the next base, describing ``identity``, with an empty log after it."""
+        used = np.unique(run.files).tolist()
+        meta = {"identity": identity, "files": {str(f): self._paths[f] for f in used}}
+        store.write_base(self.path, self._generation + 1, run, meta)
+        self._load()
+
+    def _load(self) -> None:
+        """The newest complete base and the log's records after it (unreadable: describes nothing)."""
+        self._start(None)
+        generation = store.newest_base(self.path)
+        if generation is None:
+            return
+        self._generation = generation  # the next base is the next generation, whatever this one holds
+        read = store.read_base(self.path, generation)
+        identity = read[0].get("identity", {}) if read is not None else {}
+        if (
+            read is None
+            or identity.get("format") != FORMAT
+            or identity.get("keys") != ",".join(self.key_columns)
+        ):
+            return
+        meta, base = read
+        self._start(identity)
+        self._base = base
+        self._paths = {int(f): p for f, p in meta["files"].items()}
+        self._ids = {p: f for f, p in self._paths.items()}
+        self._next = max(self._paths, default=-1) + 1
+        self._count(np.asarray(base.files), 1)
+        log_path, end = store.log_path(self.path, generation), 0
+        for end_, record, arrays in store.records(log_path, (self._dtype, self._dtype, np.int32, np.int64)):
+            if record["before"] != self._identity:
+                break
+            self._replay(record, *arrays)
+            end = end_
+        store.cut(log_path, end)
+
+    def _append(self, record: dict[str, Any], arrays: tuple[np.ndarray, ...]) -> None:
+        """The batch's record at the log's end; the delta merged into a new base once it is due."""
+        store.append(store.log_path(self.path, self._generation), store.record_bytes(record, arrays))
+        if len(self._delta.keys) > max(_MIN_DELTA, len(self._base.keys) // _DELTA_SHARE):
+            assert self._identity is not None
+            self._write_base(self._base.updated(self._delta), self._identity)
+
+    # -- keys -----------------------------------------------------------------------------------
+
+    def _encode(self, keys: pa.Table) -> np.ndarray:
+        """Keys as the index keeps them (module docstring), in the batch's order."""
+        columns = [keys.column(name) for name in self.key_columns]
+        if self._encoding == "int":
+            return np.asarray(columns[0].cast(pa.int64()).to_numpy(), np.int64)
+        if self._encoding == "ints":
+            flipped = [
+                (np.asarray(c.cast(pa.int64()).to_numpy(), np.int64).view(np.uint64) ^ np.uint64(1 << 63))
+                for c in columns
+            ]
+            wide = np.ascontiguousarray(np.stack(flipped, axis=1).astype(">u8"))
+            return wide.view(self._dtype).ravel()
+        values = zip(*(c.to_pylist() for c in columns), strict=True)
+        return np.array(
+            [hashlib.blake2b(repr(v).encode(), digest_size=16).digest() for v in values], self._dtype
+        )
 
 
 def _identity(table: Table, key_columns: Sequence[str]) -> dict[str, str]:
     snapshot = table.current_snapshot()
+    types = [table.schema().select(k).as_arrow().field(0).type for k in key_columns]
+    integer = all(pa.types.is_integer(t) for t in types)
     return {
-        "boot": _boot(),
         "format": FORMAT,
         "table": str(table.metadata.table_uuid),
         "snapshot": str(snapshot.snapshot_id if snapshot is not None else None),
         "keys": ",".join(key_columns),
-        "integer": "1" if _integer_key(table, key_columns) else "0",
+        "encoding": ("int" if len(types) == 1 else "ints") if integer else "digest",
     }
 
 
-@functools.cache
-def _boot() -> str:
-    """This boot of the machine (Linux), or "" where the system does not say."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
+def _dtype(encoding: str, columns: int) -> np.dtype[Any]:
+    return np.dtype({"int": "int64", "ints": f"S{8 * columns}"}.get(encoding, "S16"))
 
 
-def _integer_key(table: Table, key_columns: Sequence[str]) -> bool:
-    if len(key_columns) != 1:
-        return False
-    return bool(pa.types.is_integer(table.schema().select(key_columns[0]).as_arrow().field(0).type))
-
-
-def _live_positions(table: Table, task: FileScanTask, rows: int) -> pa.Array | None:
+def _live_positions(table: Table, task: FileScanTask, rows: int) -> np.ndarray | None:
     """Positions of the file's rows no position delete removes (None: all of them)."""
     deleted: list[pa.Array] = []
     for delete in task.delete_files:
@@ -350,6 +387,6 @@ def _live_positions(table: Table, task: FileScanTask, rows: int) -> pa.Array | N
         deleted.append(mine.column("pos").combine_chunks())
     if not deleted or not any(len(d) for d in deleted):
         return None
-    gone = pa.concat_arrays(deleted)
-    everything = pa.array(range(rows), pa.int64())
-    return everything.filter(pc.invert(pc.is_in(everything, gone)))
+    gone = np.asarray(pa.concat_arrays(deleted).to_numpy(zero_copy_only=False), np.int64)
+    everything = np.arange(rows, dtype=np.int64)
+    return everything[~np.isin(everything, gone)]

@@ -405,8 +405,7 @@ class IcebergWriter:
             )
             tx.set_properties(properties)
         if index is not None:
-            found = {f.file_path: len(p) for f, p in replaced}  # rows per file the keys had
-            index.apply(table, keys, [f.file_path for f in files], before, found)
+            index.apply(table, keys, [f.file_path for f in files], before)
             self._changes = keys.num_rows
         elif self._key_index is not None:
             self._key_index.forget()  # a backfill's ranges were merged without it
@@ -416,7 +415,7 @@ class IcebergWriter:
         if self.key_index_dir is None:
             return None
         if self._key_index is None or self._key_index.key_columns != key_columns:
-            name = f"{self.identifier}-{self.table.metadata.table_uuid}.sqlite"
+            name = f"{self.identifier}-{self.table.metadata.table_uuid}"
             self._key_index = KeyIndex(self.key_index_dir / name, key_columns)
         if not self._key_index.describes(self.table):
             self._key_index.rebuild(self.table)
