@@ -329,11 +329,17 @@ class KeyIndex:
         store.cut(log_path, end)
 
     def _append(self, record: dict[str, Any], arrays: tuple[np.ndarray, ...]) -> None:
-        """The batch's record at the log's end; the delta merged into a new base once it is due."""
         store.append(store.log_path(self.path, self._generation), store.record_bytes(record, arrays))
-        if len(self._delta.keys) > max(_MIN_DELTA, len(self._base.keys) // _DELTA_SHARE):
-            assert self._identity is not None
-            self._write_base(self._base.updated(self._delta), self._identity)
+
+    def consolidate(self) -> bool:
+        """Merge the delta into a new base if it holds an eighth of the base; whether it did. A
+        table's upkeep does it after a batch (``sink/upkeep.py``), so no batch waits for it."""
+        if self._identity is None or len(self._delta.keys) <= max(
+            _MIN_DELTA, len(self._base.keys) // _DELTA_SHARE
+        ):
+            return False
+        self._write_base(self._base.updated(self._delta), self._identity)
+        return True
 
     # -- keys -----------------------------------------------------------------------------------
 

@@ -282,15 +282,17 @@ class IcebergWriter:
 
     def _upkeep(self, changes: int) -> None:
         """After a batch commit of ``changes`` rows merged through the key index: compact a bounded
-        share of a merge-on-read table if due (``sink/compaction.py``; it merges the manifests
-        too), else merge the manifests if due; expire old snapshots."""
-        compacted = False
-        if self.compaction is not None and self._key_index is not None and changes:
-            compacted = compaction.after_batch(self.table, self._key_index, changes, self.compaction)
+        share of a merge-on-read table if due (``sink/compaction.py``; it merges the manifests too),
+        else merge the manifests if due; expire old snapshots; consolidate the key index if due."""
+        compacted, index = False, self._key_index
+        if self.compaction is not None and index is not None and changes:
+            compacted = compaction.after_batch(self.table, index, changes, self.compaction)
         if not compacted and self.merge_manifests_at:
             compaction.merge_manifests(self.table, self.merge_manifests_at)
         if self.keep_snapshots:
             snapshot_retention.expire(self.table, self.keep_snapshots)
+        if index is not None:
+            index.consolidate()
 
     def _applied(self, batch_id: int, offset: BinlogOffset | None) -> bool:
         if offset is not None:
@@ -423,9 +425,7 @@ class IcebergWriter:
 
     def _indexed_positions(self, index: KeyIndex, keys: pa.Table) -> list[tuple[DataFile, list[int]]]:
         found = index.positions(keys)
-        if not found:
-            return []
-        files = {t.file.file_path: t.file for t in self.table.scan().plan_files()}
+        files = {t.file.file_path: t.file for t in self.table.scan().plan_files()} if found else {}
         return [(files[path], positions) for path, positions in found.items()]
 
     def rows_with_keys(self, keys: pa.Table) -> pa.Table:
