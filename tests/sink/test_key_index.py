@@ -128,6 +128,10 @@ def test_a_key_stored_twice_stops_the_build(tmp_path: Path) -> None:
     writer.table.append(rows([3], "w"))
     with pytest.raises(KeyIndexError, match="a key is in two live rows"):
         writer.merge_batch(1, rows([2], "u"), None)
+    assert writer._key_index is not None
+    assert not writer._key_index.describes(writer.table)  # the failed build is not used
+    with pytest.raises(KeyIndexError, match="a key is in two live rows"):
+        writer.merge_batch(1, rows([2], "u"), None)
     stored = sorted((r["id"], r["v"]) for r in writer.table.scan().to_arrow().to_pylist())
     assert stored == [(1, "v1"), (2, "v2"), (3, "v3"), (3, "w3")]  # nothing written
 

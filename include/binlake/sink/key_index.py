@@ -109,6 +109,7 @@ class KeyIndex:
         started = time.monotonic()
         identity = _identity(table, self.key_columns)
         self._start(identity)
+        self._identity = None  # until the build is written: a failed one describes nothing
         keys, files, pos = [], [], []
         if table.current_snapshot() is not None:
             key_schema = table.schema().select(*self.key_columns)
