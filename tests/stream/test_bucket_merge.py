@@ -112,7 +112,7 @@ def test_executor_merge_equals_the_driver_merge(tmp_path: Path) -> None:
     # A replayed batch (Spark re-runs the last one after a crash) changes nothing.
     executors.apply(batches[-1], len(batches) - 1)
     assert content(on_executors) == final
-    assert list((tmp_path / "keys").glob("db.e-*.sqlite"))  # positions came from the key index
+    assert list((tmp_path / "keys").glob("db.e-*/base-*"))  # positions came from the key index
 
 
 def test_updates_lacking_columns_are_merged_by_the_driver(tmp_path: Path) -> None:
