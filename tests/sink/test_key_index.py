@@ -140,7 +140,9 @@ def test_the_index_describes_one_table_and_snapshot(tmp_path: Path) -> None:
     catalog = make_catalog(tmp_path)
     writer = IcebergWriter(catalog, create(catalog, properties=MOR))
     writer.table.append(rows([1, 2], "v"))
+    (tmp_path / "i.sqlite").write_bytes(b"an index of the format before")
     index = KeyIndex(tmp_path / "i", ["id"])
+    assert not (tmp_path / "i.sqlite").exists()  # no longer read: removed
     assert not index.describes(writer.table)
     index.rebuild(writer.table)
     assert index.describes(writer.table)

@@ -84,6 +84,7 @@ class KeyIndex:
 
     def __init__(self, path: Path, key_columns: Sequence[str]) -> None:
         path.mkdir(parents=True, exist_ok=True)
+        path.with_name(f"{path.name}.sqlite").unlink(missing_ok=True)  # the index's format until 2026-11
         self.path = path
         self.key_columns = list(key_columns)
         self._identity: dict[str, str] | None = None  # what it describes (None: nothing)
