@@ -263,9 +263,9 @@ class KeyIndex:
         return files, pos
 
     def _count(self, files: np.ndarray, sign: int) -> None:
-        ids, counts = np.unique(files[files >= 0], return_counts=True)
-        for file, n in zip(ids.tolist(), counts.tolist(), strict=True):
-            self._live[file] = self._live.get(file, 0) + sign * n
+        counts = _per_file(files)  # file ids are few and small: a count per id, not a sort
+        for file in np.flatnonzero(counts).tolist():
+            self._live[file] = self._live.get(file, 0) + sign * int(counts[file])
 
     def live_rows(self) -> dict[str, int]:
         """Data file → rows of it the index holds (its rows no delete removed)."""
@@ -295,7 +295,7 @@ class KeyIndex:
 
     def _write_base(self, run: Run, identity: dict[str, str]) -> None:
         """``run`` as the next base, describing ``identity``, with an empty log after it."""
-        used = np.unique(run.files).tolist()
+        used = np.flatnonzero(_per_file(run.files)).tolist()
         meta = {"identity": identity, "files": {str(f): self._paths[f] for f in used}}
         store.write_base(self.path, self._generation + 1, run, meta)
         self._load()
@@ -374,6 +374,11 @@ def _identity(table: Table, key_columns: Sequence[str]) -> dict[str, str]:
         "keys": ",".join(key_columns),
         "encoding": ("int" if len(types) == 1 else "ints") if integer else "digest",
     }
+
+
+def _per_file(files: np.ndarray) -> np.ndarray:
+    """How many of ``files`` (ids, -1: none) name each file id."""
+    return np.bincount(files[files >= 0]) if len(files) else np.zeros(0, np.int64)
 
 
 def _dtype(encoding: str, columns: int) -> np.dtype[Any]:
