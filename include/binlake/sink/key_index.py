@@ -308,14 +308,12 @@ class KeyIndex:
             return
         self._generation = generation  # the next base is the next generation, whatever this one holds
         read = store.read_base(self.path, generation)
-        identity = read[0].get("identity", {}) if read is not None else {}
-        if (
-            read is None
-            or identity.get("format") != FORMAT
-            or identity.get("keys") != ",".join(self.key_columns)
-        ):
+        if read is None:
             return
         meta, base = read
+        identity = meta["identity"]
+        if identity.get("format") != FORMAT or identity.get("keys") != ",".join(self.key_columns):
+            return
         self._start(identity)
         self._base = base
         self._paths = {int(f): p for f, p in meta["files"].items()}
@@ -349,12 +347,9 @@ class KeyIndex:
         """Keys as the index keeps them (module docstring), in the batch's order."""
         columns = [keys.column(name) for name in self.key_columns]
         if self._encoding == "int":
-            return np.asarray(columns[0].cast(pa.int64()).to_numpy(), np.int64)
+            return _int64(columns[0])
         if self._encoding == "ints":
-            flipped = [
-                (np.asarray(c.cast(pa.int64()).to_numpy(), np.int64).view(np.uint64) ^ np.uint64(1 << 63))
-                for c in columns
-            ]
+            flipped = [_int64(c).view(np.uint64) ^ np.uint64(1 << 63) for c in columns]
             wide = np.ascontiguousarray(np.stack(flipped, axis=1).astype(">u8"))
             return wide.view(self._dtype).ravel()
         values = zip(*(c.to_pylist() for c in columns), strict=True)
@@ -374,6 +369,10 @@ def _identity(table: Table, key_columns: Sequence[str]) -> dict[str, str]:
         "keys": ",".join(key_columns),
         "encoding": ("int" if len(types) == 1 else "ints") if integer else "digest",
     }
+
+
+def _int64(column: pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(column.cast(pa.int64()).to_numpy(), np.int64)
 
 
 def _per_file(files: np.ndarray) -> np.ndarray:
