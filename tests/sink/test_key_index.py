@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
@@ -37,6 +38,24 @@ def _loaded(writer: IcebergWriter) -> dict[int, str]:
     return {i: f"v{i}" for i in range(3000)}
 
 
+def _built(writer: IcebergWriter, folder: Path) -> KeyIndex:
+    """The index a build from the writer's table gives (in ``folder``)."""
+    assert writer._key_index is not None
+    built = KeyIndex(folder, writer._key_index.key_columns)
+    built.rebuild(writer.table)
+    return built
+
+
+def _after_one_batch(tmp_path: Path) -> tuple[SqlCatalog, IcebergWriter, Path]:
+    """A merge-on-read table of ten rows, one batch merged through its index; the index's folder."""
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
+    writer.table.append(rows(list(range(10)), "v"))
+    writer.merge_batch(1, rows([1], "a-"), None)
+    assert writer._key_index is not None
+    return catalog, writer, writer._key_index.path
+
+
 @pytest.mark.parametrize("min_delta", [key_index._MIN_DELTA, 0])
 def test_batches_through_the_index_give_the_table_a_scan_gives(
     tmp_path: Path, min_delta: int, monkeypatch: pytest.MonkeyPatch
@@ -55,8 +74,7 @@ def test_batches_through_the_index_give_the_table_a_scan_gives(
         assert indexed._key_index is not None
         assert indexed._key_index.describes(indexed.table)
         # What the batches left in the index is what a build from the table finds.
-        built = KeyIndex(tmp_path / f"built-{batch}", ["id"])
-        built.rebuild(indexed.table)
+        built = _built(indexed, tmp_path / f"built-{batch}")
         assert indexed._key_index.records() == built.records()
         live = {p: n for p, n in indexed._key_index.live_rows().items() if n}
         assert live == {p: n for p, n in built.live_rows().items() if n}
@@ -233,8 +251,7 @@ def test_a_process_killed_while_writing_a_new_base_keeps_the_logged_index(
     assert "indexed the keys" not in caplog.text
     expected = {i: f"v{i}" for i in range(20) if i not in (5, 7)} | {6: "after-6", 8: "after-8"}
     assert content(writer) == expected
-    built = KeyIndex(tmp_path / "built", ["id"])
-    built.rebuild(writer.table)
+    built = _built(writer, tmp_path / "built")
     assert writer._key_index is not None
     assert writer._key_index.records() == built.records()
 
@@ -242,12 +259,7 @@ def test_a_process_killed_while_writing_a_new_base_keeps_the_logged_index(
 def test_log_records_of_another_boot_are_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The log is not synced: after a machine crash its pages may be lost, so a new boot replays
     none of the records the last one wrote."""
-    catalog = make_catalog(tmp_path)
-    writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
-    writer.table.append(rows(list(range(10)), "v"))
-    writer.merge_batch(1, rows([1], "a-"), None)
-    assert writer._key_index is not None
-    path = writer._key_index.path
+    _, writer, path = _after_one_batch(tmp_path)
     assert KeyIndex(path, ["id"]).describes(writer.table)
     monkeypatch.setattr(key_index_store, "boot", lambda: "another boot")
     assert not KeyIndex(path, ["id"]).describes(writer.table)
@@ -255,12 +267,7 @@ def test_log_records_of_another_boot_are_not_trusted(tmp_path: Path, monkeypatch
 
 @pytest.mark.parametrize("damaged", ["base-1/keys.npy", "base-1/meta.json", "base-1.log"])
 def test_a_damaged_index_file_is_rebuilt(tmp_path: Path, damaged: str) -> None:
-    catalog = make_catalog(tmp_path)
-    writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
-    writer.table.append(rows(list(range(10)), "v"))
-    writer.merge_batch(1, rows([1], "a-"), None)
-    assert writer._key_index is not None
-    path = writer._key_index.path
+    catalog, writer, path = _after_one_batch(tmp_path)
     (path / damaged).write_bytes(b"not an index" * 100)
     assert not KeyIndex(path, ["id"]).describes(writer.table)
     later = IcebergWriter(catalog, writer.identifier, key_index_dir=tmp_path / "index")
@@ -298,8 +305,7 @@ def test_keys_kept_as_bytes_or_digests_give_the_index_a_build_gives(
         expected.update({i: n for i in touched[10:]})
         for i in touched[:10]:
             expected.pop(i, None)
-        built = KeyIndex(tmp_path / f"built-{n}", key)
-        built.rebuild(writer.table)
+        built = _built(writer, tmp_path / f"built-{n}")
         assert writer._key_index is not None
         assert writer._key_index.records() == built.records()
     assert sorted(writer.table.scan().to_arrow().column("v").to_pylist()) == sorted(expected.values())
