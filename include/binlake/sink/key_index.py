@@ -123,24 +123,27 @@ class KeyIndex:
                 keys.append(self._encode(data if live is None else data.take(pa.array(live))))
                 files.append(np.full(len(at), self._file_id(task.file.file_path), np.int32))
                 pos.append(at)
-        run = self._sorted_unique(concat(keys, self._dtype), concat(files, np.int32), concat(pos, np.int64))
+        run = self._sorted_unique(
+            table, concat(keys, self._dtype), concat(files, np.int32), concat(pos, np.int64)
+        )
         self._write_base(run, identity)
         log.info(
             "indexed the keys of %s: %d rows in %.2f s (%s)",
             table.name(), len(run.keys), time.monotonic() - started, self.path,
         )  # fmt: skip
 
-    def _sorted_unique(self, keys: np.ndarray, files: np.ndarray, pos: np.ndarray) -> Run:
+    def _sorted_unique(self, table: Table, keys: np.ndarray, files: np.ndarray, pos: np.ndarray) -> Run:
         order = np.argsort(keys, kind="stable")
         run = Run(keys[order], files[order], pos[order])
         twice = np.flatnonzero(run.keys[1:] == run.keys[:-1])
         if len(twice):
-            raise self._stored_twice(self._paths[int(run.files[twice[0] + 1])])
+            raise self._stored_twice(table, self._paths[int(run.files[twice[0] + 1])])
         return run
 
-    def _stored_twice(self, path: str) -> KeyIndexError:
+    def _stored_twice(self, table: Table, path: str) -> KeyIndexError:
         return KeyIndexError(
-            f"Cannot index the keys ({', '.join(self.key_columns)}) of the sink table: a key is in two "
+            f"Cannot index the keys ({', '.join(self.key_columns)}) of the sink table "
+            f"{'.'.join(table.name())}: a key is in two "
             f"live rows (one in {path}). The table no longer equals its source. Fix: re-snapshot the "
             "table (`binlake plan --replan`, `binlake snapshot`)."
         )
@@ -201,7 +204,7 @@ class KeyIndex:
         order = np.argsort(put, kind="stable")
         put, files, pos = put[order], files[order], pos[order]
         if check:
-            self._check_new(put, files, gone)
+            self._check_new(table, put, files, gone)
         found, self._found = self._found, None
         was = found[1] if found is not None and np.array_equal(found[0], gone) else None
         dropped = [self._ids[path] for path in removed if path in self._ids]
@@ -217,7 +220,7 @@ class KeyIndex:
             self.forget()  # half applied: describes nothing
             raise
 
-    def _check_new(self, put: np.ndarray, files: np.ndarray, gone: np.ndarray) -> None:
+    def _check_new(self, table: Table, put: np.ndarray, files: np.ndarray, gone: np.ndarray) -> None:
         """A new row's key must be unique among the new rows and not live outside the batch."""
         twice = np.flatnonzero(put[1:] == put[:-1])
         outside = np.flatnonzero(~among(gone, put))
@@ -225,7 +228,7 @@ class KeyIndex:
         if len(twice) or len(elsewhere):
             self.forget()
             at = int(twice[0] + 1) if len(twice) else int(elsewhere[0])
-            raise self._stored_twice(self._paths[int(files[at])])
+            raise self._stored_twice(table, self._paths[int(files[at])])
 
     def _replay(
         self, record: dict[str, Any], gone: np.ndarray, put: np.ndarray, files: np.ndarray, pos: np.ndarray,
