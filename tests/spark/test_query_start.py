@@ -8,6 +8,7 @@ the first batch.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any
 
 import pyspark
 
-from binlake.spark.runtime.python_daemon import PRELOAD, without_own_zip
+from binlake.spark.runtime.python_daemon import PRELOAD
+from binlake.spark.runtime.python_path import without_own_zip
 from binlake.spark.runtime.session import defaults_for
 
 INSTALLED = Path(pyspark.__file__).parent
@@ -46,6 +48,49 @@ def test_task_workers_import_the_installed_pyspark_with_the_stream_modules_loade
     assert Path(state["pyspark"]).parent == INSTALLED
     assert state["zips"] == []
     assert state["preloaded"] == ["pandas", "binlake.spark.stream_task"]
+
+
+def test_spark_planning_processes_import_the_installed_pyspark(spark: Any) -> None:
+    """The processes Spark starts to plan a query (here the one that asks a Python data source
+    for its schema) do not use binlake's daemon: the ``.pth`` file installed with binlake takes
+    the zip off their path."""
+    from pyspark.sql.datasource import DataSource
+
+    class PlanningState(DataSource):  # local: pickled by value into Spark's process
+        @classmethod
+        def name(cls) -> str:
+            return "binlake_test_planning_state"
+
+        def schema(self) -> str:
+            import sys
+
+            import pyspark
+
+            zips = [p for p in sys.path if p.endswith("pyspark.zip")]
+            installed = not zips and pyspark.__file__.startswith(str(INSTALLED))
+            return "installed int" if installed else "from_zip int"
+
+    spark.dataSource.register(PlanningState)
+    assert spark.read.format("binlake_test_planning_state").load().columns == ["installed"]
+
+
+def _python_path_state(zip_path: str) -> Any:
+    env = {**os.environ, "PYTHONPATH": zip_path}
+    code = (
+        "import json, sys, pyspark\n"
+        "print(json.dumps([pyspark.__file__, [p for p in sys.path if p.endswith('pyspark.zip')]]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_python_process_with_the_own_zip_on_its_path_imports_the_installed_package() -> None:
+    found, zips = _python_path_state(OWN_ZIP)
+    assert Path(found).parent == INSTALLED
+    assert OWN_ZIP not in zips
+    other = "/opt/spark-4.3.0/python/lib/pyspark.zip"  # a cluster's Spark stays on the path
+    assert _python_path_state(other)[1] == [other]
 
 
 def test_the_daemon_is_used_only_where_the_workers_run_binlakes_environment() -> None:
