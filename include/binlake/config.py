@@ -13,14 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 SchemaChangeBehavior = Literal["exception", "evolve", "try_evolve", "lenient", "ignore"]
 StartupMode = Literal[
@@ -330,6 +323,10 @@ class StreamConfig(_Model):
     bounded share of the files with many deleted rows, the small files of new rows and the delete
     files are rewritten in a commit of their own, so files and delete files stay bounded;
     ``false``: leave it to ``binlake maintain``."""
+    read_ahead: bool = True
+    """While the driver applies a batch of a backlog, the executors read the next one
+    (``spark/read_ahead.py``; used only when Spark's next batch ends exactly there); ``false``: one
+    batch at a time."""
     executor_merge_from: int | None = Field(default=20_000, ge=0)
     """A merge-on-read keyed table's share of a batch from this many changes is merged on the
     executors (``stream/bucket_merge.py``): only files and keys reach the driver (0: always; null: never)."""

@@ -4,7 +4,7 @@ applier reads its head, the driver's tables, and the committables of the tables 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -20,12 +20,17 @@ class CollectedFrame(ArrowFrame):
     tables merge on the executors (caching the batch and reading it in parts would cost a second
     job per batch for nothing)."""
 
-    def __init__(self, frame: Any) -> None:
+    def __init__(self, frame: Any, then: Callable[[], None] | None = None) -> None:
         super().__init__(pa.table({}))
         self._frame = frame
+        self._then = then
+        """Called once the batch is in the driver (``spark.read_ahead`` starts on the next one)."""
 
     def head(self) -> pa.Table:
         self.envelope = _arrow(self._frame)
+        then, self._then = self._then, None
+        if then is not None:
+            then()
         return super().head()
 
 

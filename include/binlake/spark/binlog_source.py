@@ -97,7 +97,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Per snapshotted table, the offset up to which the snapshot holds its rows (read from the
         state store once per process: the plans do not change under a running stream)."""
         if self._first_highs is None:
-            self._first_highs = _first_highs(self.config)
+            self._first_highs = first_highs(self.config)
         return self._first_highs
 
     @override
@@ -132,19 +132,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, finish = _offset(start), _offset(end)
         if finish <= begin:
             return []
-        positions = _positions(self.config)
-        total = positions.distance(begin, finish)
-        slots = self.config.pipeline.parallelism * 2
-        parts = max(1, min(slots, math.ceil(total / self.config.stream.segment_bytes)))
-        ranges = positions.cut(begin, finish, parts) if parts > 1 else [(begin, finish)]
-        tables = _tables_at(self.config, finish)
-        captured = json.loads(tables)
-        held = json.dumps({t: o for t, o in self.first_highs.items() if t in captured and _offset(o) > begin})
-        prepares = json.dumps([_prepare_dict(p) for p in positions.xa_prepares(begin, finish)])
-        return [
-            Segment(i, _offset_dict(a), _offset_dict(b), tables, prepares, held)
-            for i, (a, b) in enumerate(ranges)
-        ]
+        return plan_segments(self.config, _positions(self.config), begin, finish, self.first_highs)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # Imported here: this runs in a Spark Python worker, possibly on another machine.
@@ -165,6 +153,36 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Nothing to do: the sink records how far each table got, in the same Iceberg commit as
         # its data, and the state store records each finished batch (``stream/apply.py``).
         return None
+
+
+def plan_segments(
+    config: Any, positions: Any, begin: Any, finish: Any, first_highs: dict[str, dict[str, Any]]
+) -> list[Segment]:
+    """The segments of the micro-batch (begin, finish]: the source's partitions, and what the
+    driver's read-ahead (``spark.read_ahead``) reads for a batch it foresees — the same cut, so
+    the same rows."""
+    total = positions.distance(begin, finish)
+    slots = config.pipeline.parallelism * 2
+    parts = max(1, min(slots, math.ceil(total / config.stream.segment_bytes)))
+    ranges = positions.cut(begin, finish, parts) if parts > 1 else [(begin, finish)]
+    tables = _tables_at(config, finish)
+    captured = json.loads(tables)
+    held = json.dumps({t: o for t, o in first_highs.items() if t in captured and _offset(o) > begin})
+    prepares = json.dumps([_prepare_dict(p) for p in positions.xa_prepares(begin, finish)])
+    return [
+        Segment(i, _offset_dict(a), _offset_dict(b), tables, prepares, held)
+        for i, (a, b) in enumerate(ranges)
+    ]
+
+
+def first_highs(config: Any) -> dict[str, dict[str, Any]]:
+    """Per snapshotted table, the offset up to which the snapshot holds its rows."""
+    from binlake.snapshot.spans import stream_spans
+    from binlake.state.store import StateStore
+
+    with StateStore(config.pipeline.resolved_state_uri) as store:
+        spans = stream_spans(config, store)
+    return {t.name: s.first_high.to_dict() for t, s in spans.items()}
 
 
 def _positions(config: Any) -> Any:
@@ -207,15 +225,6 @@ def _tables_at(config: Any, offset: Any) -> str:
     with StateStore(config.pipeline.resolved_state_uri) as store:
         schemas = SchemaTracker(config, store).schemas_at(offset)
     return json.dumps({t.name: table_to_dict(s) for t, s in schemas.items()})
-
-
-def _first_highs(config: Any) -> dict[str, dict[str, Any]]:
-    from binlake.snapshot.spans import stream_spans
-    from binlake.state.store import StateStore
-
-    with StateStore(config.pipeline.resolved_state_uri) as store:
-        spans = stream_spans(config, store)
-    return {t.name: s.first_high.to_dict() for t, s in spans.items()}
 
 
 def _offset(data: dict[str, Any]) -> Any:

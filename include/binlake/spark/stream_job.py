@@ -7,7 +7,8 @@
 3. **Apply**: ``foreachBatch`` filters, compacts and commits each table with the batch's end offset
    (``stream/apply.py``): exactly once, whatever crashes.
 4. **Trigger**: every ``stream.trigger_interval_s`` seconds, or ``until_caught_up`` (Spark's
-   available-now): stop once the position the source had at the start is applied.
+   available-now): stop once the position the source had at the start is applied
+   (``spark/stream_query.py``: the query, foreachBatch, the read-ahead, stopping, errors).
 
 The Spark checkpoint (under ``stream.checkpoint_dir``) is named after where the stream's lineage
 began: a new snapshot starts a new checkpoint instead of resuming an old one.
@@ -19,7 +20,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import re
 import sys
 import threading
 import time
@@ -31,7 +31,6 @@ from typing import Any
 import pyarrow as pa
 
 from binlake.config import PipelineConfig
-from binlake.errors import BinlakeError
 from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.planner import create_sink_tables, discover_tables
@@ -44,12 +43,10 @@ from binlake.snapshot.spans import snapshot_applies
 from binlake.source.connection import connect
 from binlake.source.event_rows import gap_message
 from binlake.source.foreign_keys import cascade_fix, cascading_keys
-from binlake.spark.batch_frame import CollectedFrame, SparkBatchFrame
-from binlake.spark.binlog_source import BinlogDataSource
-from binlake.spark.query_progress import ProgressLog
+from binlake.spark.read_ahead import READERS
 from binlake.spark.runtime.heap import frozen_heap
+from binlake.spark.stream_query import StreamError, run_query
 from binlake.spark.stream_task import read_segment
-from binlake.spark.tasks import task_error
 from binlake.state.backfills import BackfillLedger
 from binlake.state.leases import Holder, TableBusyError
 from binlake.state.offset_names import ORIGIN, STREAM
@@ -59,12 +56,13 @@ from binlake.stream.apply import BatchApplier
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.failover import BinlogAnchor
-from binlake.stream.positions import config_options
 from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes
 from binlake.stream.repairs import StreamRepairs
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.startup import resolve_start
 from binlake.stream.table_sink import TableSink
+
+__all__ = ["StreamError", "StreamReport", "print_backfill", "print_batch", "run_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +70,6 @@ log = logging.getLogger(__name__)
 LEASE = dt.timedelta(minutes=10)
 #: How long a batch waits for maintenance that holds one of its tables.
 LEASE_WAIT_S = 600.0
-
-
-class StreamError(BinlakeError):
-    """The stream could not run."""
 
 
 @dataclass
@@ -225,7 +219,7 @@ def run_stream(
         )
         _hold(store, name, held, ())
         with frozen_heap():  # what lives now outlives the stream: out of the collector's scans
-            _run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
+            run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
         for writer in writers.values():
             writer.settle()  # the last batch's upkeep: its error is the stream's
         report.seconds = time.monotonic() - started
@@ -293,118 +287,18 @@ def _read_changes(
 ) -> pa.Table:
     """One table's changes in (start, end], read in the driver (a backfill's roll-forward).
 
-    It runs inside a batch, when the batch's segment readers are done: the first id is free.
+    It runs inside a batch, when the batch's segment readers are done and no read-ahead runs
+    (``READERS``): the first id is free.
     """
     tables = json.dumps({schema.table.name: table_to_dict(schema)})
-    batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
+    with READERS:  # a read-ahead's readers would take the same replica id
+        batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
     envelope = pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA)
     found = gaps(envelope)
     if found:  # a roll-forward cannot go past a change it cannot replay
         raise StreamError(gap_message(found[0], " A backfill's rows cannot be rolled forward past it."))
     changes = table_changes(envelope)
     return changes.get(schema.table.name, empty_changes(schema))
-
-
-def _run_query(
-    config: PipelineConfig,
-    spark: Any,
-    applier: BatchApplier,
-    start: BinlogOffset,
-    origin: BinlogOffset,
-    until_caught_up: bool,
-    stop: threading.Event | None,
-) -> None:
-    name = config.pipeline.name
-    spark.dataSource.register(BinlogDataSource)
-    options = {**config_options(config), "start": json.dumps({"file": start.file, "pos": start.pos})}
-    checkpoint = config.checkpoint_root / name / f"{origin.file}-{origin.pos}"
-    frame = spark.readStream.format("binlake_binlog").options(**options).load()
-    writer = (
-        frame.writeStream.foreachBatch(
-            lambda batch, batch_id: applier(
-                SparkBatchFrame(batch, config.pipeline.parallelism)
-                if applier.merges_on_executors()
-                else CollectedFrame(batch),
-                batch_id,
-            )
-        )
-        .option("checkpointLocation", str(checkpoint))
-        .queryName(f"binlake_{name}")
-    )
-    if until_caught_up:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{config.stream.trigger_interval_s} seconds")
-    progress = ProgressLog()
-    spark.streams.addListener(progress)
-    query = writer.start()
-    looked = time.monotonic()
-    try:
-        while query.isActive:
-            if stop is not None and stop.is_set():
-                _stop_between_batches(query)
-                break
-            query.awaitTermination(1)
-            if time.monotonic() - looked >= config.stream.trigger_interval_s:
-                looked = time.monotonic()
-                _apply_due(applier, query, idle_s=2 * config.stream.trigger_interval_s)
-        query.awaitTermination()
-        if until_caught_up:
-            applier.apply_due()  # backfill units the stream is past, though the source was quiet
-    except Exception as e:
-        if stop is not None and stop.is_set():
-            # Asked to stop, a batch cut off: nothing of it recorded, the next run applies it: clean.
-            log.info("stream stopped during a batch; the next run applies it again")
-            return
-        raise _stream_error(applier, e) from None
-    finally:
-        progress.close()
-        spark.streams.removeListener(progress)
-
-
-def _apply_due(applier: BatchApplier, query: Any, idle_s: float) -> None:
-    """Backfill units the stream is already past: a quiet source makes no batch to apply them."""
-    try:
-        applier.apply_due(idle_s)
-    except BaseException as e:
-        applier.error = e
-        query.stop()
-        raise
-
-
-def _stop_between_batches(query: Any, wait_s: float = 600.0) -> None:
-    """Stop the query when no micro-batch runs (Spark's stop would cancel the one in flight)."""
-    deadline = time.monotonic() + wait_s
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.2)
-    query.stop()
-
-
-_LAST_EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception): .+$", re.MULTILINE)
-
-
-def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
-    """binlake's own error behind a failed query: the batch function's, or a task's."""
-    if isinstance(applier.error, BinlakeError):
-        return applier.error
-    # A task's error reaches the batch function when it collects the batch's rows.
-    message = (task_error(applier.error) if applier.error is not None else None) or task_error(error)
-    if message is not None:
-        return StreamError(
-            f"A stream task failed; nothing of its batch was applied. The task said: {message}"
-        )
-    cause = applier.error if applier.error is not None else error
-    raised = _LAST_EXCEPTION.findall(str(cause))
-    if raised:  # another library's error in a Python traceback (the source's side, a task)
-        return StreamError(
-            f"The stream failed: {raised[-1][:500]}. Nothing of the failed batch was recorded; a rerun "
-            "applies it again."
-        )
-    text = str(cause).strip()
-    return StreamError(
-        f"The stream failed: {text.splitlines()[0][:500] if text else repr(cause)}. "
-        "Nothing of the failed batch was recorded; a rerun applies it again."
-    )
 
 
 def _hold(store: StateStore, pipeline: str, identifiers: list[str], writers: Iterable[IcebergWriter]) -> None:
