@@ -216,3 +216,21 @@ def test_rows_the_column_decoder_cannot_walk_name_the_table_and_the_way_back(
     cut = event._replace(images=event.images._replace(data=event.images.data[:-1]))
     with pytest.raises(BinlakeError, match=r"rows of .*\.t at .*stream\.column_decoder: false"):
         RecordBuilder([schema], {}).add(cut)
+
+
+def test_text_values_are_gathered_in_place_and_must_come_in_layout_order() -> None:
+    """``_strings`` copies values out of the block with Arrow (a binary array over the whole buffer
+    that alternates values and the bytes between them); it relies on the values of one column
+    coming one after another in the buffer, as row images do."""
+    import numpy as np
+
+    from binlake.source.column_decoder import Spec, _strings
+
+    text = b"..\x03abc....\x00..\x02de."
+    buffer = np.frombuffer(text, np.uint8)
+    spec = Spec(kind="text", width=0, prefix=1, arrow=pa.string())
+    valid = np.array([True, False, True, True])
+    at, lengths = np.array([2, 10, 13]), np.array([3, 0, 0, 2])
+    assert _strings(buffer, at, lengths, valid, spec).to_pylist() == ["abc", None, "", "de"]
+    with pytest.raises(ValueError, match="out of order"):
+        _strings(buffer, at[::-1].copy(), np.array([2, 0, 0, 3]), valid, spec)
