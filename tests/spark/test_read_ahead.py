@@ -3,6 +3,7 @@ Spark's batch is exactly the range read, never across a statement, and the sink 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from concurrent.futures import Future
@@ -15,8 +16,16 @@ import pytest
 from binlake.offsets import BinlogOffset
 from binlake.spark.read_ahead import Foreseen, ReadAhead, planned_end
 from binlake.spark.stream_job import run_stream
+from binlake.state.offset_names import STREAM
+from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import assert_sink_equals_source, stream_config
+from tests.helpers import (
+    assert_sink_equals_source,
+    kill_9_at,
+    start_stream_process,
+    stream_config,
+    write_config_file,
+)
 
 READ_AHEAD_LOG = "read ahead, while the driver applied the batch before"
 
@@ -58,6 +67,39 @@ def test_a_backlog_is_read_ahead_and_never_across_a_schema_change(
     (offsets,) = (config.checkpoint_root / "test").glob("*/offsets")
     last = max(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
     assert planned_end(offsets.parent, last) == report.end
+
+
+@pytest.mark.slow
+def test_kill_9_while_reading_ahead_and_at_a_batch_read_ahead_then_restart_is_exact(
+    mariadb: PrivateMariaDB, tmp_path: Path, spark: Any
+) -> None:
+    """Killed at the first batch's commit (the next batch's read-ahead running), then as the next
+    batch is taken from its read-ahead (the first one committed): the reruns read those batches
+    anew, and the sink is exact."""
+    database = f"ahead_kill_{os.getpid()}"
+    mariadb.execute(f"CREATE DATABASE `{database}`")
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))", database=database)
+    budget = {"max_bytes_per_batch": 8000, "segment_bytes": 2048}
+    config = stream_config(mariadb, database, tmp_path, startup_mode="latest-offset", stream=budget)
+    path = write_config_file(tmp_path, config, mariadb)
+    run_stream(config, spark, until_caught_up=True)  # nothing yet: records where it starts
+    _backlog(mariadb, database, 10)
+    store = StateStore(config.pipeline.resolved_state_uri)
+    start = store.offsets("test").load(STREAM)
+
+    kill_9_at(path, "before-commit")
+    assert store.offsets("test").load(STREAM) == start
+    kill_9_at(path, "read-ahead-used")
+    first = store.offsets("test").load(STREAM)
+    assert first is not None
+    assert start is not None
+    assert first > start  # one batch, then the kill
+
+    rerun = start_stream_process(path, None)
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err.decode()
+    assert json.loads(out.decode().strip().splitlines()[-1])["batches"] >= 2  # the replay, and more
+    assert_sink_equals_source(config)
 
 
 def _foreseen(batch_id: int, end: BinlogOffset, rows: pa.Table) -> Foreseen:

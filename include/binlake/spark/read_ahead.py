@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from binlake.config import PipelineConfig
+from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.spark.batch_frame import CollectedFrame
 from binlake.spark.binlog_source import Segment, first_highs, plan_segments
@@ -116,6 +117,7 @@ class ReadAhead:
             return None
         self.used += 1
         log.info("batch %d: read ahead, while the driver applied the batch before", batch_id)
+        crash_point("read-ahead-used")  # the batch replayed after a crash here is read anew
         return rows
 
     def after(self, batch_id: int, end: BinlogOffset) -> None:
