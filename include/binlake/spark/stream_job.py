@@ -3,7 +3,8 @@
 1. **Start**: resume where the state store says every table is applied, or start by
    ``source.startup_mode`` (``stream/startup.py``); a purged start stops with a clear error.
 2. **Read**: the ``binlake_binlog`` source plans micro-batches (at most ``stream.max_bytes_per_batch``),
-   executors decode their segments in parallel — and the tables' upkeep runs (``sink/upkeep.py``).
+   executors decode their segments in parallel — and the tables' upkeep runs (``sink/upkeep.py``);
+   in a backlog, the next batch's segments while the driver applies (``spark/read_ahead.py``).
 3. **Apply**: ``foreachBatch`` filters, compacts and commits each table with the batch's end offset
    (``stream/apply.py``): exactly once, whatever crashes.
 4. **Trigger**: every ``stream.trigger_interval_s`` seconds, or ``until_caught_up`` (Spark's

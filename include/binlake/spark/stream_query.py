@@ -38,6 +38,8 @@ def run_query(
     until_caught_up: bool,
     stop: threading.Event | None,
 ) -> None:
+    """Run the stream's query from ``start`` (its checkpoint named after ``origin``) until caught
+    up (``until_caught_up``), stopped between batches (``stop``), or failed (``StreamError``)."""
     name = config.pipeline.name
     spark.dataSource.register(BinlogDataSource)
     options = {**config_options(config), "start": json.dumps({"file": start.file, "pos": start.pos})}
