@@ -12,6 +12,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
+from binlake.offsets import BinlogOffset
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.sink import key_index, key_index_store
 from binlake.sink.key_index import KeyIndex, KeyIndexError
@@ -148,8 +149,11 @@ def test_a_key_stored_twice_stops_the_build(tmp_path: Path) -> None:
         writer.merge_batch(1, rows([2], "u"), None)
     assert writer._key_index is not None
     assert not writer._key_index.describes(writer.table)  # the failed build is not used
-    with pytest.raises(KeyIndexError, match="a key is in two live rows"):
-        writer.merge_batch(1, rows([2], "u"), None)
+    at = BinlogOffset("binlog.000002", 120)  # where the stream was: the error says it
+    with pytest.raises(
+        KeyIndexError, match=r"two live rows.*batch 1, which ends at binlog offset binlog\.000002:120"
+    ):
+        writer.merge_batch(1, rows([2], "u"), None, offset=at)
     stored = sorted((r["id"], r["v"]) for r in writer.table.scan().to_arrow().to_pylist())
     assert stored == [(1, "v1"), (2, "v2"), (3, "v3"), (3, "w3")]  # nothing written
 

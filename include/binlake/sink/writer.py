@@ -58,17 +58,10 @@ from binlake.sink.exactly_once import (
     commit_result,
 )
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
-from binlake.sink.key_index import KeyIndex
+from binlake.sink.key_index import KeyIndex, KeyIndexError
 from binlake.sink.merge_on_read import commit_delta, merge_on_read, scanned_positions, write_position_deletes
 from binlake.sink.pyiceberg_internals import cache_immutable_files, transaction, write_data_files
-from binlake.sink.row_match import (
-    ClearRange,
-    batch_keys,
-    clear_mask,
-    in_range,
-    row_counts,
-    take_rows,
-)
+from binlake.sink.row_match import ClearRange, batch_keys, clear_mask, in_range, row_counts, take_rows
 from binlake.sink.upkeep import Upkeep
 
 log = logging.getLogger(__name__)
@@ -272,6 +265,9 @@ class IcebergWriter:
             except CommitFailedException as e:
                 log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
                 continue
+            except KeyIndexError as e:  # where the stream was when the table's keys were found not unique
+                at = f", which ends at binlog offset {offset}" if offset is not None else ""
+                raise KeyIndexError(f"{e} (Found while applying batch {batch_id}{at}.)") from None
             result = commit_result(self.table, "committed", started, attempt)
             self.upkeep.start(functools.partial(self._upkeep, self._changes))
             self._changes = 0
