@@ -40,8 +40,8 @@ from binlake.spark.batch_frame import CollectedFrame
 from binlake.spark.binlog_source import Segment, first_highs, plan_segments
 from binlake.spark.tasks import task_error
 from binlake.stream.batch_frame import ArrowFrame
+from binlake.stream.envelope import SPARK_SCHEMA
 from binlake.stream.positions import SourcePositions, config_from_options, config_options
-from binlake.stream.records import ENVELOPE_SCHEMA
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +166,14 @@ class ReadAhead:
         return plan_segments(self.config, positions, start, end, self._highs), end
 
     def _read(self, segments: list[Segment]) -> pa.Table:
-        context = self.spark.sparkContext
-        context.setJobGroup(self.group, "binlake: the next batch, read ahead", interruptOnCancel=True)
-        task = functools.partial(_read_segments, config_options(self.config))
-        blocks = context.parallelize(segments, len(segments)).mapPartitions(task).collect()
-        batches = [b for block in blocks for b in pa.ipc.open_stream(block).read_all().to_batches()]
-        return pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA)
+        # An Arrow job, one task per segment: its tasks run in the Python workers the source's
+        # tasks use (an RDD job would start a daemon and workers of its own), and its rows come to
+        # the driver as a batch read by Spark does.
+        self.spark.sparkContext.setJobGroup(self.group, "binlake: the next batch, read ahead", True)
+        task = functools.partial(_read_segments, config_options(self.config), segments)
+        ids = self.spark.range(0, len(segments), 1, len(segments))
+        table: pa.Table = ids.mapInArrow(task, SPARK_SCHEMA).toArrow()
+        return table
 
 
 class _ReadFrame(ArrowFrame):
@@ -208,22 +210,14 @@ def planned_end(checkpoint: Path, batch_id: int) -> BinlogOffset | None:
         return None
 
 
-def _read_segments(options: dict[str, str], segments: Iterator[Segment]) -> Iterator[bytes]:
-    """An executor task: each segment decoded as the source's task decodes it, as Arrow IPC."""
+def _read_segments(
+    options: dict[str, str], segments: list[Segment], ids: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """An executor task: the segments of its ids, decoded as the source's task decodes them."""
     from binlake.spark.stream_task import read_segment
 
     config = config_from_options(options)
-    for segment in segments:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, ENVELOPE_SCHEMA) as writer:
-            for batch in read_segment(
-                config,
-                segment.index,
-                segment.start,
-                segment.end,
-                segment.tables,
-                segment.prepares,
-                segment.held,
-            ):
-                writer.write_batch(batch)
-        yield sink.getvalue().to_pybytes()
+    for batch in ids:
+        for index in batch.column("id").to_pylist():
+            s = segments[index]
+            yield from read_segment(config, s.index, s.start, s.end, s.tables, s.prepares, s.held)
