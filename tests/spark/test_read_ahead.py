@@ -114,14 +114,15 @@ def test_a_batch_spark_planned_otherwise_is_read_as_usual(tmp_path: Path) -> Non
         'v1\n{"batchWatermarkMs":0}\n{"file": "binlog.000002", "pos": 900}\n'
     )
     rows = pa.table({"x": [1]})
-    ahead = ReadAhead(None, None, tmp_path, None)  # type: ignore[arg-type]  # take() needs neither
+    ahead = ReadAhead(None, None, tmp_path, False)  # type: ignore[arg-type]  # take() needs neither
+    planned = planned_end(tmp_path, 5)  # Spark's offsets log of the batch
     ahead.foreseen = _foreseen(5, BinlogOffset("binlog.000002", 900), rows)
-    assert ahead.take(5) is rows
+    assert ahead.take(5, planned) is rows
     ahead.foreseen = _foreseen(5, BinlogOffset("binlog.000002", 800), rows)  # Spark's batch ends later
-    assert ahead.take(5) is None
+    assert ahead.take(5, planned) is None
     ahead.foreseen = _foreseen(4, BinlogOffset("binlog.000002", 900), rows)  # another batch's
-    assert ahead.take(5) is None
-    assert ahead.take(5) is None  # nothing foreseen
+    assert ahead.take(5, planned) is None
+    assert ahead.take(5, planned) is None  # nothing foreseen
 
 
 @pytest.mark.parametrize(

@@ -27,11 +27,14 @@ class CollectedFrame(ArrowFrame):
         """Called once the batch is in the driver (``spark.read_ahead`` starts on the next one)."""
 
     def head(self) -> pa.Table:
-        self.envelope = _arrow(self._frame)
+        self.envelope = self._collect()
         then, self._then = self._then, None
         if then is not None:
             then()
         return super().head()
+
+    def _collect(self) -> pa.Table:
+        return _arrow(self._frame)
 
 
 class SparkBatchFrame:

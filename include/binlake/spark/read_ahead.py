@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +39,6 @@ from binlake.offsets import BinlogOffset
 from binlake.spark.batch_frame import CollectedFrame
 from binlake.spark.binlog_source import Segment, first_highs, plan_segments
 from binlake.spark.tasks import task_error
-from binlake.stream.batch_frame import ArrowFrame
 from binlake.stream.envelope import SPARK_SCHEMA
 from binlake.stream.positions import SourcePositions, config_from_options, config_options
 
@@ -68,34 +67,31 @@ class ReadAhead:
         spark: the session.
         config: the pipeline.
         checkpoint: the query's checkpoint folder (Spark's offsets log says where a batch ends).
-        until: where a catch-up stops (``--until-caught-up``: the source's head before the query
-            started, never past Spark's own target); None for a continuous stream.
+        until_caught_up: the query stops at the source's position when Spark starts it; nothing
+            is read ahead past the position before (``until``), which is never past Spark's own.
     """
 
-    def __init__(
-        self, spark: Any, config: PipelineConfig, checkpoint: Path, until: BinlogOffset | None
-    ) -> None:
+    def __init__(self, spark: Any, config: PipelineConfig, checkpoint: Path, until_caught_up: bool) -> None:
         self.spark = spark
         self.config = config
         self.checkpoint = checkpoint
-        self.until = until
+        self.until = SourcePositions.from_config(config).head() if until_caught_up else None
         self.group = f"binlake-read-ahead-{uuid.uuid4().hex[:8]}"
         self.foreseen: Foreseen | None = None
         self._highs: dict[str, dict[str, Any]] | None = None
-        self.used = 0
 
-    def frame(self, batch: Any, batch_id: int) -> ArrowFrame:
+    def frame(self, batch: Any, batch_id: int) -> CollectedFrame:
         """Spark's batch ``batch_id`` for the applier: its rows as read ahead, else the batch
         itself; once its rows are in the driver, the next batch is read ahead."""
-        rows = self.take(batch_id)
         end = planned_end(self.checkpoint, batch_id)
+        rows = self.take(batch_id, end)
         then = functools.partial(self.after, batch_id, end) if end is not None else None
         return CollectedFrame(batch, then) if rows is None else _ReadFrame(rows, then)
 
-    def take(self, batch_id: int) -> pa.Table | None:
-        """The envelope of Spark's batch ``batch_id`` when it was read ahead, else None (read it
-        as usual). Waits for a read-ahead still running either way: its readers must be done
-        before the batch's own start (they use the same replica ids)."""
+    def take(self, batch_id: int, planned: BinlogOffset | None) -> pa.Table | None:
+        """The envelope of Spark's batch ``batch_id``, which Spark planned to end at ``planned``,
+        when it was read ahead, else None (read it as usual). Waits for a read-ahead still running
+        either way: its readers must be done before the batch's own start (same replica ids)."""
         foreseen, self.foreseen = self.foreseen, None
         if foreseen is None:
             return None
@@ -108,14 +104,12 @@ class ReadAhead:
         if read is None:
             return None
         end, rows = read
-        planned = planned_end(self.checkpoint, batch_id)
         if foreseen.batch_id != batch_id or planned != end:
             log.info(
                 "batch %d: planned to end at %s, read ahead to %s: reading the batch as usual",
                 batch_id, planned, end,
             )  # fmt: skip
             return None
-        self.used += 1
         log.info("batch %d: read ahead, while the driver applied the batch before", batch_id)
         crash_point("read-ahead-used")  # the batch replayed after a crash here is read anew
         return rows
@@ -158,12 +152,12 @@ class ReadAhead:
         )
         head = positions.head()
         limit = head if self.until is None else min(head, self.until)
-        end = positions.admit(start, limit, self.config.stream.max_bytes_per_batch)
+        end = positions.admit(start, limit, config.stream.max_bytes_per_batch)
         if end is None or any(True for _ in positions.statements(start, end)):
             return [], None  # no whole batch more, or one Spark's planning may cut or handle
         if self._highs is None:
-            self._highs = first_highs(self.config)
-        return plan_segments(self.config, positions, start, end, self._highs), end
+            self._highs = first_highs(config)
+        return plan_segments(config, positions, start, end, self._highs), end
 
     def _read(self, segments: list[Segment]) -> pa.Table:
         # An Arrow job, one task per segment: its tasks run in the Python workers the source's
@@ -176,18 +170,12 @@ class ReadAhead:
         return table
 
 
-class _ReadFrame(ArrowFrame):
-    """A batch read ahead (``then``: as ``CollectedFrame``'s)."""
+class _ReadFrame(CollectedFrame):
+    """A batch read ahead: its rows are in the driver already."""
 
-    def __init__(self, envelope: pa.Table, then: Callable[[], None] | None) -> None:
-        super().__init__(envelope)
-        self._then = then
-
-    def head(self) -> pa.Table:
-        then, self._then = self._then, None
-        if then is not None:
-            then()
-        return super().head()
+    def _collect(self) -> pa.Table:
+        rows: pa.Table = self._frame
+        return rows
 
 
 def _wait(foreseen: Foreseen) -> None:

@@ -20,7 +20,7 @@ from binlake.spark.query_progress import ProgressLog
 from binlake.spark.read_ahead import ReadAhead
 from binlake.spark.tasks import task_error
 from binlake.stream.apply import BatchApplier
-from binlake.stream.positions import SourcePositions, config_options
+from binlake.stream.positions import config_options
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,7 @@ def run_query(
     options = {**config_options(config), "start": json.dumps({"file": start.file, "pos": start.pos})}
     checkpoint = config.checkpoint_root / name / f"{origin.file}-{origin.pos}"
     frame = spark.readStream.format("binlake_binlog").options(**options).load()
-    until = SourcePositions.from_config(config).head() if until_caught_up else None
-    ahead = ReadAhead(spark, config, checkpoint, until) if config.stream.read_ahead else None
+    ahead = ReadAhead(spark, config, checkpoint, until_caught_up) if config.stream.read_ahead else None
 
     def run_batch(batch: Any, batch_id: int) -> None:
         if applier.merges_on_executors():

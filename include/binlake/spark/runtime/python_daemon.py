@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from binlake.spark.runtime.python_path import without_own_zip
+from binlake.spark.runtime.python_path import use_installed_pyspark
 
 #: The module Spark names for task workers (the default when it names none).
 TASK_WORKER = "pyspark.worker"
@@ -48,7 +48,7 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> None:
 
 
 def main() -> None:
-    sys.path[:] = without_own_zip(sys.path)
+    use_installed_pyspark()
     worker = sys.argv[1] if len(sys.argv) > 1 else TASK_WORKER
     if worker == TASK_WORKER:
         preload()
