@@ -20,10 +20,10 @@ import time
 from typing import Any
 
 from binlake.config import SourceConfig
-from binlake.source.chunk_reader import ChunkReader
-from binlake.source.chunk_splitter import ChunkSplitter
-from binlake.source.connection import connect
-from binlake.source.discovery import TableSelector, discover, list_tables
+from binlake.source.chunks.reader import ChunkReader
+from binlake.source.chunks.splitter import ChunkSplitter
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import TableSelector, discover, list_tables
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB, private_mariadb
 

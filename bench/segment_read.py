@@ -29,9 +29,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from binlake.config import PipelineConfig
 from binlake.events import table_to_dict
 from binlake.offsets import BinlogOffset
-from binlake.source import table_maps
-from binlake.source.connection import connect
-from binlake.source.discovery import discover, list_tables
+from binlake.source.binlog import table_maps
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import discover, list_tables
 from binlake.spark.stream_task import read_segment
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB, private_mariadb

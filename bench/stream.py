@@ -40,7 +40,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from binlake.config import PipelineConfig, TransformRule
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_scan import transactions
+from binlake.source.binlog.scan import transactions
 from binlake.spark.runtime.session import spark_session
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore, StreamBatch

@@ -20,8 +20,8 @@ import pymysql
 
 from binlake.config import PipelineConfig, SourceConfig
 from binlake.offsets import BinlogOffset
-from binlake.source.connection import server_version
-from binlake.source.watermarks import current_offset
+from binlake.source.chunks.watermarks import current_offset
+from binlake.source.server.connection import server_version
 from binlake.testing.private_server import PrivateMariaDB
 
 BIN = Path(sys.executable).parent

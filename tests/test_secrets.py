@@ -13,7 +13,7 @@ from binlake import cli
 from binlake.config_file import load_config
 from binlake.errors import SourceConnectionError
 from binlake.logs import RedactingFilter, redact, register_secret
-from binlake.source.connection import connect
+from binlake.source.server.connection import connect
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import pipeline_dict, run_binlake
 

@@ -336,7 +336,7 @@ class StreamConfig(_Model):
     schema_change_timeout_s: float = Field(default=180.0, gt=0)
     """How long the stream waits for an external applier before it fails, naming the change."""
     column_decoder: bool = True
-    """Decode rows events a block at a time into Arrow columns (``source/column_decoder.py``, for
+    """Decode rows events a block at a time into Arrow columns (``source/binlog/column_decoder.py``, for
     tables of the common types; ~2.5x less CPU); ``false``: row by row, as before (a way back if a
     value ever decodes differently: please report it)."""
 

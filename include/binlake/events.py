@@ -2,7 +2,7 @@
 
 ``SchemaChange`` is the union of table-level changes (Flink CDC's SchemaChangeEvent family);
 ``DataChange`` is one row change. Library events (python-mysql-replication's) are converted into
-these at once, in ``source/binlog_reader.py`` (and ``binlog_scan.py``), so nothing else depends on
+these at once, in ``source/binlog/change_reader.py`` (and ``scan.py``), so nothing else depends on
 the library's shapes.
 """
 

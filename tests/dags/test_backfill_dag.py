@@ -13,8 +13,8 @@ import pytest
 
 from binlake.events import TableId
 from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
-from binlake.source.connection import server_version
-from binlake.source.watermarks import current_offset
+from binlake.source.chunks.watermarks import current_offset
+from binlake.source.server.connection import server_version
 from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore
 from binlake.testing.compare import compare, sink_rows

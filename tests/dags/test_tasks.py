@@ -10,8 +10,8 @@ import yaml
 
 from binlake.airflow.tasks import plan_chunk_groups
 from binlake.planner import plan
-from binlake.source.connection import server_version
-from binlake.source.watermarks import current_offset
+from binlake.source.chunks.watermarks import current_offset
+from binlake.source.server.connection import server_version
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
 from tests.dags.conftest import airflow_pipeline, config_of

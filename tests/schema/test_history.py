@@ -1,5 +1,5 @@
 """Schema versions: how each change moves a table's schema (the server checks column changes in
-``tests/source/test_ddl_parser.py``; here the table-level ones and the refusals)."""
+``tests/source/ddl/test_ddl_parser.py``; here the table-level ones and the refusals)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from binlake.schema.transforms import (
     compile_transform,
 )
 from binlake.schema.type_mapping import RowConverter, arrow_type
-from binlake.source.discovery import discover
+from binlake.source.server.discovery import discover
 from binlake.testing.private_server import PrivateMariaDB
 
 TABLE = """CREATE TABLE t (

@@ -35,10 +35,10 @@ from binlake.schema.metadata_applier import IcebergMetadataApplier
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.writer import IcebergWriter
-from binlake.source.chunk_reader import ChunkReader, ChunkResult, SnapshotHooks
-from binlake.source.chunk_splitter import Chunk, ChunkRange
-from binlake.source.connection import connect
-from binlake.source.discovery import discover
+from binlake.source.chunks.reader import ChunkReader, ChunkResult, SnapshotHooks
+from binlake.source.chunks.splitter import Chunk, ChunkRange
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import discover
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import pipeline_dict
 

@@ -22,9 +22,9 @@ from binlake.planner import discover_tables, plan
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
-from binlake.source.binlog_reader import BinlogReader
-from binlake.source.connection import connect, server_version
-from binlake.source.watermarks import current_offset
+from binlake.source.binlog.change_reader import BinlogReader
+from binlake.source.chunks.watermarks import current_offset
+from binlake.source.server.connection import connect, server_version
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.state.offset_names import SWITCH
 from binlake.state.store import StateStore
@@ -278,7 +278,7 @@ def test_task_errors_are_reported_in_binlake_terms() -> None:
     spark_text = (
         "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
         '  File "chunk_reader.py", line 9, in read\n    raise ChunkReadError(...)\n'
-        "binlake.source.chunk_reader.ChunkReadError: Could not read chunk orders#3 [10, 20) of "
+        "binlake.source.chunks.reader.ChunkReadError: Could not read chunk orders#3 [10, 20) of "
         "`shop.orders`: the table no longer exists. Fix: plan again."
     )
     assert task_error(Exception(spark_text)) == (

@@ -17,9 +17,9 @@ from binlake.events import TableId
 from binlake.planner import plan
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import BATCH_KEY
-from binlake.source.binlog_scan import binary_logs
-from binlake.source.connection import server_version
-from binlake.source.watermarks import current_offset
+from binlake.source.binlog.scan import binary_logs
+from binlake.source.chunks.watermarks import current_offset
+from binlake.source.server.connection import server_version
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.offset_names import STREAM

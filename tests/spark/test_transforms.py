@@ -17,7 +17,7 @@ from binlake.events import TableId
 from binlake.planner import plan
 from binlake.quality.checkpoint import run_quality
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.source.validator import validate
+from binlake.source.server.validator import validate
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import StreamError, run_stream

@@ -15,7 +15,7 @@ import sqlalchemy
 
 from binlake.events import AddColumn, Column, CreateTable, RenameTable, TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import Chunk, ChunkRange, SplitPlan
+from binlake.source.chunks.splitter import Chunk, ChunkRange, SplitPlan
 from binlake.state.codec import decode_key, encode_key
 from binlake.state.store import StateStore
 

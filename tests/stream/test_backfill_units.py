@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import ChunkRange
+from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, StagedChunk
 from binlake.state.store import StateStore
 from binlake.stream.backfill import StagedBackfills, _keep, _Range

@@ -11,8 +11,8 @@ import pytest
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.sink.writer import IcebergWriter
-from binlake.source.event_rows import EventRows
-from binlake.source.row_decoder import ABSENT
+from binlake.source.binlog.event_rows import EventRows
+from binlake.source.binlog.row_decoder import ABSENT
 from binlake.state.store import StateStore
 from binlake.stream.apply import BatchApplier
 from binlake.stream.batch_frame import ArrowFrame

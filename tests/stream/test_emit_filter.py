@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from binlake.config import SourceConfig
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import Chunk, ChunkRange
+from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.store import ChunkState, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.records import position

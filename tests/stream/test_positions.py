@@ -7,7 +7,7 @@ from typing import Any
 
 from binlake.config import SourceConfig
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_scan import Boundary
+from binlake.source.binlog.scan import Boundary
 from binlake.stream.positions import SourcePositions
 
 SIZES = {"b.000001": 10_000}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_scan import Boundary
+from binlake.source.binlog.scan import Boundary
 from binlake.stream.segments import admit, cut, distance
 
 SIZES = {"b.000001": 1000, "b.000002": 500, "b.000003": 800}

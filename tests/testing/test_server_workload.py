@@ -6,7 +6,7 @@ from pymysqlreplication.event import XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_scan import open_stream
+from binlake.source.binlog.scan import open_stream
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.server_workload import ServerWorkload
 from tests.helpers import source_config

@@ -15,7 +15,7 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
-from binlake.source.discovery import discover
+from binlake.source.server.discovery import discover
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.canonical import (
     MASK,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from binlake.config import PipelineConfig
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import ChunkRange
+from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.verifications import ChunkVerdict
 from binlake.verify.report import data_docs
 from binlake.verify.verification import TableVerification, VerifyReport

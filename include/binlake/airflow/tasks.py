@@ -26,8 +26,8 @@ class TaskFailedError(BinlakeError):
 
 def validate(path: str | Path) -> list[dict[str, Any]]:
     """Check the config and the source; fail naming every error and its fix."""
-    from binlake.source.validator import has_errors
-    from binlake.source.validator import validate as checks_of
+    from binlake.source.server.validator import has_errors
+    from binlake.source.server.validator import validate as checks_of
 
     config = load_pipeline(path)
     checks = checks_of(config)

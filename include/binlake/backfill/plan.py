@@ -14,8 +14,8 @@ from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
 from binlake.snapshot.chunks import TASKS_PER_SLOT
-from binlake.source.chunk_splitter import ChunkRange, ChunkSplitter, choose_key_column
-from binlake.source.connection import connect
+from binlake.source.chunks.splitter import ChunkRange, ChunkSplitter, choose_key_column
+from binlake.source.server.connection import connect
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore, StoredPlan

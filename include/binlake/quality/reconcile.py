@@ -28,11 +28,11 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_of, transform_rule
 from binlake.schema.type_mapping import RowConverter, arrow_schema
-from binlake.source.binlog_reader import BinlogReader, SchemaChangedError
-from binlake.source.binlog_scan import binary_logs, gtid_boundaries
-from binlake.source.connection import connect, server_version
-from binlake.source.event_rows import UnreplicableChangeError
-from binlake.source.watermarks import LowWatermark, current_offset
+from binlake.source.binlog.change_reader import BinlogReader, SchemaChangedError
+from binlake.source.binlog.event_rows import UnreplicableChangeError
+from binlake.source.binlog.scan import binary_logs, gtid_boundaries
+from binlake.source.chunks.watermarks import LowWatermark, current_offset
+from binlake.source.server.connection import connect, server_version
 from binlake.state.offset_names import ANCHOR
 from binlake.state.store import StateStore, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter

@@ -59,7 +59,7 @@ from binlake.schema.transform_sql import (
     parse_filter,
     parse_projection,
 )
-from binlake.source.discovery import shadow_base
+from binlake.source.server.discovery import shadow_base
 
 DATABASE, TABLE, OP_TS, POSITION = "__database__", "__table__", "__op_ts__", "__binlog_position__"
 EVENT_TYPE = "__data_event_type__"

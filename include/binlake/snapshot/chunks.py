@@ -12,7 +12,7 @@ from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
-from binlake.source.chunk_splitter import ChunkId
+from binlake.source.chunks.splitter import ChunkId
 from binlake.state.codec import encode_key
 from binlake.state.store import ChunkState, StateStore, StoredPlan
 

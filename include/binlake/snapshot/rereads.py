@@ -27,9 +27,9 @@ from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
 from binlake.snapshot.spans import straddling_statements, table_spans
 from binlake.snapshot.switch import switch_offset, switched
-from binlake.source.chunk_splitter import ChunkSplitter
-from binlake.source.connection import connect
-from binlake.source.discovery import same_schema
+from binlake.source.chunks.splitter import ChunkSplitter
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import same_schema
 from binlake.state.store import StateStore, StoredPlan
 
 log = logging.getLogger(__name__)

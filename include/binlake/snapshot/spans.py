@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_scan import transactions
-from binlake.source.connection import connect
+from binlake.source.binlog.scan import transactions
+from binlake.source.server.connection import connect
 from binlake.state.offset_names import ANCHOR
 from binlake.state.store import StateStore, StoredPlan
 
@@ -98,8 +98,8 @@ def straddling_statements(
     """
     # Here, not at the top: the stream's planning side imports this module and must stay light.
     from binlake.schema.history import tables_changed
-    from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
-    from binlake.source.discovery import server_charsets
+    from binlake.source.ddl.parser import UnparsedDdlError, parse_ddl
+    from binlake.source.server.discovery import server_charsets
 
     if not spans:
         return {}

@@ -31,7 +31,7 @@ from binlake.planner import discover_tables
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.chunks import TASKS_PER_SLOT
-from binlake.source.chunk_splitter import ChunkId
+from binlake.source.chunks.splitter import ChunkId
 from binlake.spark.snapshot_job import task_options
 from binlake.spark.tasks import TaskError, read_chunk_groups
 from binlake.state.backfills import TO_READ, BackfillLedger, BackfillUnit, StagedChunk

@@ -43,7 +43,7 @@ from binlake.snapshot.rereads import (
     straddled,
 )
 from binlake.snapshot.switch import high_watermarks, switch
-from binlake.source.chunk_splitter import ChunkId
+from binlake.source.chunks.splitter import ChunkId
 from binlake.spark.tasks import TaskError, read_chunk_groups
 from binlake.state.leases import Holder, TableBusyError
 from binlake.state.store import StateStore

@@ -25,8 +25,8 @@ from binlake.events import TableId, table_from_dict
 from binlake.schema.routes import with_source_table
 from binlake.schema.transforms import TransformSpec, compile_transform
 from binlake.schema.type_mapping import arrow_schema
-from binlake.source.chunk_reader import ChunkReader
-from binlake.source.chunk_splitter import Chunk, ChunkRange
+from binlake.source.chunks.reader import ChunkReader
+from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
 
 log = logging.getLogger(__name__)

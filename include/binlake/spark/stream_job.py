@@ -41,9 +41,9 @@ from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.spans import snapshot_applies
-from binlake.source.connection import connect
-from binlake.source.event_rows import gap_message
-from binlake.source.foreign_keys import cascade_fix, cascading_keys
+from binlake.source.binlog.event_rows import gap_message
+from binlake.source.server.connection import connect
+from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
 from binlake.spark.read_ahead import READERS
 from binlake.spark.runtime.heap import frozen_heap
 from binlake.spark.stream_query import StreamError, run_query

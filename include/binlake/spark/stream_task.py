@@ -20,8 +20,8 @@ from binlake.errors import BinlakeError
 from binlake.events import TableId, table_from_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
-from binlake.source.binlog_reader import BinlogReader
-from binlake.source.xa import PreparedXa, Xid
+from binlake.source.binlog.change_reader import BinlogReader
+from binlake.source.binlog.xa import PreparedXa, Xid
 from binlake.stream.records import RecordBuilder
 
 #: Rows per record batch handed to Spark.

@@ -20,7 +20,7 @@ from sqlalchemy import insert, select, update
 from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import ChunkRange
+from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.codec import decode_key, encode_key
 from binlake.state.store import StateStore
 from binlake.state.tables import backfill_units_table

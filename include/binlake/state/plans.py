@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import Chunk, ChunkRange, SplitPlan, Strategy
+from binlake.source.chunks.splitter import Chunk, ChunkRange, SplitPlan, Strategy
 from binlake.state.codec import decode_key, encode_key
 from binlake.state.tables import chunks_table, offset_from_text, offset_text, plans_table, utc_now
 

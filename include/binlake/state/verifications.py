@@ -12,7 +12,7 @@ from sqlalchemy import delete, func, insert, select
 from sqlalchemy.engine import Engine
 
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import ChunkRange
+from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.codec import decode_key, encode_key
 from binlake.state.tables import verify_chunks_table
 

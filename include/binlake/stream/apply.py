@@ -28,7 +28,7 @@ from binlake.events import CreateTable
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.sink.merge_on_read import merge_on_read
-from binlake.source.event_rows import Gap, gap_message
+from binlake.source.binlog.event_rows import Gap, gap_message
 from binlake.state.backfills import BackfillUnit
 from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore, StreamBatch

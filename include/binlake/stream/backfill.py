@@ -35,7 +35,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import select_converter
 from binlake.sink.row_match import ClearRange, clear_mask, row_counts, take_rows
-from binlake.source.chunk_splitter import ChunkRange
+from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.patches import complete

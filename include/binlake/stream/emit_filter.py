@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 from binlake.config import SourceConfig
 from binlake.events import Column, CreateTable
 from binlake.schema.type_mapping import select_converter
-from binlake.source.collation import chunk_indexes
-from binlake.source.connection import connect
+from binlake.source.server.collation import chunk_indexes
+from binlake.source.server.connection import connect
 from binlake.state.store import StoredPlan
 from binlake.stream.records import position, values
 

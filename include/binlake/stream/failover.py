@@ -35,14 +35,14 @@ from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import STREAM_OFFSET_KEY
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.spans import snapshot_applies
-from binlake.source.connection import connect, server_version
-from binlake.source.gtid_positions import (
+from binlake.source.binlog.gtid_positions import (
     BinlogIdentity,
     GtidPositionError,
     GtidTracker,
     binlog_identity,
     position_after,
 )
+from binlake.source.server.connection import connect, server_version
 from binlake.state.backfills import BackfillLedger
 from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
 from binlake.state.repairs import RepairLedger
@@ -128,7 +128,7 @@ def check_binlog(
 
 def _purged(config: PipelineConfig, offset: BinlogOffset) -> bool:
     """Whether the server's binlog has moved on past ``offset``'s file (as purging leaves it)."""
-    from binlake.source.binlog_scan import binary_logs
+    from binlake.source.binlog.scan import binary_logs
 
     with contextlib.closing(connect(config.source)) as conn:
         files = [f for f, _ in binary_logs(conn)]
@@ -136,7 +136,7 @@ def _purged(config: PipelineConfig, offset: BinlogOffset) -> bool:
 
 
 def _server(conn: Any, version: Any) -> str:
-    from binlake.source.gtid_positions import server_name
+    from binlake.source.binlog.gtid_positions import server_name
 
     return server_name(conn, version)
 

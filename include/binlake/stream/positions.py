@@ -13,10 +13,10 @@ from typing import Any
 
 from binlake.config import PipelineConfig, SourceConfig
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_scan import Boundary, binary_logs, transactions
-from binlake.source.connection import connect, server_version
-from binlake.source.watermarks import current_offset
-from binlake.source.xa import PreparedXa, Xid
+from binlake.source.binlog.scan import Boundary, binary_logs, transactions
+from binlake.source.binlog.xa import PreparedXa, Xid
+from binlake.source.chunks.watermarks import current_offset
+from binlake.source.server.connection import connect, server_version
 from binlake.state.store import StateStore
 from binlake.stream import segments
 

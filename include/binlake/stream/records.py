@@ -44,9 +44,9 @@ from binlake.errors import BinlakeError
 from binlake.events import CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import arrow_schema
-from binlake.source.column_decoder import ColumnBlock, RawRows
-from binlake.source.event_rows import EventRows, Gap
-from binlake.source.row_decoder import ABSENT
+from binlake.source.binlog.column_decoder import ColumnBlock, RawRows
+from binlake.source.binlog.event_rows import EventRows, Gap
+from binlake.source.binlog.row_decoder import ABSENT
 
 ENVELOPE_SCHEMA = pa.schema(
     [

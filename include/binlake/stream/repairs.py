@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.offsets import BinlogOffset
-from binlake.source.chunk_splitter import ChunkRange
-from binlake.source.event_rows import Gap, gap_message
+from binlake.source.binlog.event_rows import Gap, gap_message
+from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.state.repairs import RepairLedger
 from binlake.stream.emit_filter import SnapshotFilter

@@ -45,11 +45,11 @@ from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.schema.routes import routed
 from binlake.snapshot.spans import TableSpan, stream_spans
-from binlake.source.binlog_scan import Boundary
-from binlake.source.charsets import Charsets
-from binlake.source.connection import connect
-from binlake.source.discovery import TableSelector, discover, server_charsets
-from binlake.source.event_rows import Gap
+from binlake.source.binlog.event_rows import Gap
+from binlake.source.binlog.scan import Boundary
+from binlake.source.server.charsets import Charsets
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import TableSelector, discover, server_charsets
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class SchemaTracker:
         # Imported here, like the Iceberg side in `apply_request`: Spark's streaming source runner
         # imports this module to plan every query's batches, and the parser (sqlglot) and pyiceberg
         # took a second of that start; they are needed once a statement comes.
-        from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
+        from binlake.source.ddl.parser import UnparsedDdlError, parse_ddl
 
         current = self.schemas_at(before)
         held = self._held_at(boundary.offset)

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog_scan import Boundary
+from binlake.source.binlog.scan import Boundary
 
 #: Bytes of a binlog file before its first event (the magic number).
 FILE_HEADER = 4

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset, GtidError, gtid_matcher
-from binlake.source.binlog_scan import Boundary, binary_logs, purged_error, transactions
-from binlake.source.connection import connect, server_version
-from binlake.source.watermarks import current_offset
+from binlake.source.binlog.scan import Boundary, binary_logs, purged_error, transactions
+from binlake.source.chunks.watermarks import current_offset
+from binlake.source.server.connection import connect, server_version
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore
 

@@ -20,8 +20,8 @@ from binlake.schema.routes import SOURCE_TABLE_COLUMN, routed
 from binlake.schema.transforms import Transform, transform_of
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.source.bulk_select import text_select_list
-from binlake.source.connection import connect
+from binlake.source.chunks.bulk_select import text_select_list
+from binlake.source.server.connection import connect
 
 Row = tuple[tuple[str, Any], ...]
 

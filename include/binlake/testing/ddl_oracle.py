@@ -42,10 +42,10 @@ from binlake.events import Column, CreateTable, TableId, describe_change
 from binlake.schema.defaults import normalised_default
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.schema.type_mapping import is_bool
-from binlake.source.charsets import Charsets
-from binlake.source.ddl_parser import UnparsedDdlError, parse_ddl
-from binlake.source.discovery import discover, server_charsets
-from binlake.source.foreign_keys import ddl_target
+from binlake.source.ddl.parser import UnparsedDdlError, parse_ddl
+from binlake.source.server.charsets import Charsets
+from binlake.source.server.discovery import discover, server_charsets
+from binlake.source.server.foreign_keys import ddl_target
 from binlake.testing.private_server import PrivateMariaDB
 
 log = logging.getLogger(__name__)

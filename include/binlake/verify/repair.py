@@ -9,7 +9,7 @@ from collections import defaultdict
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.sink.catalog import sink_name
-from binlake.source.chunk_splitter import ChunkRange
+from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore
 from binlake.state.verifications import ChunkVerdict

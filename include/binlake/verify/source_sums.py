@@ -26,10 +26,10 @@ from binlake.config import SourceConfig
 from binlake.events import Column, CreateTable, quote
 from binlake.offsets import BinlogOffset
 from binlake.schema.transforms import Transform
-from binlake.source.binlog_scan import gtid_boundaries
-from binlake.source.chunk_splitter import ChunkRange, range_condition
-from binlake.source.connection import connect, server_version
-from binlake.source.watermarks import LowWatermark, consistent_snapshot, current_offset
+from binlake.source.binlog.scan import gtid_boundaries
+from binlake.source.chunks.splitter import ChunkRange, range_condition
+from binlake.source.chunks.watermarks import LowWatermark, consistent_snapshot, current_offset
+from binlake.source.server.connection import connect, server_version
 from binlake.verify.canonical import MASK, checksum_sql
 
 log = logging.getLogger(__name__)

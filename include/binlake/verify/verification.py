@@ -35,12 +35,12 @@ from binlake.schema.transform_sql import TransformError
 from binlake.schema.transforms import Transform, transform_of, transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import stream_offset
-from binlake.source.binlog_reader import SchemaChangedError
-from binlake.source.binlog_scan import BinlogPurgedError, binary_logs
-from binlake.source.chunk_splitter import ChunkRange, ChunkSplitter, choose_key_column
-from binlake.source.connection import connect
-from binlake.source.discovery import same_schema
-from binlake.source.event_rows import UnreplicableChangeError
+from binlake.source.binlog.change_reader import SchemaChangedError
+from binlake.source.binlog.event_rows import UnreplicableChangeError
+from binlake.source.binlog.scan import BinlogPurgedError, binary_logs
+from binlake.source.chunks.splitter import ChunkRange, ChunkSplitter, choose_key_column
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import same_schema
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore, StoredPlan
 from binlake.state.verifications import ChunkVerdict

@@ -26,7 +26,7 @@ from binlake.spark.runtime.python_path import use_installed_pyspark
 TASK_WORKER = "pyspark.worker"
 #: What a stream task imports: the worker itself, binlake's segment reader and decoders, and pandas
 #: (pyarrow imports it whenever it converts a numpy array).
-PRELOAD = (TASK_WORKER, "pandas", "binlake.spark.stream_task", "binlake.source.column_decoder")
+PRELOAD = (TASK_WORKER, "pandas", "binlake.spark.stream_task", "binlake.source.binlog.column_decoder")
 
 
 def preload(modules: tuple[str, ...] = PRELOAD) -> None:

@@ -1,0 +1,1 @@
+"""DDL from query events: tokens, the parser, the ALTER TABLE algorithm, column types and defaults."""

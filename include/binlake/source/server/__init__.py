@@ -1,0 +1,2 @@
+"""The server itself: connections, privileges, validation, discovery, foreign keys, charsets and
+collations."""
