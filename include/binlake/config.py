@@ -78,6 +78,9 @@ class PipelineSection(_Model):
     state_uri: str | None = None
     """SQLAlchemy URL of the state store; default: SQLite file ``<work_dir>/state.db``."""
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    writer_lease_s: float = Field(default=60.0, ge=2.0)
+    """Seconds a writer's lease lasts unless renewed (every quarter of that): how long a writer that
+    died on another host keeps the next out, or a paused one may pause before it is taken over."""
 
     @field_validator("name")
     @classmethod

@@ -17,6 +17,7 @@ from binlake.config import PipelineConfig
 from binlake.offsets import BinlogOffset
 from binlake.sink.catalog import open_catalog
 from binlake.sink.maintenance import MaintenanceOptions, MaintenanceRefusedError, maintain
+from binlake.state.holders import Holder
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import pipeline_dict, run_binlake
@@ -67,18 +68,19 @@ def test_young_orphans_are_kept(tmp_path: Path) -> None:
 
 def test_refused_while_a_writer_holds_the_table(tmp_path: Path) -> None:
     store, identifier, catalog = small_files(tmp_path)
-    store.leases("p").acquire(identifier, "stream demo", dt.timedelta(minutes=5))
+    writer = Holder.this_process("stream demo")
+    store.leases("p").acquire(identifier, writer, dt.timedelta(minutes=5))
     with pytest.raises(MaintenanceRefusedError, match=r"held by `stream demo`.*stop the writer"):
         maintain(catalog, store, "p", identifier, None, NOW)  # type: ignore[arg-type]
     assert len(list(catalog.load_table(identifier).scan().plan_files())) == 5  # type: ignore[attr-defined]
-    store.leases("p").release(identifier, "stream demo")
+    store.leases("p").release(identifier, writer)
     assert maintain(catalog, store, "p", identifier, None, NOW).files_compacted == 5  # type: ignore[arg-type]
 
 
 def test_expired_lease_is_taken_over(tmp_path: Path) -> None:
     store, identifier, _ = small_files(tmp_path)
-    store.leases("p").acquire(identifier, "crashed writer", dt.timedelta(seconds=-1))
-    lease = store.leases("p").acquire(identifier, "stream", dt.timedelta(minutes=1))
+    store.leases("p").acquire(identifier, Holder.this_process("crashed writer"), dt.timedelta(seconds=-1))
+    lease = store.leases("p").acquire(identifier, Holder.this_process("stream"), dt.timedelta(minutes=1))
     assert lease.holder == "stream"
 
 

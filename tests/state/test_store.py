@@ -4,22 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import uuid
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy
 
 from binlake.events import AddColumn, Column, CreateTable, RenameTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.chunks.splitter import Chunk, ChunkRange, SplitPlan
 from binlake.state.codec import decode_key, encode_key
 from binlake.state.store import StateStore
-
-POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 
 
 @pytest.mark.parametrize(
@@ -38,27 +33,6 @@ def test_codec_keeps_value_and_type(value: Any) -> None:
 def test_codec_refuses_unknown_types() -> None:
     with pytest.raises(TypeError, match="cannot store a chunk key of type object"):
         encode_key(object())
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateStore]:
-    if request.param == "sqlite":
-        uri = f"sqlite:///{tmp_path / 'deep' / 'state.db'}"
-        yield StateStore(uri)
-        return
-    # A database of the test's own on the machine's PostgreSQL (the at-scale state store).
-    name = f"binlake_test_{uuid.uuid4().hex[:10]}"
-    admin = sqlalchemy.create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
-    state = StateStore(POSTGRES.rsplit("/", 1)[0] + f"/{name}")
-    try:
-        yield state
-    finally:
-        state.close()
-        with admin.connect() as conn:
-            conn.execute(sqlalchemy.text(f'DROP DATABASE "{name}"'))
-        admin.dispose()
 
 
 def a_plan(table: TableId, borders: list[Any]) -> SplitPlan:
@@ -170,21 +144,25 @@ def test_a_holder_fails_at_once_or_waits_for_the_lease_as_told(
     store: StateStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from binlake.state import leases
-    from binlake.state.leases import Holder, TableBusyError
+    from binlake.state.holders import Holder
+    from binlake.state.leases import Command, TableBusyError
 
     monkeypatch.setattr(leases, "RETRY_S", 0.1)
+    maintain, snapshot, stream = (
+        Holder.this_process(c) for c in (Command.MAINTAIN, Command.SNAPSHOT, Command.STREAM)
+    )
     held = store.leases("p")
-    held.hold(["ns.t", "ns.u"], Holder.MAINTAIN, dt.timedelta(seconds=1))
+    held.hold(["ns.t", "ns.u"], maintain, dt.timedelta(seconds=1))
     with pytest.raises(TableBusyError, match=r"`ns\.t` is held by `binlake maintain`") as refused:
-        held.hold(["ns.t"], Holder.SNAPSHOT, dt.timedelta(minutes=5))  # no wait: refused at once
-    assert refused.value.lease.holder == Holder.MAINTAIN
-    held.hold(["ns.t", "ns.u"], Holder.MAINTAIN, dt.timedelta(seconds=1))  # its own lease: renewed
+        held.hold(["ns.t"], snapshot, dt.timedelta(minutes=5))  # no wait: refused at once
+    assert refused.value.lease.holder == Command.MAINTAIN
+    held.hold(["ns.t", "ns.u"], maintain, dt.timedelta(seconds=1))  # its own lease: renewed
     # The stream waits: the maintenance lease expires (its holder is gone), and the stream takes it.
-    held.hold(["ns.t", "ns.u"], Holder.STREAM, dt.timedelta(minutes=5), wait_s=10)
+    held.hold(["ns.t", "ns.u"], stream, dt.timedelta(minutes=5), wait_s=10)
     with pytest.raises(TableBusyError, match="held by `binlake stream`"):
-        held.hold(["ns.u"], Holder.MAINTAIN, dt.timedelta(minutes=5), wait_s=0.3)
-    held.release("ns.u", Holder.STREAM)
-    held.hold(["ns.u"], Holder.MAINTAIN, dt.timedelta(minutes=5))
+        held.hold(["ns.u"], maintain, dt.timedelta(minutes=5), wait_s=0.3)
+    held.release("ns.u", stream)
+    held.hold(["ns.u"], maintain, dt.timedelta(minutes=5))
 
 
 def test_a_state_database_written_before_the_split_keeps_working(tmp_path: Path) -> None:
@@ -193,7 +171,8 @@ def test_a_state_database_written_before_the_split_keeps_working(tmp_path: Path)
     quality result): the split store reads and extends it as it is."""
     import shutil
 
-    from binlake.state.leases import Holder, TableBusyError
+    from binlake.state.holders import Holder
+    from binlake.state.leases import Command, TableBusyError
 
     path = tmp_path / "state.db"
     shutil.copy(Path(__file__).parents[1] / "data" / "state" / "f4e65c4.db", path)
@@ -220,7 +199,9 @@ def test_a_state_database_written_before_the_split_keeps_working(tmp_path: Path)
         (result,) = store.quality("demo").results()
         assert (result.run_name, result.success) == ("q-1", True)
         with pytest.raises(TableBusyError, match="held by `binlake stream`"):
-            store.leases("demo").hold(["shop.orders"], Holder.MAINTAIN, dt.timedelta(minutes=5))
+            store.leases("demo").hold(
+                ["shop.orders"], Holder.this_process(Command.MAINTAIN), dt.timedelta(minutes=5)
+            )
         # and it goes on: the next chunk, offset, batch
         store.plans("demo").finish_chunks([(t, 1, None, BinlogOffset("binlog.000002", 950), 81)])
         store.offsets("demo").save("stream", BinlogOffset("binlog.000004", 4))

@@ -26,12 +26,15 @@ from binlake.offsets import BinlogOffset
 from binlake.source.server.validator import Check, has_errors, validate
 
 if TYPE_CHECKING:
+    from binlake.state.holders import Holder
     from binlake.state.store import StateStore
 
 log = logging.getLogger("binlake")
 
 EXIT_OK = 0
 EXIT_CHECKS_FAILED = 1
+#: The writer command of ``verify --repair`` (one repair of a pipeline at a time).
+REPAIR = "binlake verify --repair"
 
 
 def _load(path: str | None) -> PipelineConfig:
@@ -213,7 +216,19 @@ def verify_command(args: argparse.Namespace) -> int:
 
 
 def _repair(config: PipelineConfig, report: Any, timeout: float | None) -> Any:
-    """Backfill the drifted chunks, wait for the stream to apply them, verify them again."""
+    """Backfill the drifted chunks, wait for the stream to apply them, verify them again (one
+    repair of a pipeline at a time)."""
+    from binlake.state.fencing import writer_lease, writing
+    from binlake.state.store import StateStore
+
+    with (
+        StateStore(config.pipeline.resolved_state_uri) as store,
+        writing(store.engine, config.pipeline.name, REPAIR, writer_lease(config)),
+    ):
+        return _repair_once(config, report, timeout)
+
+
+def _repair_once(config: PipelineConfig, report: Any, timeout: float | None) -> Any:
     from binlake.backfill.plan import new_backfill_id
     from binlake.backfill.progress import print_progress
     from binlake.backfill.wait import wait_applied
@@ -295,14 +310,21 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def maintain_command(args: argparse.Namespace) -> int:
+    from binlake.state.fencing import writer_lease, writing
+    from binlake.state.leases import Command
     from binlake.state.store import StateStore
 
     config = _load(args.config)
-    with StateStore(config.pipeline.resolved_state_uri) as store:
-        return _maintain_tables(config, store, args)
+    with (
+        StateStore(config.pipeline.resolved_state_uri) as store,
+        writing(store.engine, config.pipeline.name, Command.MAINTAIN, writer_lease(config)) as fence,
+    ):
+        return _maintain_tables(config, store, args, fence.lease.holder)
 
 
-def _maintain_tables(config: PipelineConfig, store: StateStore, args: argparse.Namespace) -> int:
+def _maintain_tables(
+    config: PipelineConfig, store: StateStore, args: argparse.Namespace, holder: Holder
+) -> int:
     from binlake.sink.catalog import open_catalog, sink_name
     from binlake.sink.maintenance import MaintenanceOptions, maintain
 
@@ -324,7 +346,9 @@ def _maintain_tables(config: PipelineConfig, store: StateStore, args: argparse.N
         if not catalog.table_exists(identifier):
             log.warning("%s has no Iceberg table yet: skipped", identifier)
             continue
-        reports.append(maintain(catalog, store, config.pipeline.name, identifier, plans[identifier], options))
+        reports.append(
+            maintain(catalog, store, config.pipeline.name, identifier, plans[identifier], options, holder)
+        )
     if args.json:
         print(json.dumps([r.as_dict() for r in reports], indent=2))
     for r in [] if args.json else reports:

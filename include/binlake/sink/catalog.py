@@ -13,6 +13,7 @@ from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.logs import mask
 from binlake.schema.routes import sink_table
+from binlake.sink.fencing import fence_commits
 
 
 class CatalogError(BinlakeError):
@@ -48,7 +49,7 @@ def open_catalog(config: PipelineConfig) -> Catalog:
     if config.sink.catalog.type == "sql":
         _make_local_folders(properties)
     try:
-        return load_catalog(config.catalog_name, **properties)
+        catalog = load_catalog(config.catalog_name, **properties)
     except Exception as e:  # pyiceberg raises what its client libraries raise
         where = f" at {display_uri(config.catalog_uri)}" if config.catalog_uri else ""
         raise CatalogError(
@@ -57,6 +58,7 @@ def open_catalog(config: PipelineConfig) -> Catalog:
             "pipeline file (uri, warehouse, properties: credentials, endpoints) and that the catalog "
             "is reachable from this machine."
         ) from None
+    return fence_commits(catalog, config.pipeline.name)  # a writer that lost its lease never commits
 
 
 def _make_local_folders(properties: dict[str, str]) -> None:

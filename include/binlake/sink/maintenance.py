@@ -27,7 +27,8 @@ from pyiceberg.table.snapshots import Operation
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
-from binlake.state.leases import Holder, TableBusyError
+from binlake.state.holders import Holder
+from binlake.state.leases import Command, TableBusyError
 from binlake.state.store import StateStore, StoredPlan
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def maintain(
     identifier: str,
     plan: StoredPlan | None,
     options: MaintenanceOptions,
+    holder: Holder | None = None,
 ) -> MaintenanceReport:
     """Maintain one sink table (see the module docstring).
 
@@ -79,8 +81,9 @@ def maintain(
             f"{len(plan.chunks)} chunks). Chunk commits are recognised from snapshot summaries, so old "
             "snapshots must stay until `binlake snapshot` has finished it."
         )
+    holder = holder or Holder.this_process(Command.MAINTAIN)
     try:
-        store.leases(pipeline).hold([identifier], Holder.MAINTAIN, options.lease)
+        store.leases(pipeline).hold([identifier], holder, options.lease)
     except TableBusyError as e:
         raise MaintenanceRefusedError(
             f"Refusing to maintain {identifier}: {e} Maintenance rewrites files a writer may be "
@@ -93,7 +96,7 @@ def maintain(
         expired = expire_snapshots(table, options.expire_older_than)
         orphans, orphan_bytes = remove_orphans(table, options.orphans_older_than)
     finally:
-        store.leases(pipeline).release(identifier, Holder.MAINTAIN)
+        store.leases(pipeline).release(identifier, holder)
     report = MaintenanceReport(
         identifier, compacted, written, expired, orphans, orphan_bytes, time.monotonic() - started
     )

@@ -36,9 +36,13 @@ from binlake.spark.snapshot_job import task_options
 from binlake.spark.tasks import TaskError, read_chunk_groups
 from binlake.state.backfills import TO_READ, BackfillLedger, BackfillUnit, StagedChunk
 from binlake.state.codec import encode_key
+from binlake.state.fencing import writer_lease, writing
 from binlake.state.store import StateStore
 
 log = logging.getLogger(__name__)
+
+#: The writer command of a backfill (one backfill of a pipeline stages at a time).
+BACKFILL = "binlake backfill"
 
 
 def run_backfill(
@@ -57,8 +61,11 @@ def run_backfill(
     """
     started = time.monotonic()
     name = config.pipeline.name
-    units = plan_backfill(config, backfill_id, tables, key_range, chunk_size)
-    with StateStore(config.pipeline.resolved_state_uri) as store:
+    with (
+        StateStore(config.pipeline.resolved_state_uri) as store,
+        writing(store.engine, name, BACKFILL, writer_lease(config)),
+    ):
+        units = plan_backfill(config, backfill_id, tables, key_range, chunk_size)
         ledger = BackfillLedger(store)
         schemas = {s.table: s for s in discover_tables(config)}
         report = BackfillReport(name, backfill_id, units=len(units))

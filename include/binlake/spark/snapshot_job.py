@@ -45,7 +45,9 @@ from binlake.snapshot.rereads import (
 from binlake.snapshot.switch import high_watermarks, switch
 from binlake.source.chunks.splitter import ChunkId
 from binlake.spark.tasks import TaskError, read_chunk_groups
-from binlake.state.leases import Holder, TableBusyError
+from binlake.state.fencing import writer_lease, writing
+from binlake.state.holders import Holder
+from binlake.state.leases import Command, TableBusyError
 from binlake.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,11 @@ def run_snapshot(
     """
     started = time.monotonic()
     name = config.pipeline.name
-    with StateStore(config.pipeline.resolved_state_uri) as store:
+    with (
+        StateStore(config.pipeline.resolved_state_uri) as store,
+        writing(store.engine, name, Command.SNAPSHOT, writer_lease(config)) as fence,
+    ):
+        holder = fence.lease.holder
         report = SnapshotReport(name)
         restarts: Counter[TableId] = Counter()
         while True:
@@ -81,7 +87,7 @@ def run_snapshot(
             for table in changed_tables(config, store, planned(store, name, tables), schemas):
                 restart(config, store, schemas[table], restarts, "its schema changed")
             changed = _read_pending(
-                config, spark, store, schemas, tables, chunk_ids, progress, report, started
+                config, spark, store, holder, schemas, tables, chunk_ids, progress, report, started
             )
             why = "its schema changed"
             if not changed and tables is None and chunk_ids is None:
@@ -107,6 +113,7 @@ def _read_pending(
     config: PipelineConfig,
     spark: Any,
     store: StateStore,
+    holder: Holder,
     schemas: dict[TableId, CreateTable],
     tables: Sequence[str] | None,
     chunk_ids: Sequence[str] | None,
@@ -138,7 +145,7 @@ def _read_pending(
     held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
     try:
         for wave in range(0, len(groups), wave_size):
-            _hold(store, name, held)  # taken, or renewed, before every wave
+            _hold(store, name, held, holder)  # taken, or renewed, before every wave
             try:
                 _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
             except TaskError as e:
@@ -155,14 +162,14 @@ def _read_pending(
                 progress(report, report.seconds)
     finally:
         for identifier in held:
-            store.leases(name).release(identifier, Holder.SNAPSHOT)
+            store.leases(name).release(identifier, holder)
     return {}
 
 
-def _hold(store: StateStore, pipeline: str, identifiers: list[str]) -> None:
-    """Hold the sink tables while writing them, so maintenance (or a second run) stays away."""
+def _hold(store: StateStore, pipeline: str, identifiers: list[str], holder: Holder) -> None:
+    """Hold the sink tables while writing them, so maintenance (or a stream) stays away."""
     try:
-        store.leases(pipeline).hold(identifiers, Holder.SNAPSHOT, LEASE)
+        store.leases(pipeline).hold(identifiers, holder, LEASE)
     except TableBusyError as e:
         raise SnapshotError(f"Cannot snapshot into {e.lease.table}: {e} Wait for it to finish.") from None
 
@@ -226,7 +233,9 @@ def _run_wave(
             for r in task_rows
         ]
         files = json.loads(task_rows[0]["files"])
-        writers[table].append_files(files, commits, json.dumps(tables[table.name]))
+        result = writers[table].append_files(files, commits, json.dumps(tables[table.name]))
+        if result.outcome == "skipped":
+            commits = _as_committed(writers[table], commits, files)
         store.plans(pipeline).finish_chunks(
             [
                 (table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows)
@@ -241,3 +250,18 @@ def _run_wave(
         report.max_executor_rss_kb = max(
             report.max_executor_rss_kb, *(int(r["max_rss_kb"]) for r in task_rows)
         )
+
+
+def _as_committed(writer: IcebergWriter, read: list[ChunkCommit], files: list[str]) -> list[ChunkCommit]:
+    """The chunks of ``read`` as an earlier run committed them: the sink holds those rows, as of
+    *its* watermarks, so those are what the state store records (this run's later high watermarks
+    would make the stream drop the changes in between). This run's files were never committed."""
+    committed = {c.chunk_id: c for c in writer.committed_chunk_commits()}
+    log.warning(
+        "chunks %s of %s were committed by an earlier run: recording its watermarks; %d files of this "
+        "run left for orphan removal (`binlake maintain`)",
+        ", ".join(c.chunk_id for c in read),
+        writer.identifier,
+        len(files),
+    )
+    return [committed[c.chunk_id] for c in read]

@@ -49,7 +49,8 @@ from binlake.spark.runtime.heap import frozen_heap
 from binlake.spark.stream_query import StreamError, run_query
 from binlake.spark.stream_task import read_segment
 from binlake.state.backfills import BackfillLedger
-from binlake.state.leases import Holder, TableBusyError
+from binlake.state.fencing import Fence, writer_lease, writing
+from binlake.state.leases import Command, TableBusyError
 from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore, StreamBatch
@@ -139,6 +140,25 @@ def run_stream(
             "running at once, and one to plan batches. Fix: widen the range."
         )
     store = StateStore(config.pipeline.resolved_state_uri)
+    try:
+        with writing(store.engine, name, Command.STREAM, writer_lease(config)) as fence:
+            return _stream(config, spark, store, fence, until_caught_up, progress, stop, started)
+    finally:
+        store.close()
+
+
+def _stream(
+    config: PipelineConfig,
+    spark: Any,
+    store: StateStore,
+    fence: Fence,
+    until_caught_up: bool,
+    progress: BatchProgress | None,
+    stop: threading.Event | None,
+    started: float,
+) -> StreamReport:
+    name = config.pipeline.name
+    ids = config.source.server_id
     held: list[str] = []
     writers: dict[str, IcebergWriter] = {}
     try:
@@ -206,7 +226,7 @@ def run_stream(
             sinks,
             snapshot_filter,
             on_batch=on_batch,
-            before_batch=lambda: _hold(store, name, held, writers.values()),
+            before_batch=lambda: _hold(store, name, held, fence, writers.values()),
             complete=config.source.startup_mode == "initial",
             tracker=tracker,
             make_sink=make_sink,
@@ -218,7 +238,7 @@ def run_stream(
             anchor=BinlogAnchor(config, store, ids.end),
             merge_from=config.stream.executor_merge_from,
         )
-        _hold(store, name, held, ())
+        _hold(store, name, held, fence, ())
         with frozen_heap():  # what lives now outlives the stream: out of the collector's scans
             run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
         for writer in writers.values():
@@ -229,8 +249,7 @@ def run_stream(
         for writer in writers.values():
             writer.upkeep.wait()  # nothing of the stream's runs on once it has stopped
         for identifier in held:
-            store.leases(name).release(identifier, Holder.STREAM)
-        store.close()
+            store.leases(name).release(identifier, fence.lease.holder)
 
 
 def _cascades(config: PipelineConfig) -> Callable[[TableId], bool]:
@@ -302,13 +321,16 @@ def _read_changes(
     return changes.get(schema.table.name, empty_changes(schema))
 
 
-def _hold(store: StateStore, pipeline: str, identifiers: list[str], writers: Iterable[IcebergWriter]) -> None:
+def _hold(
+    store: StateStore, pipeline: str, identifiers: list[str], fence: Fence, writers: Iterable[IcebergWriter]
+) -> None:
     """Take or renew the stream's hold on its tables (waiting while maintenance holds one) once
     their upkeep after the last batch is done (``sink/upkeep.py``): a batch finds them at rest."""
     for writer in writers:
         writer.settle()
     try:
-        store.leases(pipeline).hold(identifiers, Holder.STREAM, LEASE, wait_s=LEASE_WAIT_S)
+        fence.check()  # a stream that lost its writer lease stops here, not after waiting for tables
+        store.leases(pipeline).hold(identifiers, fence.lease.holder, LEASE, wait_s=LEASE_WAIT_S)
     except TableBusyError as e:
         raise StreamError(f"Cannot write {e.lease.table}: {e} Wait for it to finish.") from None
 

@@ -19,6 +19,8 @@ from binlake.spark.binlog_source import BinlogDataSource
 from binlake.spark.query_progress import ProgressLog
 from binlake.spark.read_ahead import ReadAhead
 from binlake.spark.tasks import task_error
+from binlake.state import fencing
+from binlake.state.writers import FencedError
 from binlake.stream.apply import BatchApplier
 from binlake.stream.positions import config_options
 
@@ -76,6 +78,7 @@ def run_query(
                 _stop_between_batches(query)
                 break
             query.awaitTermination(1)
+            _stop_if_fenced(name, query)
             if time.monotonic() - looked >= config.stream.trigger_interval_s:
                 looked = time.monotonic()
                 _apply_due(applier, query, idle_s=2 * config.stream.trigger_interval_s)
@@ -87,7 +90,7 @@ def run_query(
             # Asked to stop, a batch cut off: nothing of it recorded, the next run applies it: clean.
             log.info("stream stopped during a batch; the next run applies it again")
             return
-        raise _stream_error(applier, e) from None
+        raise _lost_lease(name) or _stream_error(applier, e) from None
     finally:
         if ahead is not None:
             ahead.close()
@@ -114,6 +117,30 @@ def _stop_between_batches(query: Any, wait_s: float = 600.0) -> None:
 
 
 _LAST_EXCEPTION = re.compile(r"^(?:\w+\.)*\w*(?:Error|Exception): .+$", re.MULTILINE)
+
+
+def _stop_if_fenced(pipeline: str, query: Any) -> None:
+    """A stream whose lease another writer took over (``state/fencing.py``'s renewal found it)
+    stops at once, even while no batch runs that would find it."""
+    fence = fencing.active(pipeline)
+    if fence is not None and fence.lost is not None:
+        query.stop()
+        raise fence.lost
+
+
+def _lost_lease(pipeline: str) -> FencedError | None:
+    """The real cause when this process lost its writer lease: whatever failed after that (Spark's
+    checkpoint log, written meanwhile by the writer that took over, say) only follows from it."""
+    fence = fencing.active(pipeline)
+    if fence is None:
+        return None
+    try:
+        fence.check()
+    except FencedError as e:
+        return e
+    except Exception:  # the state store unreachable: the query's own error is the one to show
+        return None
+    return None
 
 
 def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:

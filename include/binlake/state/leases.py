@@ -1,4 +1,11 @@
-"""Who writes (or maintains) a sink table, until when: one holder at a time per table."""
+"""Who writes (or maintains) a sink table, until when: one holder at a time per table.
+
+A holder is one run of a command in one process (``state/holders.py``), so a second ``binlake
+stream`` is refused beside the first, not let in as "the stream" again. A lease whose holder's
+process is known to be gone (this host, pid ended) is taken over at once; any other only once
+expired. Leases written by binlake versions before holders were processes (``binlake_leases``)
+are still honoured until they expire: such a process must be stopped before it is overlapped.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +15,45 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from sqlalchemy import delete, insert, select
-from sqlalchemy.engine import Engine
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    DateTime,
+    MetaData,
+    String,
+    Table,
+    delete,
+    insert,
+    inspect,
+    select,
+)
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from binlake.errors import BinlakeError
-from binlake.state.tables import aware, leases_table, utc_now
+from binlake.state.holders import Holder
+from binlake.state.tables import aware, leases_table, utc_now, writers_table
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two tries while a waiting holder waits.
 RETRY_S = 5.0
 
+# Leases of earlier versions, held by a role: read (never written) while one may still be live.
+_legacy_leases = Table(
+    "binlake_leases",
+    MetaData(),  # not binlake's metadata: never created
+    Column("pipeline", String(200), primary_key=True),
+    Column("table_name", String(400), primary_key=True),
+    Column("holder", String(200), nullable=False),
+    Column("acquired_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
 
-class Holder(StrEnum):
-    """Who holds a sink table (stored in the lease: another process names it in its refusal)."""
+
+class Command(StrEnum):
+    """The commands that hold sink tables (a lease names its holder's command)."""
 
     SNAPSHOT = "binlake snapshot"
     STREAM = "binlake stream"
@@ -45,8 +75,17 @@ class Lease:
     pipeline: str
     table: str
     holder: str
+    """The holder's command (``Command``)."""
     acquired_at: dt.datetime
     expires_at: dt.datetime
+    process: Holder | None = None
+    """The holding process (None: a lease of an earlier binlake version)."""
+
+    def describe(self) -> str:
+        who = self.process.describe(self.acquired_at) if self.process else f"`{self.holder}`"
+        return (
+            f"`{self.table}` is held by {who} (until {self.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed)."
+        )
 
 
 class Leases:
@@ -56,45 +95,35 @@ class Leases:
         self.engine = engine
         self.pipeline = pipeline
 
-    def acquire(self, table: str, holder: str, ttl: dt.timedelta) -> Lease:
-        """Take (or renew) the lease on a sink table for ``ttl``.
+    def acquire(self, table: str, holder: Holder, ttl: dt.timedelta) -> Lease:
+        """Take (or renew) ``holder``'s lease on a sink table for ``ttl``.
 
-        A lease that has expired is taken over: its holder is gone (crashed) or late.
+        A lease that has expired, or whose holder's process is gone, is taken over.
 
         Raises:
             TableBusyError: another holder's lease is live.
         """
         now = utc_now()
         with self.engine.begin() as conn:
-            row = conn.execute(
-                select(leases_table).where(
-                    leases_table.c.pipeline == self.pipeline, leases_table.c.table_name == table
-                )
-            ).first()
-            if row is not None:
-                current = Lease(
-                    row.pipeline, row.table_name, row.holder, aware(row.acquired_at), aware(row.expires_at)
-                )
-                if current.holder != holder and current.expires_at > now:
-                    raise TableBusyError(
-                        f"`{table}` is held by `{current.holder}` since "
-                        f"{current.acquired_at:%Y-%m-%d %H:%M:%S} UTC "
-                        f"(until {current.expires_at:%Y-%m-%d %H:%M:%S} UTC unless renewed).",
-                        current,
-                    )
-                conn.execute(
-                    delete(leases_table).where(
-                        leases_table.c.pipeline == self.pipeline, leases_table.c.table_name == table
-                    )
-                )
-            lease = Lease(self.pipeline, table, holder, now, now + ttl)
+            current = self._current(conn, table)
+            if (
+                current is not None
+                and _live(current, holder, now)
+                and not self._superseded(conn, current, now)
+            ):
+                raise TableBusyError(current.describe(), current)
+            conn.execute(delete(leases_table).where(*self._key(table)))
+            lease = Lease(self.pipeline, table, holder.command, now, now + ttl, holder)
             try:
                 conn.execute(
                     insert(leases_table).values(
                         pipeline=self.pipeline,
                         table_name=table,
-                        holder=holder,
-                        acquired_at=now,
+                        token=holder.token,
+                        holder=holder.to_json(),
+                        acquired_at=now
+                        if current is None or current.process != holder
+                        else current.acquired_at,
                         expires_at=lease.expires_at,
                     )
                 )
@@ -102,15 +131,9 @@ class Leases:
                 raise TableBusyError(f"`{table}` was taken by another process just now.", lease) from None
         return lease
 
-    def release(self, table: str, holder: str) -> None:
+    def release(self, table: str, holder: Holder) -> None:
         with self.engine.begin() as conn:
-            conn.execute(
-                delete(leases_table).where(
-                    leases_table.c.pipeline == self.pipeline,
-                    leases_table.c.table_name == table,
-                    leases_table.c.holder == holder,
-                )
-            )
+            conn.execute(delete(leases_table).where(*self._key(table), leases_table.c.token == holder.token))
 
     def hold(self, tables: Sequence[str], holder: Holder, ttl: dt.timedelta, wait_s: float = 0.0) -> None:
         """Take (or renew) ``holder``'s lease on every table for ``ttl``.
@@ -133,3 +156,54 @@ class Leases:
             with attempt:
                 for table in tables:
                     self.acquire(table, holder, ttl)
+
+    def _key(self, table: str) -> tuple[ColumnElement[bool], ...]:
+        return (leases_table.c.pipeline == self.pipeline, leases_table.c.table_name == table)
+
+    def _current(self, conn: Connection, table: str) -> Lease | None:
+        row = conn.execute(select(leases_table).where(*self._key(table))).first()
+        if row is not None:
+            process = Holder.from_json(row.holder)
+            return Lease(
+                self.pipeline, table, process.command, aware(row.acquired_at), aware(row.expires_at), process
+            )
+        return self._legacy(conn, table)
+
+    def _superseded(self, conn: Connection, lease: Lease, now: dt.datetime) -> bool:
+        """Whether the lease's holder is no longer the pipeline's writer for its command (its writer
+        lease expired, or another process took it over): its table leases go with it, so a
+        writer that took over is not kept out by the tables of the one it replaced."""
+        if lease.process is None:
+            return False
+        writer = conn.execute(
+            select(writers_table.c.token, writers_table.c.expires_at).where(
+                writers_table.c.pipeline == self.pipeline, writers_table.c.command == lease.process.command
+            )
+        ).first()
+        if writer is None:
+            return False  # a holder that is not a pipeline writer (a direct call): its own expiry rules
+        return writer.token != lease.process.token or aware(writer.expires_at) <= now
+
+    def _legacy(self, conn: Connection, table: str) -> Lease | None:
+        if not inspect(conn).has_table(_legacy_leases.name):
+            return None
+        legacy = _legacy_leases.c
+        row = conn.execute(
+            select(_legacy_leases).where(legacy.pipeline == self.pipeline, legacy.table_name == table)
+        ).first()
+        if row is None:
+            return None
+        return Lease(self.pipeline, table, row.holder, aware(row.acquired_at), aware(row.expires_at))
+
+
+def _live(lease: Lease, asking: Holder, now: dt.datetime) -> bool:
+    """Whether ``lease`` keeps ``asking`` out: another holder's, unexpired, its process not gone."""
+    if _renewal(lease, asking):
+        return False
+    if lease.expires_at <= now:
+        return False
+    return lease.process is None or not lease.process.gone()
+
+
+def _renewal(lease: Lease | None, asking: Holder) -> bool:
+    return lease is not None and lease.process is not None and lease.process.token == asking.token

@@ -69,14 +69,34 @@ offsets_table = Table(
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
 
+# Who holds a sink table: a process (its token), not a role. ``binlake_leases``, the role-keyed
+# table of earlier versions, is no longer read: its leases expired long ago or belong to a process
+# of an older binlake that must be stopped before upgrading.
 leases_table = Table(
-    "binlake_leases",
+    "binlake_table_leases",
     metadata,
     Column("pipeline", String(200), primary_key=True),
     Column("table_name", String(400), primary_key=True),
-    Column("holder", String(200), nullable=False),
+    Column("token", String(64), nullable=False),
+    Column("holder", Text, nullable=False),  # the process, for people: see ``state/writers.Process``
     Column("acquired_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
+# One live process per pipeline and command, and the fencing epoch of that command, which only
+# grows: the row outlives its holder (a release only ends its lease) so the next epoch is higher.
+writers_table = Table(
+    "binlake_writers",
+    metadata,
+    Column("pipeline", String(200), primary_key=True),
+    Column("command", String(40), primary_key=True),
+    Column("token", String(64), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("process_started", Float, nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    Column("epoch", BigInteger, nullable=False),
 )
 
 
