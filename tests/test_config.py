@@ -99,6 +99,20 @@ def test_unset_env_variable_is_named_with_its_key() -> None:
     assert "export MISSING_PW" in message
 
 
+def test_a_doubled_dollar_writes_a_literal_reference() -> None:
+    """`$${` is `${` itself: a password holding `${HOME}` is kept as written, not filled in."""
+    config = parse(MINIMAL.replace("${DB_PASSWORD}", "p$${HOME}w$$x"), HOME="/root")
+    assert config.source.password.get_secret_value() == "p${HOME}w$$x"
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines() -> None:
+    text = MINIMAL + "  password: second\n"
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if "password:" in line)
+    last = len(text.splitlines())
+    message = error_of(text)
+    assert f"the key `password` is given twice, at lines {first} and {last}: keep one" in message
+
+
 def test_yaml_syntax_error_gives_line_and_column() -> None:
     message = error_of("pipeline:\n  name: [unclosed\nsource: {}\n")
     assert "not valid YAML at line" in message

@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from binlake.config import PipelineConfig, PipelineSection
 from binlake.errors import ConfigError
 
-_ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+# `$${` is a literal `${` (a password may hold one); otherwise `${NAME}` or `${NAME:-default}`.
+_ENV_REF = re.compile(r"\$\$(?=\{)|\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 _SECRET_KEYS = frozenset({"password"})
 
 
@@ -112,7 +113,7 @@ def parse_config(
 def _sections(text: str, source_name: str) -> dict[str, Any]:
     """The YAML text's top-level mapping of sections."""
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         raise ConfigError(_yaml_error_text(e), source_name) from None
     if raw is None:
@@ -122,6 +123,24 @@ def _sections(text: str, source_name: str) -> dict[str, Any]:
             f"the top level must be a mapping of sections, found {type(raw).__name__}", source_name
         )
     return raw
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML would keep the last
+    silently: a second `password:` further down would win unseen)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key `{key}` is given twice, at lines {seen[key]} and {line}: keep one",
+                    key_node.start_mark,
+                )  # fmt: skip
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_error_text(error: yaml.YAMLError) -> str:
@@ -143,6 +162,8 @@ def _interpolate(value: Any, environ: dict[str, str], path: tuple[str, ...], sou
 
         def replace(match: re.Match[str]) -> str:
             name, default = match.group("name"), match.group("default")
+            if name is None:  # `$${`: the escape of a literal `${`
+                return "$"
             if name in environ:
                 return environ[name]
             if default is not None:

@@ -14,7 +14,7 @@ import sqlalchemy
 
 from binlake.state import fencing
 from binlake.state.holders import Holder
-from binlake.state.leases import Command
+from binlake.state.leases import Command, TableBusyError
 from binlake.state.store import StateStore
 from binlake.state.tables import writers_table
 from binlake.state.writers import FencedError, WriterBusyError, Writers
@@ -57,8 +57,8 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once_and_the_epoch_grows(st
     with store.engine.begin() as conn:
         conn.execute(
             writers_table.insert().values(
-                pipeline="p", command=Command.SNAPSHOT, token=dead.token, host=dead.host, pid=dead.pid,
-                process_started=dead.started, since=dt.datetime.now(dt.UTC),
+                pipeline="p", command=Command.SNAPSHOT, token=dead.token, holder=dead.to_json(),
+                host=dead.host, pid=dead.pid, process_started=dead.started, since=dt.datetime.now(dt.UTC),
                 expires_at=dt.datetime.now(dt.UTC) + TTL, epoch=7,
             )
         )  # fmt: skip
@@ -112,14 +112,34 @@ def test_a_writer_that_lost_its_lease_can_write_nothing_more(store: StateStore) 
     assert (current.holder.token, current.epoch) == ("newer", fence.epoch + 1)
 
 
-def test_table_leases_of_a_superseded_writer_do_not_keep_its_successor_out(store: StateStore) -> None:
+def test_table_leases_go_with_a_superseded_writer(store: StateStore) -> None:
+    """A stream paused past its writer lease keeps its table leases (10 minutes): once another
+    stream took over and finished, maintenance is not kept out by the paused one's tables."""
     writers = Writers(store.engine, "p")
     old = writers.claim(Holder.this_process(Command.STREAM), dt.timedelta(seconds=1))
     store.leases("p").hold(["ns.t"], old.holder, dt.timedelta(minutes=10))
-    time.sleep(1.2)  # the old writer's lease expires (paused, say); its table lease would last 10 min
+    maintain = Holder.this_process(Command.MAINTAIN)
+    with pytest.raises(TableBusyError, match="held by `binlake stream`"):
+        store.leases("p").hold(["ns.t"], maintain, TTL)  # the stream is the writer: refused
+    time.sleep(1.2)  # its writer lease expires (paused, say)
     new = writers.claim(Holder.this_process(Command.STREAM), TTL)
-    store.leases("p").hold(["ns.t"], new.holder, dt.timedelta(minutes=10))  # not refused
-    with pytest.raises(Exception, match="held by `binlake stream`"):
+    writers.release(new)
+    store.leases("p").hold(["ns.t"], maintain, TTL)
+
+
+def test_parts_of_a_command_write_side_by_side_but_one_part_once(store: StateStore) -> None:
+    """A snapshot's chunk groups (Airflow's mapped jobs) each have a writer lease of their own and
+    share the tables; a second run of one group (a retry beside a zombie) is refused."""
+    writers = Writers(store.engine, "p")
+    first = Holder.this_process(Command.SNAPSHOT, "of 2 chunks t#0…t#1")
+    second = Holder.this_process(Command.SNAPSHOT, "of 2 chunks t#2…t#3")
+    writers.claim(first, TTL)
+    writers.claim(second, TTL)
+    store.leases("p").hold(["ns.t"], first, TTL)
+    store.leases("p").hold(["ns.t"], second, TTL)
+    with pytest.raises(WriterBusyError, match=r"writer for `binlake snapshot of 2 chunks t#0…t#1`"):
+        writers.claim(Holder.this_process(Command.SNAPSHOT, "of 2 chunks t#0…t#1"), TTL)
+    with pytest.raises(TableBusyError):
         store.leases("p").hold(["ns.t"], Holder.this_process(Command.MAINTAIN), TTL)
 
 

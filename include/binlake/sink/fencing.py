@@ -7,7 +7,8 @@ its own, then carries the command's epoch in the table's properties
 (``binlake.writer-epoch.<command>``) with a requirement that the table's current epoch is not
 higher: the catalog checks it against the table as it is at the commit (SQL catalogs atomically,
 in the same conditional update that detects any concurrent commit). So even a writer paused
-between its check and its commit cannot commit after a newer writer did.
+between its check and its commit cannot commit after a newer writer did. (Only for the commands
+of which one run writes at a time, ``EXCLUSIVE``.)
 """
 
 from __future__ import annotations
@@ -28,10 +29,17 @@ from pyiceberg.table.update import (
 
 from binlake.state import fencing
 from binlake.state.fencing import Fence
+from binlake.state.leases import Command
 from binlake.state.writers import FencedError
 
 #: The table property holding the epoch of the last writer of a command (``…stream``, ``…snapshot``).
 EPOCH_KEY = "binlake.writer-epoch."
+
+
+#: Commands of which one run writes a pipeline's tables at a time: their epoch goes in the table.
+#: (Runs of a snapshot's chunk groups write side by side: their commits are fenced by the state
+#: store's check, and made idempotent by the chunk ids in each commit, ``sink/exactly_once.py``.)
+EXCLUSIVE = (Command.STREAM, Command.MAINTAIN)
 
 
 def epoch_key(command: str) -> str:
@@ -68,7 +76,8 @@ def fence_commits(catalog: Catalog, pipeline: str) -> Catalog:
         fence = fencing.active(pipeline)
         if fence is not None:
             fence.check()
-            requirements, updates = _with_epoch(fence, table, requirements, updates)
+            if fence.command in EXCLUSIVE:
+                requirements, updates = _with_epoch(fence, table, requirements, updates)
         return commit(table, requirements, updates)
 
     catalog.commit_table = fenced  # type: ignore[method-assign]

@@ -41,7 +41,7 @@ from binlake.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
-#: The writer command of a backfill (one backfill of a pipeline stages at a time).
+#: The writer command of a backfill: one run of a backfill id at a time (other ids run beside it).
 BACKFILL = "binlake backfill"
 
 
@@ -63,7 +63,7 @@ def run_backfill(
     name = config.pipeline.name
     with (
         StateStore(config.pipeline.resolved_state_uri) as store,
-        writing(store.engine, name, BACKFILL, writer_lease(config)),
+        writing(store.engine, name, BACKFILL, writer_lease(config), part=backfill_id),
     ):
         units = plan_backfill(config, backfill_id, tables, key_range, chunk_size)
         ledger = BackfillLedger(store)

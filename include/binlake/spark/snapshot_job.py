@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import logging
 import time
@@ -72,7 +73,9 @@ def run_snapshot(
     name = config.pipeline.name
     with (
         StateStore(config.pipeline.resolved_state_uri) as store,
-        writing(store.engine, name, Command.SNAPSHOT, writer_lease(config)) as fence,
+        writing(
+            store.engine, name, Command.SNAPSHOT, writer_lease(config), snapshot_part(tables, chunk_ids)
+        ) as fence,
     ):
         holder = fence.lease.holder
         report = SnapshotReport(name)
@@ -107,6 +110,17 @@ def run_snapshot(
         report.high_watermarks = high_watermarks(store, name)
         report.seconds = time.monotonic() - started
         return report
+
+
+def snapshot_part(tables: Sequence[str] | None, chunk_ids: Sequence[str] | None) -> str:
+    """Which part of the snapshot a run writes, as its writer lease names it: runs of other parts
+    (Airflow's mapped jobs, one per chunk group) write side by side; two of one part never."""
+    if not tables and not chunk_ids:
+        return ""
+    names = sorted(chunk_ids or tables or ())
+    digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:12]
+    what = "chunks" if chunk_ids else "tables"
+    return f"of {len(names)} {what} {names[0]}…{names[-1]} ({digest})"
 
 
 def _read_pending(

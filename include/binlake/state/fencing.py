@@ -98,15 +98,18 @@ def _note_write(conn: Connection, cursor: Any, statement: str, *args: Any) -> No
 
 
 @contextmanager
-def writing(engine: Engine, pipeline: str, command: str, ttl: dt.timedelta = DEFAULT_TTL) -> Iterator[Fence]:
-    """Be ``pipeline``'s writer for ``command`` while the block runs (see the module docstring).
+def writing(
+    engine: Engine, pipeline: str, command: str, ttl: dt.timedelta = DEFAULT_TTL, part: str = ""
+) -> Iterator[Fence]:
+    """Be ``pipeline``'s writer for ``command`` (its ``part`` only, if given: ``Holder.scope``)
+    while the block runs (see the module docstring).
 
     Raises:
         WriterBusyError: another live process is that writer.
     """
     writers = Writers(engine, pipeline)
-    fence = Fence(writers, writers.claim(Holder.this_process(command), ttl), ttl)
-    log.info("%s is the writer of pipeline %s (epoch %d)", command, pipeline, fence.epoch)
+    fence = Fence(writers, writers.claim(Holder.this_process(command, part), ttl), ttl)
+    log.info("%s is the writer of pipeline %s (epoch %d)", fence.command, pipeline, fence.epoch)
     fence.guard(engine)
     fence._thread.start()
     with _ACTIVE_LOCK:

@@ -29,16 +29,24 @@ class Holder:
     pid: int
     started: float
     """The process's start time (seconds since the epoch): a reused pid is another process."""
+    scope: str = ""
+    """What this run writes, as its writer lease's key (``state/writers.py``): the command itself,
+    or a part of it that runs of the same command share out (one group of a snapshot's chunks)."""
 
     @classmethod
-    def this_process(cls, command: str) -> Holder:
-        """A new holder for a run of ``command`` in this process (a token of its own)."""
+    def this_process(cls, command: str, part: str = "") -> Holder:
+        """A new holder for a run of ``command`` (of its ``part`` only, if given) in this process."""
         pid = os.getpid()
-        return cls(command, uuid.uuid4().hex, socket.gethostname(), pid, _started(pid) or 0.0)
+        scope = f"{command} {part}" if part else command
+        return cls(command, uuid.uuid4().hex, socket.gethostname(), pid, _started(pid) or 0.0, scope)
+
+    @property
+    def key(self) -> str:
+        return self.scope or self.command
 
     def describe(self, since: dt.datetime | None = None) -> str:
         at = f" since {since:%Y-%m-%d %H:%M:%S} UTC" if since is not None else ""
-        return f"`{self.command}` (pid {self.pid} on {self.host}{at})"
+        return f"`{self.key}` (pid {self.pid} on {self.host}{at})"
 
     def gone(self) -> bool:
         """Whether this holder's process is known to have ended (only a process of this host can be)."""

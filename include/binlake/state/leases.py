@@ -177,7 +177,7 @@ class Leases:
             return False
         writer = conn.execute(
             select(writers_table.c.token, writers_table.c.expires_at).where(
-                writers_table.c.pipeline == self.pipeline, writers_table.c.command == lease.process.command
+                writers_table.c.pipeline == self.pipeline, writers_table.c.command == lease.process.key
             )
         ).first()
         if writer is None:
@@ -200,6 +200,9 @@ def _live(lease: Lease, asking: Holder, now: dt.datetime) -> bool:
     """Whether ``lease`` keeps ``asking`` out: another holder's, unexpired, its process not gone."""
     if _renewal(lease, asking):
         return False
+    if lease.process is not None and lease.process.command == asking.command:
+        return False  # runs of one command share tables (a snapshot's chunk groups); its writer lease
+        # keeps a second run of the same part out (``state/writers.py``)
     if lease.expires_at <= now:
         return False
     return lease.process is None or not lease.process.gone()

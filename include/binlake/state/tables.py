@@ -89,8 +89,9 @@ writers_table = Table(
     "binlake_writers",
     metadata,
     Column("pipeline", String(200), primary_key=True),
-    Column("command", String(40), primary_key=True),
+    Column("command", String(400), primary_key=True),  # a holder's ``key``: its command, or a part
     Column("token", String(64), nullable=False),
+    Column("holder", Text, nullable=False),  # the process, for people: ``state/holders.Holder``
     Column("host", String(255), nullable=False),
     Column("pid", Integer, nullable=False),
     Column("process_started", Float, nullable=False),

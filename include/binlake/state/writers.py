@@ -10,6 +10,7 @@ past its expiry, cut off, taken over) can never write again. docs/architecture.m
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
 
@@ -46,7 +47,8 @@ class WriterLease:
 
     @property
     def command(self) -> str:
-        return self.holder.command
+        """The lease's key: the holder's command, or the part of it that it writes."""
+        return self.holder.key
 
     def describe(self) -> str:
         return f"{self.holder.describe(self.since)}, epoch {self.epoch}"
@@ -60,17 +62,17 @@ class Writers:
         self.pipeline = pipeline
 
     def claim(self, holder: Holder, ttl: dt.timedelta) -> WriterLease:
-        """Become the pipeline's writer for ``holder.command`` for ``ttl``, at a new epoch.
+        """Become the pipeline's writer for ``holder.key`` for ``ttl``, at a new epoch.
 
         Raises:
             WriterBusyError: another process holds that lease and is live.
         """
         now = utc_now()
         with self.engine.begin() as conn:
-            current = self._current(conn, holder.command, lock=True)
+            current = self._current(conn, holder.key, lock=True)
             if current is not None and current.expires_at > now and not current.holder.gone():
                 raise WriterBusyError(
-                    f"Pipeline `{self.pipeline}` already has a writer for `{holder.command}`: "
+                    f"Pipeline `{self.pipeline}` already has a writer for `{holder.key}`: "
                     f"{current.describe()}, its lease valid until {current.expires_at:%Y-%m-%d %H:%M:%S} UTC "
                     "unless renewed. Two writers of one pipeline would overwrite each other's progress. "
                     f"Fix: wait for it to finish, or stop it (pid {current.holder.pid} on "
@@ -79,6 +81,7 @@ class Writers:
                 )
             lease = WriterLease(self.pipeline, holder, now, now + ttl, (current.epoch if current else 0) + 1)
             values = {
+                "holder": holder.to_json(),
                 "token": holder.token,
                 "host": holder.host,
                 "pid": holder.pid,
@@ -90,15 +93,13 @@ class Writers:
             try:
                 if current is None:
                     conn.execute(
-                        writers_table.insert().values(
-                            pipeline=self.pipeline, command=holder.command, **values
-                        )
+                        writers_table.insert().values(pipeline=self.pipeline, command=holder.key, **values)
                     )
                 else:
-                    conn.execute(update(writers_table).where(*self._key(holder.command)).values(**values))
+                    conn.execute(update(writers_table).where(*self._key(holder.key)).values(**values))
             except IntegrityError:
                 raise WriterBusyError(
-                    f"Pipeline `{self.pipeline}`: another process became the writer for `{holder.command}` "
+                    f"Pipeline `{self.pipeline}`: another process became the writer for `{holder.key}` "
                     "just now. Fix: wait for it to finish."
                 ) from None
         return lease
@@ -153,5 +154,5 @@ class Writers:
         row = conn.execute(query.with_for_update() if lock else query).first()
         if row is None:
             return None
-        holder = Holder(command, row.token, row.host, row.pid, row.process_started)
+        holder = dataclasses.replace(Holder.from_json(row.holder), token=row.token)  # the column rules
         return WriterLease(self.pipeline, holder, aware(row.since), aware(row.expires_at), row.epoch)
