@@ -20,9 +20,10 @@ from binlake.schema.routes import merged_creation, routed
 from binlake.schema.transforms import transform_of
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
+from binlake.source.server.checks import Check
 from binlake.source.server.connection import connect
 from binlake.source.server.discovery import TableSelector, discover, list_tables
-from binlake.source.server.validator import Check, has_errors, validate
+from binlake.source.server.validator import has_errors, validate
 from binlake.state.store import StateStore, StoredPlan
 
 log = logging.getLogger(__name__)

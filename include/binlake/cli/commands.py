@@ -23,7 +23,8 @@ from binlake.config_file import load_config
 from binlake.errors import BinlakeError, ConfigError
 from binlake.logs import register_secret
 from binlake.offsets import BinlogOffset
-from binlake.source.server.validator import Check, has_errors, validate
+from binlake.source.server.checks import Check
+from binlake.source.server.validator import has_errors, validate
 
 if TYPE_CHECKING:
     from binlake.state.holders import Holder

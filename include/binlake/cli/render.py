@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from binlake.config import PipelineConfig
-from binlake.source.server.validator import Check
+from binlake.source.server.checks import Check
 
 if TYPE_CHECKING:
     from binlake.status import StreamStatus

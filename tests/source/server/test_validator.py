@@ -306,6 +306,26 @@ def test_settings_binlake_handles_are_reported(
     assert expected in found[check]["message"]
 
 
+def test_binlog_checksums_are_reported(
+    mariadb: PrivateMariaDB, mariadb_factory: ServerFactory, write_config: WriteConfig, tmp_path: Path
+) -> None:
+    """CRC32 (the default): verified, ok; NONE: a warning saying what goes unseen and the fix."""
+    for server, status, words in (
+        (mariadb, "ok", "CRC32: every event's checksum is verified"),
+        (mariadb_factory(**{"binlog-checksum": "NONE"}), "warning", "found NONE: events carry no checksum"),
+    ):
+        server.execute(
+            "CREATE DATABASE IF NOT EXISTS sums", "CREATE TABLE IF NOT EXISTS sums.t (id INT PRIMARY KEY)"
+        )
+        result = validate(write_config, pipeline_dict(server, [r"sums\..*"], tmp_path), "--json")
+        found = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+        assert (found["binlog_checksum"]["status"], words in found["binlog_checksum"]["message"]) == (
+            status,
+            True,
+        )
+    assert "SET GLOBAL binlog_checksum = 'CRC32'" in found["binlog_checksum"]["fix"]
+
+
 def test_mysql_settings_that_cost_or_limit_are_warnings() -> None:
     from binlake.source.server.connection import ServerVersion
     from binlake.source.server.validator import _HARD_CASE_VARIABLES, _check_hard_cases

@@ -42,6 +42,9 @@ _COM_BINLOG_DUMP_GTID = 0x1E
 _HEADER = 19
 _CHECKSUM = 4
 _FORMAT_DESCRIPTION = 0x0F
+_ROTATE = 0x04
+#: Heartbeats (v1, v2) carry no change and, on some servers, no checksum.
+_HEARTBEATS = frozenset({0x1B, 0x29})
 _QUERY = 0x02
 _TRANSACTION_PAYLOAD = 0x28
 _QUERY_COMPRESSED = 0xA5
@@ -180,6 +183,62 @@ def plain_events(event: bytes, checksum: bool) -> list[bytes] | None:
     return None
 
 
+class BinlogIntegrityError(BinlakeError):
+    """A binlog event's bytes do not match its CRC32 checksum: damaged on disk or on the way."""
+
+
+def verify_checksum(event: bytes, file: str) -> None:
+    """Check ``event``'s trailing CRC32 (the server writes one per event under ``binlog_checksum=CRC32``).
+
+    Raises:
+        BinlogIntegrityError: the checksum does not match, naming the file and position.
+    """
+    if len(event) < _HEADER + _CHECKSUM:
+        raise BinlogIntegrityError(
+            _damaged(event, file, f"it is {len(event)} bytes long, shorter than a header")
+        )
+    stored = struct.unpack_from("<I", event, len(event) - _CHECKSUM)[0]
+    computed = zlib.crc32(event[: len(event) - _CHECKSUM])
+    if stored != computed:
+        raise BinlogIntegrityError(
+            _damaged(event, file, f"its CRC32 checksum is {stored:#010x}, its bytes give {computed:#010x}")
+        )
+
+
+def _damaged(event: bytes, file: str, found: str) -> str:
+    end = struct.unpack_from("<I", event, 13)[0] if len(event) >= 17 else 0
+    kind = event[4] if len(event) > 4 else -1
+    start = max(0, end - len(event)) if end else "?"
+    return (
+        f"The binlog event of type {kind} at {file}:{start} (ending at position {end}) is damaged: {found}. "
+        "binlake stops here rather than apply a change it cannot trust; nothing of the batch that "
+        "holds it was applied. Fix: check that file on the server (`mariadb-binlog "
+        "--verify-binlog-checksum` / `mysqlbinlog --verify-binlog-checksum`) and rerun: a fault of "
+        "the network reads right the next time; a file damaged on disk must be restored from a "
+        "replica, or the affected tables backfilled from a position after it."
+    )
+
+
+def rotated_file(event: bytes) -> str:
+    """The binlog file a Rotate event names (its checksum, if any, left out: the dump's first,
+    artificial Rotate comes before the format description says whether events carry one)."""
+    name = event[_HEADER + 8 :]
+    if (
+        len(name) > _CHECKSUM
+        and zlib.crc32(event[:-_CHECKSUM]) == struct.unpack_from("<I", event, len(event) - 4)[0]
+    ):
+        name = name[:-_CHECKSUM]
+    return name.decode("utf-8", "replace")
+
+
+def _zstd_errors() -> tuple[type[Exception], ...]:
+    try:
+        import zstandard
+    except ImportError:
+        return ()
+    return (zstandard.ZstdError,)
+
+
 class BinlogConnection(SourceConnection):
     """A pymysql connection whose binlog dump hands out compressed events as plain ones.
 
@@ -191,6 +250,7 @@ class BinlogConnection(SourceConnection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._dumping = False
         self._checksum = False
+        self._file = "?"  # the binlog file being read (its Rotate event names it): for messages
         self._waiting: deque[MysqlPacket] = deque()
         super().__init__(*args, **kwargs)
 
@@ -215,12 +275,15 @@ class BinlogConnection(SourceConnection):
         if kind == _FORMAT_DESCRIPTION:
             # Its last 5 bytes: the checksum algorithm of the events that follow, and a checksum.
             self._checksum = data[-5] != 0
-            return packet
+        if kind == _ROTATE:
+            self._file = rotated_file(data[1:])
+        if self._checksum and kind not in _HEARTBEATS:
+            verify_checksum(data[1:], self._file)  # compressed events: the outer one, before all else
         if kind not in _REWRITTEN:
             return packet
         try:
             events = plain_events(bytes(data[1:]), self._checksum)
-        except (CompressedEventError, zlib.error, ValueError, struct.error) as e:
+        except _DECODE_ERRORS as e:
             position = struct.unpack_from("<I", data, 14)[0]
             raise CompressedEventError(
                 f"Could not decompress the binlog event (type {kind}) that ends at position {position}: "
@@ -235,3 +298,7 @@ class BinlogConnection(SourceConnection):
 
 
 _REWRITTEN = frozenset({_QUERY_COMPRESSED, _TRANSACTION_PAYLOAD, *_ROWS_COMPRESSED})
+#: What a damaged compressed event raises while it is made plain (each said as binlake's error).
+_DECODE_ERRORS: tuple[type[Exception], ...] = (
+    CompressedEventError, zlib.error, ValueError, struct.error, IndexError, *_zstd_errors()
+)  # fmt: skip

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import re
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import pymysql
 
 from binlake.config import PipelineConfig
 from binlake.errors import SourceConnectionError
 from binlake.events import TableId
+from binlake.source.server.checks import Check
 from binlake.source.server.connection import ServerVersion, connect, global_variables, server_version
 from binlake.source.server.discovery import TableSelector, column_names, discover, list_tables, primary_keys
 from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
+from binlake.source.server.integrity import checksum_check
 from binlake.source.server.privileges import Grants, current_grants
-
-Status = Literal["ok", "warning", "error"]
 
 MIN_MYSQL = (5, 7, 0)
 MIN_MARIADB = (10, 5, 0)
@@ -39,19 +38,6 @@ ADVISED_PRIVILEGES = {
     "SHOW DATABASES": "discover databases the user has no other grant on",
     "RELOAD": "kept in the documented grant for parity with Debezium/Flink CDC set-ups",
 }
-
-
-@dataclass(frozen=True)
-class Check:
-    """The result of one check."""
-
-    name: str
-    status: Status
-    message: str
-    fix: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _my_cnf(line: str, restart: bool = True) -> str:
@@ -84,8 +70,10 @@ def validate(config: PipelineConfig) -> list[Check]:
             "binlog_row_metadata",
             "binlog_expire_logs_seconds",
             "expire_logs_days",
+            "binlog_checksum",
         )
         checks.extend(_check_binlog(variables))
+        checks.append(checksum_check(variables["binlog_checksum"]))
         if (variables["log_bin"] or "").upper() in ("ON", "1"):
             checks.extend(_check_hard_cases(version, global_variables(conn, *_HARD_CASE_VARIABLES)))
         grants, account = current_grants(conn), _account(conn)
