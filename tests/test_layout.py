@@ -78,7 +78,20 @@ def test_modules_stay_small(path: Path) -> None:
 #: order data goes through them, then the adapters that run them. An import may go to its own
 #: rank or an earlier one, never to a later step.
 RANKS = {
-    **dict.fromkeys(["binlake", "config", "config_file", "errors", "events", "offsets", "logs", "faults"], 0),
+    **dict.fromkeys(
+        [
+            "binlake",
+            "config",
+            "config_base",
+            "config_file",
+            "config_stream",
+            "config_tls",
+            "errors",
+            "events",
+        ],
+        0,
+    ),
+    **dict.fromkeys(["offsets", "logs", "faults"], 0),
     **dict.fromkeys(["source", "schema", "sink", "state"], 1),
     "planner": 2,
     "snapshot": 3,

@@ -13,7 +13,13 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
+
+from binlake.config_base import Model
+from binlake.config_stream import StreamConfig
+from binlake.config_tls import TlsConfig
+
+__all__ = ["StreamConfig", "TlsConfig"]  # their sections live in modules of their own
 
 SchemaChangeBehavior = Literal["exception", "evolve", "try_evolve", "lenient", "ignore"]
 StartupMode = Literal[
@@ -50,10 +56,7 @@ def _compile_regex(value: str) -> str:
 Regex = Annotated[str, Field(min_length=1)]
 
 
-class _Model(BaseModel):
-    """Strict base: unknown keys are errors; configs are values, so frozen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Model = Model
 
 
 class SparkConfig(_Model):
@@ -155,6 +158,8 @@ class SourceConfig(_Model):
     startup_timestamp_ms: int | None = Field(default=None, ge=0)
     """Where ``timestamp`` starts: epoch milliseconds."""
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    tls: TlsConfig = Field(default_factory=TlsConfig)
+    """TLS to the source (``config_tls.py``): the MySQL clients' modes, CA and client certificate."""
 
     @field_validator("tables", "tables_exclude")
     @classmethod
@@ -302,48 +307,6 @@ class QualityConfig(_Model):
         return self.server_id if self.server_id is not None else source.server_id.end + 1
 
 
-class StreamConfig(_Model):
-    trigger_interval_s: float = Field(default=10.0, gt=0)
-    """Seconds between micro-batches of a continuous stream."""
-    max_bytes_per_batch: int = Field(default=64 * 1024 * 1024, ge=1024)
-    """Binlog bytes one micro-batch reads at most (it always holds at least one transaction):
-    bounds a catch-up batch's memory and time."""
-    segment_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    """Binlog bytes per parallel segment: a batch is cut into about this size, at transaction
-    boundaries, into at most 2 × ``pipeline.parallelism`` segments."""
-    checkpoint_dir: Path | None = None
-    """Folder of the Spark checkpoints; default ``<work_dir>/checkpoints``."""
-    merge_manifests_at: int = Field(default=32, ge=0)
-    """Merge a table's manifests once a batch leaves it with this many (0: never): every commit
-    adds one, and scans and merges read them all."""
-    keep_snapshots: int = Field(default=100, ge=0)
-    """Snapshots of each table the stream keeps (time travel that far back; 0: all, left to
-    ``binlake maintain``): the stream expires the oldest beyond it (``sink/snapshot_retention.py``),
-    since every commit reads and rewrites metadata that holds them all. Snapshots recording
-    snapshot or backfill chunks are kept."""
-    compact: bool = True
-    """Compact merge-on-read tables inside the stream (``sink/compaction.py``): after a batch, a
-    bounded share of the files with many deleted rows, the small files of new rows and the delete
-    files are rewritten in a commit of their own, so files and delete files stay bounded;
-    ``false``: leave it to ``binlake maintain``."""
-    read_ahead: bool = True
-    """While the driver applies a batch of a backlog, the executors read the next one
-    (``spark/read_ahead.py``; used only when Spark's next batch ends exactly there); ``false``: one
-    batch at a time."""
-    executor_merge_from: int | None = Field(default=20_000, ge=0)
-    """A merge-on-read keyed table's share of a batch from this many changes is merged on the
-    executors (``stream/bucket_merge.py``): only files and keys reach the driver (0: always; null: never)."""
-    schema_change_applier: Literal["inline", "external"] = "inline"
-    """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
-    (the stream records it and waits: Airflow's DDL DAG applies it)."""
-    schema_change_timeout_s: float = Field(default=180.0, gt=0)
-    """How long the stream waits for an external applier before it fails, naming the change."""
-    column_decoder: bool = True
-    """Decode rows events a block at a time into Arrow columns (``source/binlog/column_decoder.py``, for
-    tables of the common types; ~2.5x less CPU); ``false``: row by row, as before (a way back if a
-    value ever decodes differently: please report it)."""
-
-
 class BackfillConfig(_Model):
     """Backfills: re-snapshots of chosen tables (or key ranges) while the stream runs."""
 
@@ -442,6 +405,7 @@ class PipelineConfig(_Model):
     def secrets(self) -> list[str]:
         """The secret values in this config, for log redaction."""
         values = [self.source.password.get_secret_value()]
+        values += [self.source.tls.key.get_secret_value()] if self.source.tls.key else []
         values += [
             value.get_secret_value()
             for key, value in self.sink.catalog.properties.items()

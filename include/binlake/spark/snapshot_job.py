@@ -50,6 +50,7 @@ from binlake.state.fencing import writer_lease, writing
 from binlake.state.holders import Holder
 from binlake.state.leases import Command, TableBusyError
 from binlake.state.store import StateStore
+from binlake.stream.positions import tls_key
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ def _hold(store: StateStore, pipeline: str, identifiers: list[str], holder: Hold
 def task_options(
     config: PipelineConfig, schemas: dict[TableId, CreateTable], writers: dict[TableId, IcebergWriter]
 ) -> dict[str, str]:
-    source = config.source.model_dump(mode="json", exclude={"password"})
+    source = config.source.model_dump(mode="json", exclude={"password": True, "tls": {"key"}})
     target = {
         t.name: int(w.table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
         for t, w in writers.items()
@@ -206,6 +207,7 @@ def task_options(
     return {
         "source": json.dumps(source),
         "password": config.source.password.get_secret_value(),
+        "tls_key_secret": tls_key(config.source),
         "tables": json.dumps({t.name: table_to_dict(s) for t, s in schemas.items() if t in writers}),
         "locations": json.dumps({t.name: w.table.location() for t, w in writers.items()}),
         "routed": json.dumps([t.name for t in writers if routed(config, t)]),

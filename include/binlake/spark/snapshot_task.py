@@ -28,6 +28,7 @@ from binlake.schema.type_mapping import arrow_schema
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
+from binlake.stream.positions import with_tls_key
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ class RollingParquetWriter:
 def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Read the chunks of one group (one table) and write their rows; one summary row per chunk."""
     started = time.monotonic()
-    source = SourceConfig.model_validate({**json.loads(options["source"]), "password": options["password"]})
+    data = {**json.loads(options["source"]), "password": options["password"]}
+    with_tls_key(data, options)
+    source = SourceConfig.model_validate(data)
     tables = json.loads(options["tables"])
     locations = json.loads(options["locations"])
     first, last = (int(x) for x in options["server_ids"].split("-"))

@@ -35,20 +35,34 @@ def config_options(config: PipelineConfig) -> dict[str, str]:
         }
     )
     data = absolute.model_dump(
-        mode="json", exclude={"source": {"password"}, "sink": {"catalog": {"properties"}}}
+        mode="json",
+        exclude={"source": {"password": True, "tls": {"key"}}, "sink": {"catalog": {"properties"}}},
     )
     catalog = {key: value.get_secret_value() for key, value in config.sink.catalog.properties.items()}
     return {
         "config": json.dumps(data),
         "password": config.source.password.get_secret_value(),
         "catalog_secret": json.dumps(catalog),  # named so that Spark redacts it too
+        "tls_key_secret": tls_key(config.source),
     }
+
+
+def tls_key(source: SourceConfig) -> str:
+    """The TLS client key as a Spark option's value (``""``: none), apart from the rest."""
+    return source.tls.key.get_secret_value() if source.tls.key else ""
+
+
+def with_tls_key(source: dict[str, Any], options: dict[str, str]) -> None:
+    """Put the TLS client key of ``options`` back into a source section read from JSON."""
+    if options.get("tls_key_secret"):
+        source.setdefault("tls", {})["key"] = options["tls_key_secret"]
 
 
 def config_from_options(options: dict[str, str]) -> PipelineConfig:
     """The pipeline's config a Spark job got as options (see ``config_options``)."""
     data = json.loads(options["config"])
     data["source"]["password"] = options["password"]
+    with_tls_key(data["source"], options)
     data["sink"]["catalog"]["properties"] = json.loads(options.get("catalog_secret", "{}"))
     return PipelineConfig.model_validate(data)
 

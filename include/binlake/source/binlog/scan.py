@@ -23,6 +23,7 @@ from binlake.source.binlog import table_maps
 from binlake.source.binlog.transport import BinlogConnection
 from binlake.source.binlog.xa import PreparedXa, XaLocator, Xid, shared_locator, xa_statement
 from binlake.source.server.connection import connect
+from binlake.source.server.tls import connect_options
 
 #: Server error when the requested binlog file or position is gone (purged) or invalid.
 _ER_MASTER_FATAL_READING_BINLOG = 1236
@@ -96,13 +97,7 @@ def open_stream(
         {} if start is None else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
     )
     return BinLogStreamReader(
-        connection_settings={
-            "host": source.hostname,
-            "port": source.port,
-            "user": source.username,
-            "password": source.password.get_secret_value(),
-            "connect_timeout": source.connect_timeout_s,
-        },
+        connection_settings=connection_settings(source),
         server_id=server_id,
         # Compressed events (MariaDB log_bin_compress, MySQL transaction compression) made plain.
         pymysql_wrapper=BinlogConnection,
@@ -111,6 +106,18 @@ def open_stream(
         **where,
         **options,
     )
+
+
+def connection_settings(source: SourceConfig) -> dict[str, Any]:
+    """What a binlog dump's connections are opened with (``BinlogConnection``'s arguments)."""
+    return {
+        "host": source.hostname,
+        "port": source.port,
+        "user": source.username,
+        "password": source.password.get_secret_value(),
+        "connect_timeout": source.connect_timeout_s,
+        **connect_options(source.tls),
+    }
 
 
 def transactions(

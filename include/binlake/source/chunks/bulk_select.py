@@ -171,7 +171,13 @@ class PymysqlSelect:
 
 
 def make_bulk_select(source: SourceConfig, table: CreateTable, conn: pymysql.Connection[Any]) -> BulkSelect:
-    """The configured reader (``source.select_reader``)."""
-    if source.select_reader == "connectorx":
+    """The configured reader (``source.select_reader``). connectorx's connections take no CA or
+    client certificate, so a ``source.tls.mode`` that requires TLS reads through pymysql, on the
+    connection already verified."""
+    if (
+        source.select_reader == "connectorx"
+        and source.tls.mode in ("disabled", "preferred")
+        and not source.tls.cert
+    ):
         return ConnectorxSelect(source, table, conn)
     return PymysqlSelect(source, table, conn)

@@ -6,13 +6,14 @@ import logging
 import re
 import ssl
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import pymysql
 import pymysql.cursors
 
 from binlake.config import SourceConfig
 from binlake.errors import SourceConnectionError
+from binlake.source.server.tls import connect_options, tls_failure
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,27 @@ class SourceConnection(pymysql.connections.Connection):
     """
 
     _preferred: ssl.SSLContext | None = None
+    _contexts: ClassVar[dict[tuple[tuple[str, Any], ...], ssl.SSLContext]] = {}
+
+    def __init__(self, *args: Any, tls_required: bool = False, **kwargs: Any) -> None:
+        self._tls_required = tls_required
+        super().__init__(*args, **kwargs)
+
+    def connect(self, sock: Any = None) -> None:
+        base: Any = super()
+        base.connect(sock)
+        raw: Any = self
+        if self._tls_required and not isinstance(raw._sock, ssl.SSLSocket):
+            self.close()  # pymysql goes on in plain text when the server has no TLS: binlake does not
+            raise pymysql.err.OperationalError(2026, "the server offers no TLS")
 
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         base: Any = super()
-        if sslp != {}:  # explicit options: pymysql's own context for them
-            return base._create_ssl_ctx(sslp)  # type: ignore[no-any-return]
+        if sslp != {}:  # ``source.tls`` options: one context per distinct options, too
+            key = tuple(sorted(sslp.items()))
+            if key not in SourceConnection._contexts:
+                SourceConnection._contexts[key] = base._create_ssl_ctx(sslp)
+            return SourceConnection._contexts[key]
         if SourceConnection._preferred is None:
             SourceConnection._preferred = base._create_ssl_ctx(sslp)
         return SourceConnection._preferred
@@ -109,13 +126,17 @@ def connect(
             autocommit=True,
             charset="utf8mb4",
             cursorclass=pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor,
+            **connect_options(source.tls),
             **kwargs,
         )
     except pymysql.err.OperationalError as e:
         code = e.args[0] if e.args else None
         reason = str(e.args[1]) if len(e.args) > 1 else str(e)
+        failure = tls_failure(reason, source.tls, where)
         raise SourceConnectionError(
-            _connection_message(code, reason, where, source.username, database),
+            f"Could not connect to the source MySQL/MariaDB at {where} as `{source.username}`: {failure}."
+            if failure
+            else _connection_message(code, reason, where, source.username, database),
             source.hostname,
             source.port,
             source.username,

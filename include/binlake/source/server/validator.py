@@ -13,15 +13,18 @@ from typing import Any
 
 import pymysql
 
-from binlake.config import PipelineConfig
+from binlake.config import PipelineConfig, SourceConfig
 from binlake.errors import SourceConnectionError
 from binlake.events import TableId
+from binlake.source.binlog.scan import connection_settings
+from binlake.source.binlog.transport import BinlogConnection
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import ServerVersion, connect, global_variables, server_version
 from binlake.source.server.discovery import TableSelector, column_names, discover, list_tables, primary_keys
 from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
 from binlake.source.server.integrity import checksum_check
 from binlake.source.server.privileges import Grants, current_grants
+from binlake.source.server.tls import tls_check
 
 MIN_MYSQL = (5, 7, 0)
 MIN_MARIADB = (10, 5, 0)
@@ -74,6 +77,7 @@ def validate(config: PipelineConfig) -> list[Check]:
         )
         checks.extend(_check_binlog(variables))
         checks.append(checksum_check(variables["binlog_checksum"]))
+        checks.extend(_tls(source, conn))
         if (variables["log_bin"] or "").upper() in ("ON", "1"):
             checks.extend(_check_hard_cases(version, global_variables(conn, *_HARD_CASE_VARIABLES)))
         grants, account = current_grants(conn), _account(conn)
@@ -94,6 +98,13 @@ def _check_version(version: ServerVersion) -> Check:
         f"{wanted} or newer",
         "upgrade the server (binlake supports MySQL 5.7, 8.0, 8.4 and MariaDB 10.5+)",
     )
+
+
+def _tls(source: SourceConfig, conn: Any) -> list[Check]:
+    """The TLS each kind of connection negotiates: queries (planning, chunk reads, verify) and the
+    binlog dump (driver and executors), each opened as binlake opens it."""
+    with contextlib.closing(BinlogConnection(**connection_settings(source))) as dump:
+        return [tls_check("queries", conn, source.tls), tls_check("binlog", dump, source.tls)]
 
 
 def _check_binlog(v: dict[str, str | None]) -> list[Check]:

@@ -1,0 +1,52 @@
+"""The stream's section of a pipeline config (``stream``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from binlake.config_base import Model
+
+
+class StreamConfig(Model):
+    trigger_interval_s: float = Field(default=10.0, gt=0)
+    """Seconds between micro-batches of a continuous stream."""
+    max_bytes_per_batch: int = Field(default=64 * 1024 * 1024, ge=1024)
+    """Binlog bytes one micro-batch reads at most (it always holds at least one transaction):
+    bounds a catch-up batch's memory and time."""
+    segment_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Binlog bytes per parallel segment: a batch is cut into about this size, at transaction
+    boundaries, into at most 2 × ``pipeline.parallelism`` segments."""
+    checkpoint_dir: Path | None = None
+    """Folder of the Spark checkpoints; default ``<work_dir>/checkpoints``."""
+    merge_manifests_at: int = Field(default=32, ge=0)
+    """Merge a table's manifests once a batch leaves it with this many (0: never): every commit
+    adds one, and scans and merges read them all."""
+    keep_snapshots: int = Field(default=100, ge=0)
+    """Snapshots of each table the stream keeps (time travel that far back; 0: all, left to
+    ``binlake maintain``): the stream expires the oldest beyond it (``sink/snapshot_retention.py``),
+    since every commit reads and rewrites metadata that holds them all. Snapshots recording
+    snapshot or backfill chunks are kept."""
+    compact: bool = True
+    """Compact merge-on-read tables inside the stream (``sink/compaction.py``): after a batch, a
+    bounded share of the files with many deleted rows, the small files of new rows and the delete
+    files are rewritten in a commit of their own, so files and delete files stay bounded;
+    ``false``: leave it to ``binlake maintain``."""
+    read_ahead: bool = True
+    """While the driver applies a batch of a backlog, the executors read the next one
+    (``spark/read_ahead.py``; used only when Spark's next batch ends exactly there); ``false``: one
+    batch at a time."""
+    executor_merge_from: int | None = Field(default=20_000, ge=0)
+    """A merge-on-read keyed table's share of a batch from this many changes is merged on the
+    executors (``stream/bucket_merge.py``): only files and keys reach the driver (0: always; null: never)."""
+    schema_change_applier: Literal["inline", "external"] = "inline"
+    """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
+    (the stream records it and waits: Airflow's DDL DAG applies it)."""
+    schema_change_timeout_s: float = Field(default=180.0, gt=0)
+    """How long the stream waits for an external applier before it fails, naming the change."""
+    column_decoder: bool = True
+    """Decode rows events a block at a time into Arrow columns (``source/binlog/column_decoder.py``, for
+    tables of the common types; ~2.5x less CPU); ``false``: row by row, as before (a way back if a
+    value ever decodes differently: please report it)."""
