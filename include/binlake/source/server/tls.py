@@ -73,7 +73,7 @@ def tls_failure(reason: str, tls: TlsConfig, where: str) -> str | None:
             "Fix: give the CA certificate that signed the server's (ask the server's owner; managed "
             "services publish theirs)"
         )
-    if "offers no TLS" in reason:
+    if "offers no TLS" in reason or "server doesn't support it" in reason:
         return (
             f"the server offers no TLS, and `source.tls.mode: {tls.mode}` requires it. Fix: configure "
             "TLS on the server (ssl_cert, ssl_key), or lower the mode to `preferred`"
