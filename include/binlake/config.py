@@ -45,6 +45,22 @@ def default_catalog_name(pipeline: str) -> str:
     return f"binlake_{pipeline}"
 
 
+#: The password in a database URL (``postgresql://user:PASSWORD@host/db``).
+_URL_PASSWORD = re.compile(r"^[\w+.-]+://[^:/@]*:(?P<password>[^@]*)@")
+
+
+def uri_passwords(config: PipelineConfig) -> list[str]:
+    """The passwords in the state store's and the catalog's URLs (secrets: masked in logs)."""
+    uris = [config.pipeline.state_uri, config.sink.catalog.uri]
+    return [match["password"] for uri in uris if uri and (match := _URL_PASSWORD.match(uri))]
+
+
+def display_url(uri: str) -> str:
+    """``uri`` with its password, if any, masked (for messages, ``plan``, hints)."""
+    match = _URL_PASSWORD.match(uri)
+    return uri if match is None else uri[: match.start("password")] + "***" + uri[match.end("password") :]
+
+
 def _compile_regex(value: str) -> str:
     try:
         re.compile(value)
@@ -404,7 +420,7 @@ class PipelineConfig(_Model):
 
     def secrets(self) -> list[str]:
         """The secret values in this config, for log redaction."""
-        values = [self.source.password.get_secret_value()]
+        values = [self.source.password.get_secret_value(), *uri_passwords(self)]
         values += [self.source.tls.key.get_secret_value()] if self.source.tls.key else []
         values += [
             value.get_secret_value()

@@ -132,6 +132,31 @@ def test_a_rest_catalog_gets_its_properties_and_secrets_stay_secret(tmp_path: Pa
     assert catalog_properties(config_from_options(options)) == catalog_properties(settings)
 
 
+def test_passwords_in_the_state_store_and_catalog_urls_are_secrets(tmp_path: Path) -> None:
+    """Masked in logs and messages, left out of the config Spark jobs see in their options (which
+    Spark shows in plans and its UI), and back whole from the options Spark redacts."""
+    from binlake.config import display_url
+    from binlake.logs import mask
+
+    settings = config(tmp_path, "type: sql\nuri: 'postgresql+psycopg2://cat:c%40t-s3cr3t@db:5432/cat'")
+    raw = settings.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = "pw"
+    raw["pipeline"]["state_uri"] = "postgresql+psycopg2://state:st4te-s3cr3t@db:5432/state"
+    settings = PipelineConfig.model_validate(raw)
+    assert {"c%40t-s3cr3t", "st4te-s3cr3t"} <= set(settings.secrets())
+    assert (
+        display_url(settings.pipeline.resolved_state_uri) == "postgresql+psycopg2://state:***@db:5432/state"
+    )
+    line = f"opening {settings.pipeline.state_uri} and {settings.catalog_uri}"
+    assert "s3cr3t" not in mask(line, settings.secrets())
+    options = config_options(settings)
+    assert "s3cr3t" not in options["config"]
+    assert "s3cr3t" in options["urls_secret"]  # an option whose name Spark redacts
+    back = config_from_options(options)
+    assert back.pipeline.state_uri == settings.pipeline.state_uri
+    assert back.catalog_uri == settings.catalog_uri
+
+
 def test_an_unreachable_rest_catalog_fails_with_what_where_and_fix(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -18,7 +18,7 @@ from binlake.cli.render import (
     show,
     stream_line,
 )
-from binlake.config import PipelineConfig
+from binlake.config import PipelineConfig, display_url
 from binlake.config_file import load_config
 from binlake.errors import BinlakeError, ConfigError
 from binlake.logs import register_secret
@@ -102,7 +102,8 @@ def plan_command(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['table']} — why: {r['reason']}")
     total = sum(r["chunks"] for r in rows)
-    print(f"{len(rows)} tables, {total} chunks, plan stored in {config.pipeline.resolved_state_uri}")
+    where = display_url(config.pipeline.resolved_state_uri)
+    print(f"{len(rows)} tables, {total} chunks, plan stored in {where}")
     return EXIT_OK
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pyiceberg.catalog import Catalog, load_catalog
 from sqlalchemy.engine.url import make_url
 
-from binlake.config import PipelineConfig
+from binlake.config import PipelineConfig, display_url
 from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.logs import mask
@@ -72,7 +71,7 @@ def _make_local_folders(properties: dict[str, str]) -> None:
 
 def display_uri(uri: str) -> str:
     """``uri`` with its password, if any, masked (for messages and hints)."""
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", uri)
+    return display_url(uri)
 
 
 def _without_secrets(text: str, properties: dict[str, str]) -> str:

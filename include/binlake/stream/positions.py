@@ -38,12 +38,18 @@ def config_options(config: PipelineConfig) -> dict[str, str]:
         mode="json",
         exclude={"source": {"password": True, "tls": {"key"}}, "sink": {"catalog": {"properties"}}},
     )
+    data["pipeline"].pop("state_uri", None)
+    data["sink"]["catalog"].pop("uri", None)
     catalog = {key: value.get_secret_value() for key, value in config.sink.catalog.properties.items()}
     return {
         "config": json.dumps(data),
         "password": config.source.password.get_secret_value(),
         "catalog_secret": json.dumps(catalog),  # named so that Spark redacts it too
         "tls_key_secret": tls_key(config.source),
+        # URLs that may hold a password travel apart too, in an option Spark redacts.
+        "urls_secret": json.dumps(
+            {"state_uri": config.pipeline.state_uri, "catalog_uri": config.sink.catalog.uri}
+        ),
     }
 
 
@@ -63,6 +69,11 @@ def config_from_options(options: dict[str, str]) -> PipelineConfig:
     data = json.loads(options["config"])
     data["source"]["password"] = options["password"]
     with_tls_key(data["source"], options)
+    urls = json.loads(options.get("urls_secret", "{}"))
+    if urls.get("state_uri"):
+        data["pipeline"]["state_uri"] = urls["state_uri"]
+    if urls.get("catalog_uri"):
+        data["sink"]["catalog"]["uri"] = urls["catalog_uri"]
     data["sink"]["catalog"]["properties"] = json.loads(options.get("catalog_secret", "{}"))
     return PipelineConfig.model_validate(data)
 
