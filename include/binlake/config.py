@@ -370,6 +370,9 @@ class AirflowConfig(_Model):
     source_conn_id: str | None = None
     """Airflow connection with the source's host, port, login and password; when set, it fills
     ``source.hostname``/``port``/``username``/``password`` (the YAML may leave them out)."""
+    kubernetes_secret: str | None = None
+    """``name:key`` of a Kubernetes secret holding the source password, for ``k8s://`` masters in
+    cluster mode (the driver pod gets it as ``BINLAKE_SOURCE_PASSWORD``; ``airflow/source_secret.py``)."""
     spark_conn_id: str = "spark_default"
     """Airflow Spark connection: the master URL the Spark jobs are submitted to."""
     tags: list[str] = Field(default_factory=list)

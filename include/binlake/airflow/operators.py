@@ -12,7 +12,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from binlake.airflow import assets
-from binlake.airflow.runtime import load_pipeline, source_env, source_from_connection
+from binlake.airflow.runtime import load_pipeline, source_from_connection
+from binlake.airflow.source_secret import handoff
 from binlake.config import PipelineConfig
 from binlake.spark.runtime.jvm_archive import with_archive
 from binlake.spark.runtime.session import daemon_conf
@@ -52,7 +53,8 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
     """spark-submit of ``jobs/<job>.py`` for a pipeline file.
 
     The source's connection settings (``airflow.source_conn_id``) reach the job as environment
-    variables, the pipeline's ``pipeline.spark.conf`` reaches spark-submit as ``--conf`` (see
+    variables, its password never on a command line or in an environment (``airflow/source_secret.py``
+    says how, per master); the pipeline's ``pipeline.spark.conf`` reaches spark-submit as ``--conf`` (see
     ``submit_conf``), and the job runs this interpreter (binlake's environment) on the Spark workers
     of a local master; a cluster's workers need binlake installed.
     """
@@ -92,22 +94,29 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
             "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable),
             "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         }
-        self.env_vars = {
-            **(self.env_vars or {}),
-            **env,
-            **source_env(source_from_connection(self.config_path)),
-        }
         os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
         config = load_pipeline(self.config_path)
-        self.conf = submit_conf(config.pipeline.spark.conf, self.conf, self._master())
-        super().execute(context)
+        master, deploy_mode = self._master()
+        source = handoff(
+            source_from_connection(self.config_path), master, deploy_mode, config.airflow.kubernetes_secret
+        )
+        self.env_vars = {**(self.env_vars or {}), **env, **source.env}
+        self.conf = {**submit_conf(config.pipeline.spark.conf, self.conf, master), **source.conf}
+        self.application_args = [*(self.application_args or []), *source.args]
+        if source.files:
+            self.files = ",".join(f for f in (self.files, source.files) if f)
+        try:
+            super().execute(context)
+        finally:
+            source.remove()  # the password's file lives only while spark-submit runs
         return self._summary(context, config)
 
-    def _master(self) -> str:
-        """The master of the operator's Spark connection (spark-submit's ``--master``)."""
+    def _master(self) -> tuple[str, str | None]:
+        """The master and deploy mode of the operator's Spark connection."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        return str(SparkSubmitHook(conn_id=self._conn_id)._resolve_connection()["master"])
+        connection = SparkSubmitHook(conn_id=self._conn_id)._resolve_connection()
+        return str(connection["master"]), connection.get("deploy_mode")
 
     def _summary(self, context: Any, config: PipelineConfig) -> dict[str, Any]:
         from binlake.sink.catalog import sink_name

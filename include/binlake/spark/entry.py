@@ -7,11 +7,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.config_file import load_config, source_from_env
-from binlake.errors import BinlakeError
+from binlake.errors import BinlakeError, ConfigError
 from binlake.logs import register_secret, setup_logging
 from binlake.spark.runtime.session import spark_session
 
@@ -24,6 +25,11 @@ def job_parser(prog: str) -> argparse.ArgumentParser:
         "--source-from-env",
         action="store_true",
         help="take the source's host, port, user and password from BINLAKE_SOURCE_* (Airflow passes them)",
+    )
+    parser.add_argument(
+        "--source-file",
+        help="a JSON file (readable by this job only) with source settings, the password above all: "
+        "how Airflow hands it over without a command line or environment showing it",
     )
     return parser
 
@@ -38,9 +44,7 @@ def run_job(
     returns the exit code. A ``BinlakeError`` is printed as its message alone."""
     setup_logging("INFO")
     try:
-        config = load_config(
-            args.config, source_overrides=source_from_env() if args.source_from_env else None
-        )
+        config = load_config(args.config, source_overrides=_source_overrides(args))
         for secret in config.secrets():
             register_secret(secret)
         if adjust is not None:
@@ -55,3 +59,14 @@ def run_job(
         return e.exit_code
     print(json.dumps(report.as_dict()))
     return 0
+
+
+def _source_overrides(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The source settings a job gets from Airflow: the environment, then ``--source-file``."""
+    found = (source_from_env() if args.source_from_env else None) or {}
+    if args.source_file:
+        try:
+            found.update(json.loads(Path(args.source_file).read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"Could not read the source settings file `{args.source_file}`: {e}") from None
+    return found or None
