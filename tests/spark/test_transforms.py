@@ -258,3 +258,31 @@ def test_a_workload_moving_rows_across_filters_while_the_stream_runs(
     orders = open_catalog(config).load_table(sink_name(config, TableId(database, "orders")))
     stored = sorted(orders.scan().to_arrow().drop_columns(["changed_at"]).to_pylist(), key=lambda r: r["id"])
     assert stored == expected_orders
+
+
+def test_the_server_is_sent_the_filter_the_stream_evaluates(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """`v > 0 /*! OR 1=1 */`: sqlglot reads a comment where the server runs `OR 1=1`. verify and
+    the row count send the server SQL rendered from the stream's own parse, so all agree."""
+    from binlake.schema.transform_sql import filter_sql
+
+    assert filter_sql("v > 0 /*! OR 1=1 */", "t") == "v > 0"
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, CAST(seq % 5 AS SIGNED) - 2 FROM seq_1_to_200",
+        database=database,
+    )
+    raw = stream_config(mariadb, database, tmp_path, chunk_size=50).model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    raw["transform"] = [{"source_table": rf"{database}\.t", "filter": "v > 0 /*! OR 1=1 */"}]
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    table = open_catalog(config).load_table(sink_name(config, TableId(database, "t")))
+    assert len(table.scan().to_arrow()) == 80  # v in (1, 2): two of every five rows
+    run_stream(config, spark, until_caught_up=True)
+    report = verify(config, "comment")
+    assert {v.status for v in report.verdicts} == {"equal"}, [v.note for v in report.verdicts]
+    quality = run_quality(config)
+    assert quality.success, quality.failures()

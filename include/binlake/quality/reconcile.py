@@ -26,6 +26,7 @@ from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.routes import routed
+from binlake.schema.transform_sql import filter_sql
 from binlake.schema.transforms import transform_of, transform_rule
 from binlake.schema.type_mapping import RowConverter, arrow_schema
 from binlake.source.binlog.change_reader import BinlogReader, SchemaChangedError
@@ -85,7 +86,11 @@ def expected_rows(
         reader_id = config.quality.reader_server_id(config.source)
         low = LowWatermark(gtid_boundaries(config.source, reader_id)).read(conn, version)
         rule = transform_rule(config, schema.table.name)
-        kept = f" WHERE ({rule.filter})" if rule is not None and rule.filter else ""  # the sink's rows only
+        kept = (  # the sink's rows only
+            f" WHERE ({filter_sql(rule.filter, str(schema.table))})"
+            if rule is not None and rule.filter
+            else ""
+        )
         with conn.cursor() as cur:
             cur.execute(f"SELECT COUNT(*) FROM {schema.table.quoted()}{kept}")
             count = int(cur.fetchone()[0])

@@ -127,6 +127,13 @@ def parse_filter(text: str, where: str) -> exp.Expression:
     return condition.this  # type: ignore[no-any-return]
 
 
+def filter_sql(text: str, where: str) -> str:
+    """The filter as the server is sent it (verify, reconcile): MySQL SQL rendered from the very
+    parse the stream evaluates, so both read it alike. The text itself is never sent: the server
+    runs what sqlglot reads as a comment (``v > 0 /*! OR 1=1 */`` would keep every row there)."""
+    return str(parse_filter(text, where).sql(dialect="mysql", comments=False))
+
+
 def _select(projection: str, condition: str | None, where: str) -> exp.Select:
     sql = f"SELECT {projection} FROM t" + (f" WHERE {condition}" if condition is not None else "")
     try:

@@ -25,6 +25,7 @@ import pymysql
 from binlake.config import SourceConfig
 from binlake.events import Column, CreateTable, quote
 from binlake.offsets import BinlogOffset
+from binlake.schema.transform_sql import filter_sql
 from binlake.schema.transforms import Transform
 from binlake.source.binlog.scan import gtid_boundaries
 from binlake.source.chunks.splitter import ChunkRange, range_condition
@@ -69,7 +70,7 @@ def source_sums(
     groups = _groups(list(chunks), max(1, parallelism))
     sql = checksum_sql(columns if columns is not None else table.columns, transform_sql(transform))
     if transform is not None and transform.spec.filter:
-        sql += f" FROM {table.table.quoted()} WHERE ({transform.spec.filter})"
+        sql += f" FROM {table.table.quoted()} WHERE ({filter_sql(transform.spec.filter, str(table.table))})"
     else:
         sql += f" FROM {table.table.quoted()} WHERE TRUE"
     with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="verify-source") as pool:
