@@ -26,6 +26,7 @@ from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.file_systems import file_system
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
 from binlake.state.holders import Holder
 from binlake.state.leases import Command, TableBusyError
@@ -176,7 +177,7 @@ def remove_orphans(table: Table, older_than: dt.timedelta) -> tuple[int, int]:
     table.refresh()
     referenced = {_path(p) for p in table.inspect.all_files().column("file_path").to_pylist()}
     location = table.location().rstrip("/") + "/data"
-    filesystem, root = pafs.FileSystem.from_uri(location)
+    filesystem, root = file_system(location)
     try:
         infos = filesystem.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
     except FileNotFoundError:

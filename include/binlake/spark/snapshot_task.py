@@ -17,7 +17,6 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from binlake.config import SourceConfig
@@ -25,6 +24,7 @@ from binlake.events import TableId, table_from_dict
 from binlake.schema.routes import with_source_table
 from binlake.schema.transforms import TransformSpec, compile_transform
 from binlake.schema.type_mapping import arrow_schema
+from binlake.sink.file_systems import file_system
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
@@ -39,7 +39,7 @@ class RollingParquetWriter:
     """Parquet files of one table, rolled at ``target_size`` bytes, in a folder given as a URI."""
 
     def __init__(self, folder_uri: str, prefix: str, schema: pa.Schema, target_size: int) -> None:
-        self.filesystem, self.folder = pafs.FileSystem.from_uri(folder_uri.rstrip("/"))
+        self.filesystem, self.folder = file_system(folder_uri.rstrip("/"))
         self.scheme = folder_uri.split("://", 1)[0] + "://" if "://" in folder_uri else ""
         self.prefix = prefix
         self.schema = schema

@@ -27,13 +27,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import select_converter
+from binlake.sink.file_systems import file_system
 from binlake.sink.row_match import ClearRange, clear_mask, row_counts, take_rows
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
@@ -225,7 +225,7 @@ def _read_files(units: list[BackfillUnit], schema: pa.Schema) -> pa.Table:
     parts = []
     for unit in units:
         for uri in unit.files:
-            filesystem, path = pafs.FileSystem.from_uri(uri)
+            filesystem, path = file_system(uri)
             parts.append(pq.read_table(path, filesystem=filesystem))
     if not parts:
         return schema.empty_table()
@@ -243,7 +243,7 @@ def _remove_files(files: Sequence[str]) -> None:
     """Staged files are read into the commit, never adopted: once applied (or stale) they can go."""
     for uri in files:
         try:
-            filesystem, path = pafs.FileSystem.from_uri(uri)
+            filesystem, path = file_system(uri)
             filesystem.delete_file(path)
         except (OSError, ValueError) as e:  # best effort: a leftover costs space, not correctness
             log.info("could not remove staged file %s: %s", uri, e)

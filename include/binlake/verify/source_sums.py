@@ -31,6 +31,7 @@ from binlake.source.binlog.scan import gtid_boundaries
 from binlake.source.chunks.splitter import ChunkRange, range_condition
 from binlake.source.chunks.watermarks import LowWatermark, consistent_snapshot, current_offset
 from binlake.source.server.connection import connect, server_version
+from binlake.source.server.cursors import literal_percents
 from binlake.verify.canonical import MASK, checksum_sql
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,6 @@ def _sum(
     condition, params = range_condition(quote(key_column), chunk)
     with conn.cursor() as cur:
         # pymysql formats the parameters in with %: the rendering's own % (DATE_FORMAT) doubled.
-        cur.execute(f"SELECT {sql.replace('%', '%%')} AND {condition}", params)
+        cur.execute(f"SELECT {literal_percents(sql)} AND {condition}", params)
         rows, total = cur.fetchone()
     return int(rows), int(total or 0) & MASK

@@ -29,6 +29,7 @@ from binlake.events import Column, CreateTable, quote
 from binlake.logs import redact, register_secret
 from binlake.schema.type_mapping import GEOMETRY_TYPES, TEMPORAL_TYPES, RowConverter, is_bool
 from binlake.source.chunks.splitter import Chunk
+from binlake.source.server.cursors import SSCursor
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class PymysqlSelect:
     def select(self, chunk: Chunk) -> pa.Table:
         where, params = chunk.where()
         rows: list[tuple[Any, ...]] = []
-        with self.conn.cursor(pymysql.cursors.SSCursor) as cur:  # rows stream, fetch_size at a time
+        with self.conn.cursor(SSCursor) as cur:  # rows stream, fetch_size at a time
             cur.execute(f"SELECT {self._names} FROM {self.table.table.quoted()} WHERE {where}", params)
             while batch := cur.fetchmany(self.source.fetch_size):
                 rows.extend(batch)

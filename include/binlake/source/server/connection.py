@@ -13,6 +13,7 @@ import pymysql.cursors
 
 from binlake.config import SourceConfig
 from binlake.errors import SourceConnectionError
+from binlake.source.server.cursors import Cursor, SSCursor
 from binlake.source.server.tls import connect_options, tls_failure
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def connect(
             connect_timeout=source.connect_timeout_s,
             autocommit=True,
             charset="utf8mb4",
-            cursorclass=pymysql.cursors.SSCursor if streaming else pymysql.cursors.Cursor,
+            cursorclass=SSCursor if streaming else Cursor,  # `%` in identifiers: see cursors.py
             **connect_options(source.tls),
             **kwargs,
         )
