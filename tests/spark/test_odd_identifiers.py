@@ -49,7 +49,8 @@ def test_odd_identifiers_go_through_every_step_exact(
     mariadb.execute(
         f"CREATE TABLE {quote(TABLE)} ({quote(KEY)} INT PRIMARY KEY, {quote(TEXT)} VARCHAR(200), "
         f"{quote(NUMBER)} INT)",
-        f"INSERT INTO {quote(TABLE)} SELECT seq * seq * seq, CONCAT('wert ', seq, ' %'), seq FROM seq_1_to_300",
+        f"INSERT INTO {quote(TABLE)} SELECT seq * seq * seq, CONCAT('wert ', seq, ' %'), seq "
+        "FROM seq_1_to_300",
         database=database,
     )
     config = stream_config(mariadb, database, tmp_path, chunk_size=40)
