@@ -174,6 +174,9 @@ class SourceConfig(_Model):
     startup_timestamp_ms: int | None = Field(default=None, ge=0)
     """Where ``timestamp`` starts: epoch milliseconds."""
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    replica_label: str | None = Field(default=None, max_length=60)
+    """How binlake's binlog readers name themselves to the server (``SHOW SLAVE HOSTS``; default
+    ``binlake:<pipeline>``): ``validate`` tells them from other replicas using the same ids."""
     tls: TlsConfig = Field(default_factory=TlsConfig)
     """TLS to the source (``config_tls.py``): the MySQL clients' modes, CA and client certificate."""
 
@@ -391,6 +394,13 @@ class PipelineConfig(_Model):
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
+
+    @model_validator(mode="after")
+    def _label_replicas(self) -> PipelineConfig:
+        if self.source.replica_label is None:  # frozen: set once, as the default
+            labelled = self.source.model_copy(update={"replica_label": f"binlake:{self.pipeline.name}"})
+            object.__setattr__(self, "source", labelled)
+        return self
 
     @property
     def catalog_name(self) -> str:

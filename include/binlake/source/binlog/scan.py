@@ -101,6 +101,8 @@ def open_stream(
         server_id=server_id,
         # Compressed events (MariaDB log_bin_compress, MySQL transaction compression) made plain.
         pymysql_wrapper=BinlogConnection,
+        # Registered by name, so `validate` tells this pipeline's readers from other replicas.
+        report_slave=source.replica_label,
         blocking=False,
         enable_logging=False,
         **where,

@@ -24,6 +24,7 @@ from binlake.source.server.discovery import TableSelector, column_names, discove
 from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
 from binlake.source.server.integrity import checksum_check
 from binlake.source.server.privileges import Grants, current_grants
+from binlake.source.server.replicas import replica_check
 from binlake.source.server.tls import tls_check
 
 MIN_MYSQL = (5, 7, 0)
@@ -78,6 +79,7 @@ def validate(config: PipelineConfig) -> list[Check]:
         checks.extend(_check_binlog(variables))
         checks.append(checksum_check(variables["binlog_checksum"]))
         checks.extend(_tls(source, conn))
+        checks.append(replica_check(conn, version, config))
         if (variables["log_bin"] or "").upper() in ("ON", "1"):
             checks.extend(_check_hard_cases(version, global_variables(conn, *_HARD_CASE_VARIABLES)))
         grants, account = current_grants(conn), _account(conn)

@@ -1,0 +1,75 @@
+"""The server's replicas: the replica ids a pipeline's binlog readers use must be their own.
+
+Two readers with one id kick each other off the server (it drops a dump connection when another
+comes with the same id), which looks like a flaky network. binlake's readers register by name
+(``source.replica_label``, ``binlake:<pipeline>``), so ``SHOW SLAVE HOSTS`` tells them apart from
+another pipeline's or a real replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+from binlake.config import PipelineConfig
+from binlake.source.server.checks import Check
+from binlake.source.server.connection import ServerVersion
+
+_NO_PRIVILEGE = (1227, 1142, 1044)
+
+
+def replica_ids(config: PipelineConfig) -> set[int]:
+    """Every replica id the pipeline's readers may use: the stream's range, its quality reader,
+    the backfill's and verify's readers."""
+    source, parallelism = config.source, config.pipeline.parallelism
+    ids = set(range(source.server_id.start, source.server_id.end + 2))  # +1: the quality reader
+    first, last = (int(i) for i in config.backfill.reader_server_ids(source, parallelism).split("-"))
+    ids |= set(range(first, last + 1))
+    verify = config.verify.reader_server_id(source)
+    return ids | set(range(verify, verify + parallelism + 1))
+
+
+def replica_check(conn: Any, version: ServerVersion, config: PipelineConfig) -> Check:
+    """Whether a replica connected to the server (another pipeline's reader, a real replica) uses
+    one of the pipeline's replica ids."""
+    statement = (
+        "SHOW REPLICAS" if version.flavor == "mysql" and version.number >= (8, 0, 22) else "SHOW SLAVE HOSTS"
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement)
+            names = [str(d[0]).lower() for d in cur.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+    except pymysql.err.MySQLError as e:
+        if e.args and e.args[0] in _NO_PRIVILEGE:
+            return Check(
+                "replica_ids",
+                "warning",
+                f"cannot list the server's replicas (`{statement}` was refused), so a replica id in use "
+                "elsewhere is not found before it kicks a reader off",
+                "grant REPLICATION MASTER ADMIN (MariaDB 10.5+) or REPLICATION SLAVE (MySQL) to the user",
+            )
+        raise
+    ours, label = replica_ids(config), config.source.replica_label
+    clashes = sorted(
+        (int(r["server_id"]), str(r.get("host") or "")) for r in rows
+        if int(r["server_id"]) in ours and (r.get("host") or "") != label
+    )  # fmt: skip
+    if clashes:
+        who = "; ".join(f"id {i} by {_who(host)}" for i, host in clashes)
+        return Check(
+            "replica_ids",
+            "error",
+            f"replica ids of this pipeline are in use: {who}. Two readers with one id kick each other "
+            "off the server",
+            f"give `source.server_id` a range no other replica uses (now {config.source.server_id.start}-"
+            f"{config.source.server_id.end}; the backfill and verify readers take the ids after it)",
+        )
+    return Check("replica_ids", "ok", f"no other replica uses this pipeline's ids ({len(rows)} connected)")
+
+
+def _who(host: str) -> str:
+    if host.startswith("binlake:"):
+        return f"the binlake pipeline `{host.removeprefix('binlake:')}`"
+    return f"a replica at `{host}`" if host else "a replica that reports no host"

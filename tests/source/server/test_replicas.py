@@ -1,0 +1,66 @@
+"""validate refuses replica ids another replica connected to the server uses, naming it: binlake's
+readers register as `binlake:<pipeline>`, so its own are told apart from another pipeline's."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from pymysqlreplication import BinLogStreamReader
+
+from binlake.config import PipelineConfig
+from binlake.source.binlog.scan import connection_settings
+from binlake.source.server.validator import validate
+from binlake.testing.private_server import PrivateMariaDB
+from tests.helpers import pipeline_dict
+
+
+@contextlib.contextmanager
+def _replica(
+    mariadb: PrivateMariaDB, database: str, config: PipelineConfig, server_id: int, label: str
+) -> Iterator[None]:
+    """A binlog reader connected as replica ``server_id``, registered as ``label``; once closed,
+    gone from the server's list (its dump thread notices at the next event it sends)."""
+    reader = BinLogStreamReader(
+        connection_settings=connection_settings(config.source), server_id=server_id, blocking=True,
+        report_slave=label, enable_logging=False,
+    )  # fmt: skip
+    reader.fetchone()  # connected, registered: the dump's first event came
+    try:
+        yield
+    finally:
+        reader.close()
+        for n in range(100):
+            if server_id not in {row[0] for row in mariadb.query("SHOW SLAVE HOSTS")}:
+                break
+            mariadb.execute(
+                f"INSERT INTO t VALUES ({server_id * 1000 + n})", database=config.source.tables[0][:-4]
+            )
+            time.sleep(0.05)
+
+
+def _checks(config: PipelineConfig) -> dict[str, tuple[str, str]]:
+    return {c.name: (c.status, c.message) for c in validate(config)}
+
+
+def test_a_replica_id_in_use_by_another_pipeline_or_replica_is_refused_naming_it(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
+    raw = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path, server_id="7400-7404")
+    config = PipelineConfig.model_validate(raw)
+    assert config.source.replica_label == "binlake:test"
+    assert _checks(config)["replica_ids"][0] == "ok", _checks(config)["replica_ids"]
+    with _replica(mariadb, database, config, 7402, "binlake:test"):  # this pipeline's own reader: fine
+        assert _checks(config)["replica_ids"][0] == "ok"
+    with (
+        _replica(mariadb, database, config, 7401, "binlake:orders"),
+        _replica(mariadb, database, config, 7405, "db-replica-2"),
+    ):
+        status, message = _checks(config)["replica_ids"]
+    assert status == "error"
+    assert "id 7401 by the binlake pipeline `orders`; id 7405 by a replica at `db-replica-2`" in message
+    with _replica(mariadb, database, config, 7300, "binlake:orders"):  # outside every id of this pipeline
+        assert _checks(config)["replica_ids"][0] == "ok"
