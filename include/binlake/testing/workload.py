@@ -186,7 +186,11 @@ class _Keys:
             max_customer=one("SELECT MAX(id) FROM customers"),
             max_product=one("SELECT MAX(id) FROM products"),
             max_order=one("SELECT MAX(id) FROM orders"),
-            next_coupon=one("SELECT COUNT(*) FROM coupons") + 1_000_000,
+            # Past the highest code any run made (not the count: deletes would make it collide).
+            next_coupon=max(
+                1_000_000,
+                one("SELECT MAX(CAST(SUBSTRING(code, 3, 8) AS UNSIGNED)) FROM coupons WHERE code LIKE 'wl%'"),
+            ),
         )
 
 
