@@ -236,6 +236,8 @@ def test_snapshot_holds_its_tables_and_respects_other_holders(
     import datetime as dt
 
     from binlake.snapshot import SnapshotError
+    from binlake.state.holders import Holder
+    from binlake.state.leases import Command
 
     mariadb.execute(
         "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t SELECT seq FROM seq_1_to_20", database=database
@@ -243,14 +245,17 @@ def test_snapshot_holds_its_tables_and_respects_other_holders(
     config = config_for(mariadb, database, tmp_path, chunk_size=10)
     plan(config)
     store = StateStore(config.pipeline.resolved_state_uri)
-    store.leases("test").acquire(f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
+    maintain = Holder.this_process(Command.MAINTAIN)
+    store.leases("test").acquire(f"{database}.t", maintain, dt.timedelta(minutes=5))
     with pytest.raises(SnapshotError, match=r"held by `binlake maintain`.*Wait for it"):
         run_snapshot(config, spark)
     assert store.plans("test").load()[0].finished == 0
-    store.leases("test").release(f"{database}.t", "binlake maintain")
+    store.leases("test").release(f"{database}.t", maintain)
     assert run_snapshot(config, spark).complete
     # Released at the end: maintenance may run now.
-    store.leases("test").acquire(f"{database}.t", "binlake maintain", dt.timedelta(minutes=5))
+    store.leases("test").acquire(
+        f"{database}.t", Holder.this_process(Command.MAINTAIN), dt.timedelta(minutes=5)
+    )
 
 
 @pytest.mark.slow
