@@ -188,7 +188,7 @@ class _Keys:
             max_order=one("SELECT MAX(id) FROM orders"),
             # Past the highest code any run made (not the count: deletes would make it collide).
             next_coupon=max(
-                1_000_000,
+                1_000_001,  # deletes pick among 1_000_001 … next_coupon
                 one("SELECT MAX(CAST(SUBSTRING(code, 3, 8) AS UNSIGNED)) FROM coupons WHERE code LIKE 'wl%'"),
             ),
         )
