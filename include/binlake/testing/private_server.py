@@ -32,10 +32,7 @@ from binlake.errors import BinlakeError
 log = logging.getLogger(__name__)
 
 #: What binlake's least-privilege user gets (the grant the README recommends).
-#: REPLICATION MASTER ADMIN: `SHOW SLAVE HOSTS` (validate finds replica ids in use elsewhere).
-CDC_USER_PRIVILEGES = (
-    "SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT, REPLICATION MASTER ADMIN"
-)
+CDC_USER_PRIVILEGES = "SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT"
 
 #: Server options binlake needs; ``None`` means a bare flag.
 CDC_OPTIONS: Mapping[str, str | None] = {

@@ -13,7 +13,7 @@ from pymysqlreplication import BinLogStreamReader
 from binlake.config import PipelineConfig
 from binlake.source.binlog.scan import connection_settings
 from binlake.source.server.validator import validate
-from binlake.testing.private_server import PrivateMariaDB
+from binlake.testing.private_server import CDC_USER_PRIVILEGES, PrivateMariaDB
 from tests.helpers import pipeline_dict
 
 
@@ -49,7 +49,18 @@ def test_a_replica_id_in_use_by_another_pipeline_or_replica_is_refused_naming_it
     mariadb: PrivateMariaDB, database: str, tmp_path: Path
 ) -> None:
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
-    raw = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path, server_id="7400-7404")
+    least = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
+    status, message = _checks(least)["replica_ids"]  # the least-privilege user may not list them
+    assert (status, "`SHOW SLAVE HOSTS` was refused" in message) == ("warning", True)
+    mariadb.create_user("binlake_lister", "lister-pw", f"{CDC_USER_PRIVILEGES}, REPLICATION MASTER ADMIN")
+    raw = pipeline_dict(
+        mariadb,
+        [rf"{database}\..*"],
+        tmp_path,
+        user="binlake_lister",
+        password="lister-pw",
+        server_id="7400-7404",
+    )
     config = PipelineConfig.model_validate(raw)
     assert config.source.replica_label == "binlake:test"
     assert _checks(config)["replica_ids"][0] == "ok", _checks(config)["replica_ids"]
