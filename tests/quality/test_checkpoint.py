@@ -149,3 +149,38 @@ def test_bad_expectations_and_tables_are_refused_clearly(
     )  # fmt: skip
     with pytest.raises(QualityError, match=r"expect_column_values_to_be_unique.*is not valid.*colum"):
         run_quality(wrong, [f"{database}.t"])
+
+
+def test_a_report_is_built_aside_and_renamed_into_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a report is rebuilt, its folder still holds the previous one whole (the reports app
+    may be serving it); the new one takes its place at once, and nothing is left beside it."""
+    import pandas as pd
+
+    from binlake.quality import data_docs, report_assets
+    from binlake.quality.expectations import Expectation
+
+    folder = tmp_path / "reports" / "demo__q"
+    check = [Expectation("expect_column_values_to_not_be_null", {"column": "id"}, {})]
+
+    def build(run: str) -> Path:
+        docs = data_docs.DataDocs(folder, run)
+        docs.validate("shop.t", pd.DataFrame({"id": [1, 2]}), check)
+        return docs.build()
+
+    first = build("run-one")
+    assert "run-one" in (folder / "index.html").read_text()
+    seen: list[str] = []
+    vendor = report_assets.vendor
+
+    def while_building(built: Path) -> None:
+        seen.append((folder / "index.html").read_text())  # what a reader sees mid-build
+        vendor(built)
+
+    monkeypatch.setattr(report_assets, "vendor", while_building)
+    assert build("run-two") == first
+    assert "run-one" in seen[0]
+    assert "run-two" not in seen[0]
+    assert "run-two" in (folder / "index.html").read_text()
+    assert [p.name for p in folder.parent.iterdir() if p.name.startswith(".")] == []  # no build left

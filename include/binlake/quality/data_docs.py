@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -30,6 +31,9 @@ class DataDocs:
 
         self.gx = gx
         self.folder = folder
+        # Built aside and renamed into place: the reports app never serves a half-written report.
+        self.staging = folder.parent / f".{folder.name}.building-{os.getpid()}"
+        shutil.rmtree(self.staging, ignore_errors=True)
         self.run = run
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -39,7 +43,10 @@ class DataDocs:
         site: Any = {
             "class_name": "SiteBuilder",
             "show_how_to_buttons": False,
-            "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(folder)},
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(self.staging),
+            },
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         }
         self.context.add_data_docs_site("binlake", site)
@@ -93,15 +100,30 @@ class DataDocs:
 
     def build(self) -> Path:
         self.context.build_data_docs()
-        report_assets.vendor(self.folder)
+        report_assets.vendor(self.staging)
+        self._publish()
         return self.folder / "index.html"
+
+    def _publish(self) -> None:
+        """Put the built report in place of the folder's: two renames, so a reader finds the old
+        report whole, then (after at most the instant between them) the new one whole."""
+        old = self.folder.parent / f".{self.folder.name}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        if self.folder.exists():
+            self.folder.rename(old)
+        self.staging.rename(self.folder)
+        shutil.rmtree(old, ignore_errors=True)
 
     def page(self, identifier: str) -> str | None:
         key = self.pages.get(identifier)
         if key is None:
             return None
-        urls = self.context.get_docs_sites_urls(resource_identifier=key)
-        return unquote(str(urls[0]["site_url"]).removeprefix("file://")) if urls else None
+        # Not checked against the files: once published they are no longer where they were built.
+        urls = self.context.get_docs_sites_urls(resource_identifier=key, only_if_exists=False)
+        if not urls:
+            return None
+        built = Path(unquote(str(urls[0]["site_url"]).removeprefix("file://")))
+        return str(self.folder / built.relative_to(self.staging))  # where it is once published
 
 
 def check_result(result: Any) -> dict[str, Any]:
