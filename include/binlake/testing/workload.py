@@ -109,11 +109,19 @@ class Workload:
                     statement = pending_ddl.pop(0)[1]
                     cur.execute(statement)  # DDL commits implicitly
                     self.stats.ddl.append(statement)
-                for _ in range(self.txn_size):
-                    name, op = rng.choice(ops)
-                    op(cur, rng, keys)
-                    self.stats.ops[name] += 1
-                conn.commit()
+                done = []
+                try:
+                    for _ in range(self.txn_size):
+                        name, op = rng.choice(ops)
+                        op(cur, rng, keys)
+                        done.append(name)
+                    conn.commit()
+                except pymysql.err.OperationalError as e:
+                    if e.args[0] not in _RETRIED:
+                        raise
+                    conn.rollback()  # the server chose this transaction as a deadlock's victim: as
+                    continue  # an application would, it goes on with the next one
+                self.stats.ops.update(done)
                 self.stats.transactions += 1
                 if self.rate > 0:
                     # Pace against the start time, not per statement, so slow statements catch up.
@@ -165,6 +173,10 @@ class Workload:
         if not ops:
             raise ValueError(f"no workload operations for tables {list(self.tables)}")
         return ops
+
+
+#: Errors after which the server has rolled the transaction back (a deadlock, a lock wait timeout).
+_RETRIED = (1213, 1205)
 
 
 @dataclass
