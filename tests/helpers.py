@@ -205,6 +205,15 @@ def start_stream_process(
     )  # fmt: skip
 
 
+def start_snapshot_process(path: Path) -> subprocess.Popen[bytes]:
+    """``jobs/snapshot.py`` in a process group of its own (a test kills or pauses it as a whole)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "jobs" / "snapshot.py"), "--config", str(path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    )  # fmt: skip
+
+
 def kill_9_at(path: Path, crash_at: str) -> None:
     """Run the stream job until it kills itself at ``crash_at``."""
     import signal

@@ -72,17 +72,14 @@ def _compile_regex(value: str) -> str:
 Regex = Annotated[str, Field(min_length=1)]
 
 
-_Model = Model
-
-
-class SparkConfig(_Model):
+class SparkConfig(Model):
     master: str = "local[*]"
     """Spark master URL: ``local[*]``, ``spark://host:7077``, ``yarn``, ``k8s://…``."""
     conf: dict[str, str] = Field(default_factory=dict)
     """Extra Spark configuration (``spark.executor.memory: 4g``)."""
 
 
-class PipelineSection(_Model):
+class PipelineSection(Model):
     name: str
     """Pipeline name: letters, digits and ``_``; names the DAGs and state records."""
     work_dir: Path = Path(".binlake")
@@ -116,7 +113,7 @@ class PipelineSection(_Model):
         return self.state_uri or f"sqlite:///{self.work_dir.resolve() / 'state.db'}"
 
 
-class StartupOffset(_Model):
+class StartupOffset(Model):
     file: str | None = None
     """Binlog file name (``binlog.000042``), with ``pos``."""
     pos: int | None = Field(default=None, ge=4)
@@ -136,7 +133,7 @@ class StartupOffset(_Model):
         return self
 
 
-class ServerIdRange(_Model):
+class ServerIdRange(Model):
     start: int
     end: int
 
@@ -144,7 +141,7 @@ class ServerIdRange(_Model):
         return self.end - self.start + 1
 
 
-class SourceConfig(_Model):
+class SourceConfig(Model):
     type: Literal["mysql"] = "mysql"
     """Source kind: MySQL 5.7+ or MariaDB 10.5+."""
     hostname: str
@@ -226,7 +223,7 @@ class SourceConfig(_Model):
 CatalogKind = Literal["sql", "rest", "glue", "hive", "dynamodb", "bigquery", "in-memory"]
 
 
-class CatalogConfig(_Model):
+class CatalogConfig(Model):
     type: CatalogKind = "sql"
     """The Iceberg catalog: ``sql`` (SQLite or Postgres through SQLAlchemy), ``rest`` (Polaris,
     Nessie, Lakekeeper, Unity, Gravitino …), ``glue``, ``hive``, ``dynamodb``, ``bigquery``."""
@@ -262,7 +259,7 @@ class CatalogConfig(_Model):
         return self
 
 
-class SinkConfig(_Model):
+class SinkConfig(Model):
     type: Literal["iceberg"] = "iceberg"
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     namespace: str | None = None
@@ -273,7 +270,7 @@ class SinkConfig(_Model):
     """Partition tables by ``bucket(N, key)``; none when unset."""
 
 
-class RouteRule(_Model):
+class RouteRule(Model):
     source_table: Regex
     """Regex over ``database.table`` (full match)."""
     sink_table: str
@@ -293,7 +290,7 @@ class RouteRule(_Model):
         return value
 
 
-class TransformRule(_Model):
+class TransformRule(Model):
     """A projection and a filter for the tables ``source_table`` matches (``schema/transforms.py``)."""
 
     source_table: Regex
@@ -310,7 +307,7 @@ class TransformRule(_Model):
         return _compile_regex(value)
 
 
-class QualityConfig(_Model):
+class QualityConfig(Model):
     tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
     """``namespace.table`` → great-expectations expectation configs."""
     on_failure: OnFailure = "fail"
@@ -326,7 +323,7 @@ class QualityConfig(_Model):
         return self.server_id if self.server_id is not None else source.server_id.end + 1
 
 
-class BackfillConfig(_Model):
+class BackfillConfig(Model):
     """Backfills: re-snapshots of chosen tables (or key ranges) while the stream runs."""
 
     server_id: int | None = Field(default=None, ge=1)
@@ -344,7 +341,7 @@ class BackfillConfig(_Model):
         return f"{first}-{first + max(1, parallelism) - 1}"
 
 
-class VerifyConfig(_Model):
+class VerifyConfig(Model):
     """``binlake verify``: checksums of the source's chunks against the sink's."""
 
     server_id: int | None = Field(default=None, ge=1)
@@ -356,7 +353,7 @@ class VerifyConfig(_Model):
         return self.server_id if self.server_id is not None else source.server_id.end + 1000
 
 
-class AirflowConfig(_Model):
+class AirflowConfig(Model):
     """How the pipeline's Airflow DAGs run (read when Airflow parses the DAG files: no ``${VAR}``)."""
 
     schedule: str | None = None
@@ -383,7 +380,7 @@ class AirflowConfig(_Model):
     retries: int = Field(default=2, ge=0)
 
 
-class PipelineConfig(_Model):
+class PipelineConfig(Model):
     pipeline: PipelineSection
     source: SourceConfig
     stream: StreamConfig = Field(default_factory=StreamConfig)

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from binlake.sink.fencing import epoch_key
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.state.leases import Command
 from binlake.state.store import StateStore
-from binlake.state.writers import WriterLease, Writers
+from binlake.state.writers import WriterLease
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import (
     BIN,
@@ -34,6 +33,7 @@ from tests.helpers import (
     concurrent_writes,
     pipeline_dict,
     run_binlake,
+    start_snapshot_process,
     start_stream_process,
     stream_config,
     write_config_file,
@@ -42,7 +42,7 @@ from tests.helpers import (
 
 def _live_writer(config: PipelineConfig, command: str, pid: int, job: subprocess.Popen[Any]) -> WriterLease:
     """Wait until process ``pid`` is the pipeline's writer for ``command``."""
-    writers = Writers(StateStore(config.pipeline.resolved_state_uri).engine, config.pipeline.name)
+    writers = StateStore(config.pipeline.resolved_state_uri).writers(config.pipeline.name)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert job.poll() is None, job.stderr.read().decode() if job.stderr else ""
@@ -68,11 +68,7 @@ def test_a_second_snapshot_is_refused_naming_the_first(
     path = write_config(raw)
     config = PipelineConfig.model_validate(raw)
     assert run_binlake("--config", str(path), "plan").returncode == 0
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
-    first = subprocess.Popen(
-        [sys.executable, str(ROOT / "jobs" / "snapshot.py"), "--config", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
-    )  # fmt: skip
+    first = start_snapshot_process(path)
     lease = _live_writer(config, Command.SNAPSHOT, first.pid, first)
     os.killpg(first.pid, signal.SIGSTOP)  # it holds its lease, and cannot finish meanwhile
     try:
@@ -131,7 +127,7 @@ def test_a_stream_paused_past_its_lease_and_taken_over_never_commits_again(
             assert json.loads(out.decode().strip().splitlines()[-1])["batches"] >= 1
         finally:
             os.killpg(paused.pid, signal.SIGCONT)
-    new = Writers(store.engine, "test").current(Command.STREAM)
+    new = store.writers("test").current(Command.STREAM)
     assert new is not None
     assert new.epoch > old.epoch
     _, err_b = paused.communicate(timeout=300)

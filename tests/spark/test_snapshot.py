@@ -32,7 +32,7 @@ from binlake.testing import demo
 from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
-from tests.helpers import ROOT, config_for, pipeline_dict, run_binlake
+from tests.helpers import config_for, pipeline_dict, run_binlake, start_snapshot_process
 
 Row = tuple[tuple[str, Any], ...]
 
@@ -175,11 +175,7 @@ def test_kill_9_then_rerun_reads_each_chunk_once(
     path = write_config(raw)
     config = PipelineConfig.model_validate(raw)
     assert run_binlake("--config", str(path), "plan").returncode == 0
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "include")}
-    job = subprocess.Popen(
-        [sys.executable, str(ROOT / "jobs" / "snapshot.py"), "--config", str(path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
-    )  # fmt: skip
+    job = start_snapshot_process(path)
     store = StateStore(config.pipeline.resolved_state_uri)
     deadline = time.monotonic() + 300
     finished_before = 0

@@ -17,7 +17,7 @@ from binlake.state.holders import Holder
 from binlake.state.leases import Command, TableBusyError
 from binlake.state.store import StateStore
 from binlake.state.tables import writers_table
-from binlake.state.writers import FencedError, WriterBusyError, Writers
+from binlake.state.writers import FencedError, WriterBusyError
 
 TTL = dt.timedelta(minutes=5)
 
@@ -34,7 +34,7 @@ def a_dead_process(command: str) -> Holder:
 
 
 def test_a_second_process_of_a_command_is_refused_naming_the_first(store: StateStore) -> None:
-    writers = Writers(store.engine, "p")
+    writers = store.writers("p")
     first = writers.claim(Holder.this_process(Command.STREAM), TTL)
     assert first.epoch == 1
     with pytest.raises(WriterBusyError) as refused:
@@ -46,11 +46,11 @@ def test_a_second_process_of_a_command_is_refused_naming_the_first(store: StateS
     assert "Fix: wait for it to finish, or stop it" in message
     # Another command of the same pipeline, or the same command of another pipeline, is its own writer.
     assert writers.claim(Holder.this_process(Command.SNAPSHOT), TTL).epoch == 1
-    assert Writers(store.engine, "q").claim(Holder.this_process(Command.STREAM), TTL).epoch == 1
+    assert store.writers("q").claim(Holder.this_process(Command.STREAM), TTL).epoch == 1
 
 
 def test_a_dead_holder_on_this_host_is_taken_over_at_once_and_the_epoch_grows(store: StateStore) -> None:
-    writers = Writers(store.engine, "p")
+    writers = store.writers("p")
     dead = a_dead_process(Command.SNAPSHOT)
     assert dead.gone()
     assert not Holder.this_process(Command.SNAPSHOT).gone()
@@ -70,7 +70,7 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once_and_the_epoch_grows(st
 
 
 def test_a_released_or_expired_lease_is_claimed_at_a_higher_epoch(store: StateStore) -> None:
-    writers = Writers(store.engine, "p")
+    writers = store.writers("p")
     lease = writers.claim(Holder.this_process(Command.MAINTAIN), TTL)
     writers.release(lease)
     again = writers.claim(Holder.this_process(Command.MAINTAIN), dt.timedelta(seconds=1))
@@ -105,9 +105,9 @@ def test_a_writer_that_lost_its_lease_can_write_nothing_more(store: StateStore) 
         with pytest.raises(FencedError):
             fence.check()
         with pytest.raises(FencedError):
-            Writers(store.engine, "p").renew(fence.lease, short)
+            store.writers("p").renew(fence.lease, short)
     # Its release leaves the new writer's lease alone.
-    current = Writers(store.engine, "p").current(Command.STREAM)
+    current = store.writers("p").current(Command.STREAM)
     assert current is not None
     assert (current.holder.token, current.epoch) == ("newer", fence.epoch + 1)
 
@@ -115,7 +115,7 @@ def test_a_writer_that_lost_its_lease_can_write_nothing_more(store: StateStore) 
 def test_table_leases_go_with_a_superseded_writer(store: StateStore) -> None:
     """A stream paused past its writer lease keeps its table leases (10 minutes): once another
     stream took over and finished, maintenance is not kept out by the paused one's tables."""
-    writers = Writers(store.engine, "p")
+    writers = store.writers("p")
     old = writers.claim(Holder.this_process(Command.STREAM), dt.timedelta(seconds=1))
     store.leases("p").hold(["ns.t"], old.holder, dt.timedelta(minutes=10))
     maintain = Holder.this_process(Command.MAINTAIN)
@@ -130,7 +130,7 @@ def test_table_leases_go_with_a_superseded_writer(store: StateStore) -> None:
 def test_parts_of_a_command_write_side_by_side_but_one_part_once(store: StateStore) -> None:
     """A snapshot's chunk groups (Airflow's mapped jobs) each have a writer lease of their own and
     share the tables; a second run of one group (a retry beside a zombie) is refused."""
-    writers = Writers(store.engine, "p")
+    writers = store.writers("p")
     first = Holder.this_process(Command.SNAPSHOT, "of 2 chunks t#0…t#1")
     second = Holder.this_process(Command.SNAPSHOT, "of 2 chunks t#2…t#3")
     writers.claim(first, TTL)

@@ -79,11 +79,11 @@ def print_verdicts(table: Any) -> None:
 
 
 def print_where(config: PipelineConfig, tables: list[str]) -> None:
-    from binlake.sink.catalog import display_uri
+    from binlake.config import display_url
 
     example = tables[0] if tables else "<namespace>.<table>"
     settings = config.sink.catalog
-    uri = display_uri(config.catalog_uri) if config.catalog_uri else None  # no password printed
+    uri = display_url(config.catalog_uri) if config.catalog_uri else None  # no password printed
     arguments = [repr(config.catalog_name), f"type={settings.type!r}"]
     arguments += [
         f"{key}={value!r}" for key, value in (("uri", uri), ("warehouse", config.warehouse)) if value

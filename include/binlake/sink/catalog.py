@@ -50,7 +50,7 @@ def open_catalog(config: PipelineConfig) -> Catalog:
     try:
         catalog = load_catalog(config.catalog_name, **properties)
     except Exception as e:  # pyiceberg raises what its client libraries raise
-        where = f" at {display_uri(config.catalog_uri)}" if config.catalog_uri else ""
+        where = f" at {display_url(config.catalog_uri)}" if config.catalog_uri else ""
         raise CatalogError(
             f"Could not open the Iceberg {config.sink.catalog.type} catalog `{config.catalog_name}`{where}: "
             f"{_without_secrets(f'{type(e).__name__}: {e}', properties)}. Fix: check `sink.catalog` in the "
@@ -69,17 +69,12 @@ def _make_local_folders(properties: dict[str, str]) -> None:
         Path(warehouse.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
 
 
-def display_uri(uri: str) -> str:
-    """``uri`` with its password, if any, masked (for messages and hints)."""
-    return display_url(uri)
-
-
 def _without_secrets(text: str, properties: dict[str, str]) -> str:
     """``text`` with every configured value that could be a credential masked (the URI only in
     its password)."""
     uri = properties.get("uri")
     if uri:
-        text = text.replace(uri, display_uri(uri))
+        text = text.replace(uri, display_url(uri))
     secrets = [value for key, value in properties.items() if key not in ("type", "uri", "warehouse")]
     return " ".join(mask(text, secrets).split())[:500]
 

@@ -121,9 +121,7 @@ class Leases:
                         table_name=table,
                         token=holder.token,
                         holder=holder.to_json(),
-                        acquired_at=now
-                        if current is None or current.process != holder
-                        else current.acquired_at,
+                        acquired_at=current.acquired_at if current and _renewal(current, holder) else now,
                         expires_at=lease.expires_at,
                     )
                 )
@@ -208,5 +206,6 @@ def _live(lease: Lease, asking: Holder, now: dt.datetime) -> bool:
     return lease.process is None or not lease.process.gone()
 
 
-def _renewal(lease: Lease | None, asking: Holder) -> bool:
-    return lease is not None and lease.process is not None and lease.process.token == asking.token
+def _renewal(lease: Lease, asking: Holder) -> bool:
+    """Whether ``lease`` is ``asking``'s own (a renewal, not a takeover)."""
+    return lease.process is not None and lease.process.token == asking.token

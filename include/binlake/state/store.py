@@ -4,7 +4,7 @@ SQLite under ``work_dir`` by default, Postgres at scale (``pipeline.state_uri``)
 one transaction, so a crash leaves either the old state or the new one, never half of a plan.
 
 One concept per module, each bound to a pipeline: ``plans``, ``offsets``, ``stream_history``,
-``schema_history``, ``schema_requests``, ``leases``, ``quality_results`` (and the ledgers of
+``schema_history``, ``schema_requests``, ``leases``, ``writers``, ``quality_results`` (and the ledgers of
 backfills and repairs); the tables are in ``tables``. ``StateStore`` owns the connection and hands
 out those objects (``store.plans(pipeline).load()``).
 """
@@ -27,6 +27,7 @@ from binlake.state.schema_requests import SchemaChangeRequest, SchemaChangeReque
 from binlake.state.stream_history import STREAM_HISTORY, StreamBatch, StreamHistory
 from binlake.state.tables import backfill_units_table, create_tables, repairs_table
 from binlake.state.verifications import Verifications
+from binlake.state.writers import Writers
 
 __all__ = [
     "STREAM_HISTORY",
@@ -86,6 +87,9 @@ class StateStore:
 
     def leases(self, pipeline: str) -> Leases:
         return Leases(self.engine, pipeline)
+
+    def writers(self, pipeline: str) -> Writers:
+        return Writers(self.engine, pipeline)
 
     def quality(self, pipeline: str) -> QualityResults:
         return QualityResults(self.engine, pipeline)

@@ -5,7 +5,7 @@ its pipeline's lease for that command at its start; a second process of the same
 refused, naming the first. Each claim by a new holder raises the command's *epoch* by one. The
 holder renews its lease while it runs (``state/fencing.py``); every state-store commit and every
 Iceberg commit it makes checks that the lease is still its own, so a holder that lost it (paused
-past its expiry, cut off, taken over) can never write again. docs/architecture.md, "One writer".
+past its expiry, cut off, taken over) can never write again (README, "Running in production").
 """
 
 from __future__ import annotations
