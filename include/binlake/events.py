@@ -8,6 +8,7 @@ the library's shapes.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -121,6 +122,30 @@ class AddColumn:
     """When the source's ``ADD COLUMN`` ran (epoch seconds), which fills the rows the table held
     (``schema.defaults.existing_rows_value``); None for a column binlake adds itself (lenient's),
     which existing rows hold NULL in."""
+    statement_micros: int | None = None
+    """The fraction of that time (microseconds), where the server wrote it in the event."""
+    statement_local: dt.datetime | None = None
+    """That time (whole seconds) in the statement's session time zone, as the server converts it
+    (what ``NOW()`` gave a DATETIME); None where the event named no time zone."""
+
+    @property
+    def clock(self) -> StatementClock | None:
+        """When the statement ran, as its current-time functions saw it (None: binlake's own column)."""
+        if self.statement_time is None:
+            return None
+        return StatementClock(self.statement_time, self.statement_micros, self.statement_local)
+
+
+@dataclass(frozen=True)
+class StatementClock:
+    """The current time of a statement: what ``CURRENT_TIMESTAMP`` and ``CURDATE()`` read."""
+
+    epoch: int
+    """Seconds since the epoch (the query event's timestamp)."""
+    micros: int | None = None
+    """Its fraction, where the event holds it (MariaDB's ``Q_HRNOW``, MySQL's ``Q_MICROSECONDS``)."""
+    local: dt.datetime | None = None
+    """The epoch second as wall-clock time in the session's time zone, where known."""
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from binlake.events import Column
+from binlake.events import Column, StatementClock
 from binlake.schema.defaults import Default, existing_rows_value
 
-AT = 1_700_000_000  # the statement's time
+AT = StatementClock(1_700_000_000)  # the statement's time: no fraction, no time zone in its event
+# what MariaDB writes for a statement run in `SET time_zone = '+05:30'` at .417369 s past the second
+LOCAL = StatementClock(1_700_000_000, 417_369, dt.datetime(2023, 11, 15, 3, 43, 20))
 
 
 def _column(data_type: str, **fields: Any) -> Column:
@@ -37,6 +39,38 @@ def _column(data_type: str, **fields: Any) -> Column:
 )
 def test_values_binlake_knows(column: Column, value: Any) -> None:
     assert existing_rows_value(column, AT) == Default(value)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        (_column("timestamp", default="current_timestamp()"), dt.datetime(2023, 11, 14, 22, 13, 20)),
+        (
+            _column("timestamp", default="current_timestamp(3)", fsp=3),
+            dt.datetime(2023, 11, 14, 22, 13, 20, 417000),
+        ),
+        (_column("datetime", default="current_timestamp()"), dt.datetime(2023, 11, 15, 3, 43, 20)),
+        (_column("datetime", default="now(6)", fsp=6), dt.datetime(2023, 11, 15, 3, 43, 20, 417369)),
+        # the default's precision truncates (the server's NOW(n)); a wider column keeps it
+        (
+            _column("datetime", default="current_timestamp(2)", fsp=6),
+            dt.datetime(2023, 11, 15, 3, 43, 20, 410000),
+        ),
+        (_column("datetime", default="localtimestamp", fsp=0), dt.datetime(2023, 11, 15, 3, 43, 20)),
+        (_column("date", default="curdate()"), dt.date(2023, 11, 15)),
+        (_column("date", default="(current_date)"), dt.date(2023, 11, 15)),
+    ],
+)
+def test_the_statements_own_time(column: Column, value: Any) -> None:
+    assert existing_rows_value(column, LOCAL) == Default(value)
+
+
+def test_a_narrower_column_or_no_fraction_is_the_servers_alone() -> None:
+    # rounding vs truncating into a narrower column follows the session's sql_mode and the server
+    assert existing_rows_value(_column("datetime", default="current_timestamp(6)", fsp=3), LOCAL) is None
+    no_fraction = StatementClock(LOCAL.epoch, None, LOCAL.local)
+    assert existing_rows_value(_column("datetime", default="now(3)", fsp=3), no_fraction) is None
+    assert existing_rows_value(_column("datetime", default="now()"), no_fraction) == Default(LOCAL.local)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ while no stream runs, and catches up once: the stream meets every DDL in the mid
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Any
@@ -549,6 +550,15 @@ DEFAULTS = [
     "ALTER TABLE t ADD COLUMN price DECIMAL(6,2) DEFAULT 1.50 FIRST, ADD COLUMN f DOUBLE DEFAULT -2.5e3",
     "INSERT INTO t (id, v, n, s, e) VALUES (1003, 3, 1, 'a', 'low')",
     "UPDATE t SET price = NULL WHERE id = 50",
+    # the current time in the session's time zone, to the microsecond the event holds
+    "SET time_zone = '+05:30'",
+    "ALTER TABLE t ADD COLUMN seen DATETIME DEFAULT CURRENT_TIMESTAMP",
+    "ALTER TABLE t ADD COLUMN seen6 DATETIME(6) NOT NULL DEFAULT NOW(6), "
+    "ADD COLUMN at3 TIMESTAMP(3) NULL DEFAULT CURRENT_TIMESTAMP(3)",
+    "UPDATE t SET seen = '2001-02-03 04:05:06' WHERE id = 60",
+    "SET time_zone = 'SYSTEM'",
+    "ALTER TABLE t ADD COLUMN day DATE DEFAULT (CURDATE()), ADD COLUMN wide DATETIME(6) DEFAULT NOW(2)",
+    "INSERT INTO t (id, v, n, s, e) VALUES (1004, 4, 1, 'b', 'low')",
 ]
 
 
@@ -571,6 +581,10 @@ def test_added_columns_hold_the_values_the_server_gave_existing_rows(
     assert rows[1001]["tier"] is None
     assert (rows[100]["n"], rows[100]["s"], rows[100]["e"], rows[100]["price"]) == (0, "", "low", 1.5)
     assert len({r["since"] for r in rows.values()}) <= 2  # one statement's time (a second may pass)
+    first = rows[1]
+    assert first["seen6"].microsecond % 1000 or first["at3"].microsecond  # fractions, not zeros
+    since_utc = first["since"].astimezone(dt.UTC).replace(tzinfo=None)  # a TIMESTAMP: an instant
+    assert (first["seen"] - since_utc).total_seconds() // 60 in (329, 330)  # +05:30 wall-clock time
 
 
 def test_a_column_only_the_server_could_fill_stops_the_stream_until_a_backfill(

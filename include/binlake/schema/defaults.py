@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
-from binlake.events import Column
+from binlake.events import Column, StatementClock
 from binlake.schema.type_mapping import MAX_DECIMAL_PRECISION, is_bool
 
 _INTEGER = re.compile(r"^[+-]?\d+$")
@@ -130,16 +130,16 @@ _EMPTY_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext",
 _EMPTY_BYTES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
 
-def existing_rows_value(column: Column, statement_time: int) -> Default | None:
+def existing_rows_value(column: Column, clock: StatementClock) -> Default | None:
     """The value ``ALTER TABLE … ADD COLUMN column`` gives the rows the table already holds, as the
     decoders give values; None where only the server knew it.
 
     The server fills those rows without a row event: with the column's default, a NOT NULL
-    column without one with its type's implicit default (0, '', an ENUM's first member), and
-    ``CURRENT_TIMESTAMP`` of a TIMESTAMP with the statement's time (``statement_time``, epoch
-    seconds: the query event's). A DATETIME's current time is in the session's time zone, a
-    fraction of a second is not in the event, and AUTO_INCREMENT numbers, generated columns and
-    other expressions were computed row by row: those are the server's alone.
+    column without one with its type's implicit default (0, '', an ENUM's first member), and the
+    current time with the statement's own (``clock``: the query event's time, its fraction and
+    the session's time zone) — ``CURRENT_TIMESTAMP(fsp)`` of a TIMESTAMP or DATETIME,
+    ``CURDATE()`` of a DATE. AUTO_INCREMENT numbers, generated columns and other expressions
+    were computed row by row: those are the server's alone.
     """
     if column.generated or column.auto_increment:
         return None
@@ -148,10 +148,35 @@ def existing_rows_value(column: Column, statement_time: int) -> Default | None:
     found = literal_default(column)
     if found is not None:
         return found
-    kind, fsp = normalised_default(column)
-    if kind == "now" and column.data_type == "timestamp" and not fsp and not column.fsp:
-        return Default(dt.datetime.fromtimestamp(statement_time, dt.UTC).replace(tzinfo=None))
+    kind, detail = normalised_default(column)
+    if kind == "now":
+        return _statement_now(column, clock, detail)
+    if kind == "expression" and detail in _TODAY and column.data_type == "date" and clock.local:
+        return Default(clock.local.date())
     return None
+
+
+_TODAY = {"curdate()", "current_date", "current_date()"}
+
+
+def _statement_now(column: Column, clock: StatementClock, fsp: int) -> Default | None:
+    """``CURRENT_TIMESTAMP(fsp)`` of the statement: a TIMESTAMP holds the instant (decoded as UTC),
+    a DATETIME the session's wall-clock time; the fraction truncated to ``fsp`` digits."""
+    if column.data_type == "timestamp":
+        base: dt.datetime | None = dt.datetime.fromtimestamp(clock.epoch, dt.UTC).replace(tzinfo=None)
+    elif column.data_type == "datetime":
+        base = clock.local
+    else:
+        return None
+    if base is None or fsp > (column.fsp or 0):
+        # a narrower column rounds or truncates by the session's sql_mode (and the server's kind)
+        return None
+    if fsp == 0:
+        return Default(base)
+    if clock.micros is None:
+        return None  # the server wrote no fraction: binlake cannot tell it
+    step = 10 ** (6 - fsp)
+    return Default(base.replace(microsecond=clock.micros // step * step))
 
 
 def _implicit(column: Column) -> Default | None:

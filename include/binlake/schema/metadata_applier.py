@@ -324,9 +324,10 @@ class IcebergMetadataApplier:
 def existing_rows_scalar(change: AddColumn) -> pa.Scalar | None:
     """The value the rows a table held got from the source's ``ADD COLUMN`` (None: NULL, or a
     column binlake adds itself, or one only the server knew — which the stream handles before)."""
-    if change.statement_time is None:
+    clock = change.clock
+    if clock is None:
         return None
-    found = existing_rows_value(change.column, change.statement_time)
+    found = existing_rows_value(change.column, clock)
     if found is None or found.value is None:
         return None
     converter = RowConverter(CreateTable(change.table, (change.column,)))

@@ -22,16 +22,20 @@ Inline application takes well under a second, so the wait is short.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+import pymysql
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import (
     AddColumn,
     AlterColumnType,
+    Column,
     CreateTable,
     DropTable,
     RenameTable,
@@ -124,10 +128,7 @@ class SchemaTracker:
         except UnparsedDdlError as e:
             return self._unparsed(boundary, str(e))
         changes = _not_held(changes, held, boundary.offset)
-        # The statement's time: what CURRENT_TIMESTAMP gave the rows an added column filled.
-        changes = [
-            replace(c, statement_time=boundary.timestamp) if isinstance(c, AddColumn) else c for c in changes
-        ]
+        changes = self._clocked(changes, boundary)
         relevant: list[SchemaChange] = []
         known = set(current)  # the statement's renames run one after another (a → tmp, b → a, tmp → b)
         for change in changes:
@@ -143,6 +144,39 @@ class SchemaTracker:
         if self._spans is None:
             self._spans = stream_spans(self.config, self.store)
         return {t for t, span in self._spans.items() if span.holds(at)}
+
+    def _clocked(self, changes: list[SchemaChange], boundary: Boundary) -> list[SchemaChange]:
+        """Added columns with the statement's time: what ``CURRENT_TIMESTAMP`` gave the rows the
+        table held (``schema.defaults.existing_rows_value``)."""
+        adds = [c for c in changes if isinstance(c, AddColumn)]
+        local = self._local_time(boundary) if any(_reads_local_time(c.column) for c in adds) else None
+        return [
+            replace(
+                c,
+                statement_time=boundary.timestamp,
+                statement_micros=boundary.micros,
+                statement_local=local,
+            )
+            if isinstance(c, AddColumn)
+            else c
+            for c in changes
+        ]
+
+    def _local_time(self, boundary: Boundary) -> dt.datetime | None:
+        """The statement's time in its session time zone, converted by the server as its ``NOW()``
+        did (the zone named in the event: ``SYSTEM``, an offset or a name from its tz tables);
+        None where the event names none or the server no longer knows it."""
+        if boundary.time_zone is None:
+            return None
+        with contextlib.closing(connect(self.config.source)) as conn, conn.cursor() as cursor:
+            try:
+                cursor.execute("SET time_zone = %s", (boundary.time_zone,))
+            except pymysql.err.DatabaseError:
+                return None  # e.g. a named zone whose tz tables were dropped since
+            cursor.execute("SELECT FROM_UNIXTIME(%s)", (boundary.timestamp,))
+            row = cursor.fetchone()
+        found = row[0] if row else None
+        return found if isinstance(found, dt.datetime) else None
 
     def _charsets(self) -> Charsets:
         """The server's charset defaults, read once per tracker (they change with DDL on databases,
@@ -277,8 +311,8 @@ class SchemaChangeProtocol:
             _server_gap(change, ddl.offset)
             for change in ddl.changes
             if isinstance(change, AddColumn)
-            and change.statement_time is not None
-            and existing_rows_value(change.column, change.statement_time) is None
+            and (clock := change.clock) is not None
+            and existing_rows_value(change.column, clock) is None
             and self._holds_rows(change.table)
         ]
         if gaps:
@@ -311,6 +345,13 @@ class SchemaChangeProtocol:
                     "`stream.schema_change_applier: inline`."
                 )
             self.sleep(1.0)
+
+
+def _reads_local_time(column: Column) -> bool:
+    """Whether the column's default reads the session's wall clock (``NOW()`` of a DATETIME,
+    ``CURDATE()``)."""
+    default = (column.default or "").lower()
+    return column.data_type in ("datetime", "date") and any(w in default for w in ("now", "cur", "local"))
 
 
 def _server_gap(change: AddColumn, at: BinlogOffset) -> Gap:

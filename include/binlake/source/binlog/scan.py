@@ -62,6 +62,13 @@ class Boundary:
     """The statement's default database (unqualified names in it belong there)."""
     xa: XaMark | None = None
     """What the transaction ending here does to an XA transaction, if anything."""
+    micros: int | None = None
+    """The fraction of the statement's start time in microseconds, where the server wrote it
+    (MariaDB's ``Q_HRNOW``, MySQL's ``Q_MICROSECONDS``: when the statement read the current time
+    to a fraction of a second)."""
+    time_zone: str | None = None
+    """The session time zone of the statement (``Q_TIME_ZONE_CODE``: ``SYSTEM``, ``+05:30``, a
+    name), where the server wrote it — when the statement converted a time to local time."""
 
 
 class XaMark(NamedTuple):
@@ -178,13 +185,24 @@ def transactions(
             in_transaction = False
             statement = text_of(event.query) if standalone else None
             database = text_of(event.schema) if standalone else ""
-            yield Boundary(offset, int(event.timestamp), gtid, statement, database, mark)
+            micros, time_zone = clock_of(event) if standalone else (None, None)
+            yield Boundary(offset, int(event.timestamp), gtid, statement, database, mark, micros, time_zone)
             gtid = None
             previous = offset
     except pymysql.err.OperationalError as e:
         raise read_error(source, start, e) from None
     finally:
         stream.close()
+
+
+def clock_of(event: Any) -> tuple[int | None, str | None]:
+    """The statement's start-time fraction and session time zone, from the query event's status
+    variables (absent attributes: the server did not write them)."""
+    micros = getattr(event, "hrnow", None)
+    if micros is None:
+        micros = getattr(event, "microseconds", None)
+    zone = getattr(event, "time_zone", None)
+    return micros, (text_of(zone) if zone else None)
 
 
 def prepared_transactions(
