@@ -46,6 +46,11 @@ class StreamConfig(Model):
     (the stream records it and waits: Airflow's DDL DAG applies it)."""
     schema_change_timeout_s: float = Field(default=180.0, gt=0)
     """How long the stream waits for an external applier before it fails, naming the change."""
+    on_gap: Literal["stop", "backfill"] = "backfill"
+    """What the stream does at a change it cannot replicate (a statement-logged write, an insert
+    whose default it cannot read, a column only the server could fill): ``backfill`` holds that
+    table (behind, never wrong), reads the backfill the stop would name by itself and goes on once
+    it is applied — other tables never wait; ``stop`` stops with the fix for a person to run."""
     column_decoder: bool = True
     """Decode rows events a block at a time into Arrow columns (``source/binlog/column_decoder.py``, for
     tables of the common types; ~2.5x less CPU); ``false``: row by row, as before (a way back if a

@@ -47,6 +47,8 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.slow
+#: Stop at a gap, for a person to repair (the default heals by itself: ``test_healing.py``).
+STOP = {"on_gap": "stop"}
 
 
 def _fresh(server: PrivateMariaDB, name: str) -> str:
@@ -220,7 +222,7 @@ def test_rows_logged_as_statements_stop_the_stream_until_a_backfill(
         "INSERT INTO other SELECT seq, 0 FROM seq_1_to_50",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=100)
+    config = stream_config(mariadb, database, tmp_path, STOP, chunk_size=100)
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute("UPDATE t SET v = 1 WHERE id <= 10", "UPDATE other SET v = 1", database=database)
@@ -258,7 +260,7 @@ def test_an_insert_without_a_value_binlake_cannot_know_stops_the_stream(
         "INSERT INTO t (id) SELECT seq FROM seq_1_to_50",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=100)
+    config = stream_config(mariadb, database, tmp_path, STOP, chunk_size=100)
     plan(config)
     assert run_snapshot(config, spark).complete
     conn = _session(mariadb, database, "SET SESSION binlog_row_image = 'MINIMAL'")
@@ -368,7 +370,7 @@ def test_a_cascading_foreign_key_added_while_streaming_stops_the_stream(
         "INSERT INTO children SELECT seq, seq % 20 + 1 FROM seq_1_to_200",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=50)
+    config = stream_config(mariadb, database, tmp_path, STOP, chunk_size=50)
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute(

@@ -53,8 +53,11 @@ def run_backfill(
     key_range: KeyRange | None = None,
     chunk_size: int | None = None,
     progress: Progress | None = None,
+    *,
+    beside_stream: bool = False,
 ) -> BackfillReport:
-    """Plan backfill ``backfill_id`` (unless it exists: then resume it) and stage its units.
+    """Plan backfill ``backfill_id`` (unless it exists: then resume it) and stage its units
+    (``beside_stream``: read by the stream's healer, in the stream's process).
 
     Raises:
         BackfillError: the pipeline cannot take a backfill now, or a task failed.
@@ -63,7 +66,7 @@ def run_backfill(
     name = config.pipeline.name
     with (
         StateStore(config.pipeline.resolved_state_uri) as store,
-        writing(store.engine, name, BACKFILL, writer_lease(config), part=backfill_id),
+        writing(store.engine, name, BACKFILL, writer_lease(config), part=backfill_id, beside=beside_stream),
     ):
         units = plan_backfill(config, backfill_id, tables, key_range, chunk_size)
         ledger = BackfillLedger(store)

@@ -44,6 +44,7 @@ from binlake.snapshot.spans import snapshot_applies
 from binlake.source.binlog.event_rows import gap_message
 from binlake.source.server.connection import connect
 from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
+from binlake.spark.healer import Healer
 from binlake.spark.read_ahead import READERS
 from binlake.spark.runtime.heap import frozen_heap
 from binlake.spark.stream_query import StreamError, run_query
@@ -219,6 +220,10 @@ def _stream(
         def read_changes(schema: CreateTable, start: BinlogOffset, end: BinlogOffset) -> pa.Table:
             return _read_changes(config, schema, start, end)
 
+        repairs = StreamRepairs(
+            name, RepairLedger(store, name), BackfillLedger(store), snapshot_filter, _cascades(config),
+            heal=config.stream.on_gap == "backfill",
+        )  # fmt: skip
         applier = BatchApplier(
             name,
             uuid.uuid4().hex,
@@ -232,15 +237,16 @@ def _stream(
             make_sink=make_sink,
             backfills=StagedBackfills(name, BackfillLedger(store), read_changes),
             on_backfill=print_backfill if progress is not None else None,
-            repairs=StreamRepairs(
-                name, RepairLedger(store, name), BackfillLedger(store), snapshot_filter, _cascades(config)
-            ),
+            repairs=repairs,
             anchor=BinlogAnchor(config, store, ids.end),
             merge_from=config.stream.executor_merge_from,
         )
         _hold(store, name, held, fence, ())
-        with frozen_heap():  # what lives now outlives the stream: out of the collector's scans
+        healer = Healer(config, spark, repairs, fence.check) if repairs.heal else None
+        with frozen_heap(), healer or contextlib.nullcontext():  # frozen: what lives now outlives the stream
             run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
+            if until_caught_up and healer is not None:
+                _heal_before_ending(config, spark, applier, healer, start.offset, origin, stop)
         for writer in writers.values():
             writer.settle()  # the last batch's upkeep: its error is the stream's
         report.seconds = time.monotonic() - started
@@ -250,6 +256,35 @@ def _stream(
             writer.upkeep.wait()  # nothing of the stream's runs on once it has stopped
         for identifier in held:
             store.leases(name).release(identifier, fence.lease.holder)
+
+
+#: Catch-ups a run ``until_caught_up`` makes at most to apply the backfills that heal its gaps (a
+#: workload that keeps making gaps would keep it running).
+HEALING_ROUNDS = 5
+
+
+def _heal_before_ending(
+    config: PipelineConfig,
+    spark: Any,
+    applier: BatchApplier,
+    healer: Healer,
+    start: BinlogOffset,
+    origin: BinlogOffset,
+    stop: threading.Event | None,
+) -> None:
+    """A run until caught up ends with its gaps healed: read their backfills now, then catch up
+    again (which applies them)."""
+    for _ in range(HEALING_ROUNDS):
+        if not healer.repairs.healing() or (stop is not None and stop.is_set()):
+            return
+        healer.heal_once()
+        run_query(config, spark, applier, start, origin, True, stop)
+    left = healer.repairs.healing()
+    if left:
+        log.warning(
+            "still healing %s after %d catch-ups: held back (behind, never wrong); the next run goes on",
+            ", ".join(map(str, left)), HEALING_ROUNDS,
+        )  # fmt: skip
 
 
 def _cascades(config: PipelineConfig) -> Callable[[TableId], bool]:

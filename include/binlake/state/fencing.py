@@ -99,10 +99,18 @@ def _note_write(conn: Connection, cursor: Any, statement: str, *args: Any) -> No
 
 @contextmanager
 def writing(
-    engine: Engine, pipeline: str, command: str, ttl: dt.timedelta = DEFAULT_TTL, part: str = ""
+    engine: Engine,
+    pipeline: str,
+    command: str,
+    ttl: dt.timedelta = DEFAULT_TTL,
+    part: str = "",
+    *,
+    beside: bool = False,
 ) -> Iterator[Fence]:
     """Be ``pipeline``'s writer for ``command`` (its ``part`` only, if given: ``Holder.scope``)
-    while the block runs (see the module docstring).
+    while the block runs (see the module docstring). ``beside``: inside a process that already is
+    the pipeline's writer (the stream's healer reads a backfill): the lease is claimed, but the
+    process's Iceberg commits stay fenced by the writer it already is (``active``).
 
     Raises:
         WriterBusyError: another live process is that writer.
@@ -112,13 +120,15 @@ def writing(
     log.info("%s is the writer of pipeline %s (epoch %d)", fence.command, pipeline, fence.epoch)
     fence.guard(engine)
     fence._thread.start()
-    with _ACTIVE_LOCK:
-        _ACTIVE.setdefault(pipeline, []).append(fence)
+    if not beside:
+        with _ACTIVE_LOCK:
+            _ACTIVE.setdefault(pipeline, []).append(fence)
     try:
         yield fence
     finally:
-        with _ACTIVE_LOCK:
-            _ACTIVE[pipeline].remove(fence)
+        if not beside:
+            with _ACTIVE_LOCK:
+                _ACTIVE[pipeline].remove(fence)
         fence._stop.set()
         fence._thread.join()
         fence.unguard(engine)

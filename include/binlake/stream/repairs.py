@@ -8,7 +8,12 @@ Per gap of table T at position p, in order:
 3. A backfill of all of T, read after p, is staged: a repair opens; from p on the stream applies
    none of T's changes until it applies that backfill's units (the table stays as it was before
    p: behind, never wrong), which closes the repair.
-4. Otherwise the stream stops, before committing anything of the batch, with what it met, where,
+4. Otherwise, healing (``stream.on_gap: backfill``, the default): a repair opens for a backfill
+   of T that does not exist yet (``heal_id``); the stream's healer (``spark/healer.py``) reads it —
+   after p, since p is behind the stream — and the stream applies it like any other, which closes
+   the repair. T waits meanwhile; no other table does.
+5. With ``stream.on_gap: stop`` (or a cascading foreign key, which no backfill repairs while it
+   lasts), the stream stops, before committing anything of the batch, with what it met, where,
    and the fix (make the application log what binlake needs, then backfill the table).
 """
 
@@ -49,6 +54,7 @@ class StreamRepairs:
         backfills: BackfillLedger,
         snapshot: SnapshotFilter | None,
         cascades: Callable[[TableId], bool] = lambda _: False,
+        heal: bool = False,
     ) -> None:
         self.pipeline = pipeline
         self.repairs = repairs
@@ -56,6 +62,8 @@ class StreamRepairs:
         self.snapshot = snapshot
         self.cascades = cascades
         """Whether a table has a cascading foreign key now (no backfill repairs it while it has)."""
+        self.heal = heal
+        """Whether a gap nothing covers opens a repair the stream's healer backfills (``on_gap``)."""
 
     def held(self) -> dict[str, BinlogOffset]:
         """Tables held back by an open repair → from where."""
@@ -76,7 +84,15 @@ class StreamRepairs:
             if self.snapshot is not None and self.snapshot.holds(name, position(gap.offset)):
                 log.info("%s at %s: the snapshot read the table after it", name, gap.offset)
                 continue
-            backfill = None if self.cascades(gap.table) else self._covering(gap.table, gap.offset)
+            cascades = self.cascades(gap.table)
+            backfill = None if cascades else self._covering(gap.table, gap.offset)
+            if backfill is None and self.heal and not cascades:
+                backfill = heal_id(gap.table, gap.offset)
+                log.warning(
+                    "%s: a change binlake cannot replicate at %s (%s): the table waits while backfill "
+                    "`%s` reads it again (`stream.on_gap: backfill`); other tables go on",
+                    name, gap.offset, gap.reason, backfill,
+                )  # fmt: skip
             if backfill is None:
                 raise UnreplicableChangeError(
                     gap_message(
@@ -94,6 +110,22 @@ class StreamRepairs:
             )  # fmt: skip
             held[name] = gap.offset
         return held
+
+    def healing(self) -> list[TableId]:
+        """Tables held by an open repair that heals itself (its backfill read by the stream)."""
+        return [r.table for r in self.repairs.repairs(status="open") if r.backfill_id.startswith(HEAL_PREFIX)]
+
+    def unread_heals(self) -> list[tuple[TableId, str]]:
+        """Open repairs waiting for a backfill the healer reads (table, backfill id): none of its
+        units staged or applied yet, or some still to read."""
+        waiting: list[tuple[TableId, str]] = []
+        for repair in self.repairs.repairs(status="open"):
+            if not repair.backfill_id.startswith(HEAL_PREFIX):
+                continue
+            units = self.backfills.units(self.pipeline, repair.backfill_id)
+            if not units or any(u.status == "pending" for u in units):
+                waiting.append((repair.table, repair.backfill_id))
+        return waiting
 
     def _covering(self, table: TableId, offset: BinlogOffset) -> str | None:
         """A staged (or applied) backfill of the whole table whose every chunk was read after
@@ -119,6 +151,16 @@ class StreamRepairs:
             for repair in self.repairs.close(table, sorted(ids)):
                 log.info("%s: repair from %s closed: backfill `%s` applied",
                          table, repair.offset, repair.backfill_id)  # fmt: skip
+
+
+HEAL_PREFIX = "heal-"
+
+
+def heal_id(table: TableId, offset: BinlogOffset) -> str:
+    """The id of the backfill that heals ``table``'s gap at ``offset`` (one per gap: a replayed
+    batch finds the same)."""
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in table.name)
+    return f"{HEAL_PREFIX}{safe}-{offset.file}-{offset.pos}"
 
 
 def _whole_table(ranges: Sequence[ChunkRange]) -> bool:

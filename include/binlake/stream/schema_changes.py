@@ -318,7 +318,7 @@ class SchemaChangeProtocol:
         if gaps:
             repairs = StreamRepairs(
                 self.config.pipeline.name, RepairLedger(self.store, self.config.pipeline.name),
-                BackfillLedger(self.store), None,
+                BackfillLedger(self.store), None, heal=self.config.stream.on_gap == "backfill",
             )  # fmt: skip
             repairs.meet(gaps)
 
