@@ -71,6 +71,10 @@ def setup_logging(level: str = "INFO") -> None:
         root.addHandler(handler)
     # py4j logs every gateway connection at INFO, even at interpreter exit, after a job's summary.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j logs the traceback of every error a batch function raises; binlake raises it again in
+    # its own words, so the copy is for debugging only.
+    debugging = root.level <= logging.DEBUG
+    logging.getLogger("py4j.clientserver").setLevel(logging.DEBUG if debugging else logging.CRITICAL)
     for existing in root.handlers:
         if not any(isinstance(f, RedactingFilter) for f in existing.filters):
             existing.addFilter(RedactingFilter())

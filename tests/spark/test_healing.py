@@ -25,7 +25,13 @@ from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from tests.dags.conftest import wait_for
-from tests.helpers import assert_sink_equals_source, kill_9_at, stream_config, write_config_file
+from tests.helpers import (
+    assert_sink_equals_source,
+    kill_9_at,
+    start_stream_process,
+    stream_config,
+    write_config_file,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -119,3 +125,32 @@ def test_a_kill_9_after_a_healing_backfill_is_staged(
     run_stream(config, spark, until_caught_up=True)  # a restart: applies what was staged
     assert_sink_equals_source(config)
     assert all(r.status == "closed" for r in _repairs(config))
+
+
+def test_a_stop_ends_with_binlakes_words_not_sparks_plan(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t VALUES (1, 1)", database=database
+    )
+    config = stream_config(mariadb, database, tmp_path, {"on_gap": "stop"})
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    _session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'", "UPDATE t SET v = 2")
+    job = start_stream_process(write_config_file(tmp_path, config, mariadb), None)
+    _, err = job.communicate(timeout=300)
+    text = err.decode()
+    (tmp_path / "stderr.txt").write_text(text)
+    assert job.returncode not in (0, None)
+    lines = [line for line in text.splitlines() if line.strip()]
+    tail = "\n".join(lines[-8:])
+    assert "binlog_format" in tail, tail
+    assert "binlake backfill --table" in tail, tail
+    for spark_text in (
+        "=== Streaming Query ===",
+        "Logical Plan",
+        "Traceback",
+        "MicroBatchExecution",
+        "\tat ",
+    ):
+        assert spark_text not in text, text[-3000:]

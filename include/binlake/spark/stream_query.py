@@ -144,7 +144,9 @@ def _lost_lease(pipeline: str) -> FencedError | None:
 
 
 def _stream_error(applier: BatchApplier, error: Exception) -> BaseException:
-    """binlake's own error behind a failed query: the batch function's, or a task's."""
+    """binlake's own error behind a failed query: the batch function's, or a task's (Spark's
+    whole text — the query's dump and plan — in the debug log only)."""
+    log.debug("the stream's query failed: %s", error)
     if isinstance(applier.error, BinlakeError):
         return applier.error
     # A task's error reaches the batch function when it collects the batch's rows.

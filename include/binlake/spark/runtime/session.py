@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -58,4 +59,15 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    _quiet_query_errors(session)
     return session
+
+
+def _quiet_query_errors(session: Any) -> None:
+    """A failed streaming query's error reaches binlake, which says it in its own words last;
+    Spark's copy (its stack, the query's dump and logical plan) is logged only when debugging."""
+    if logging.getLogger().level <= logging.DEBUG:
+        return
+    jvm = session.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel("org.apache.spark.sql.execution.streaming", log4j.Level.OFF)
