@@ -18,8 +18,10 @@ from binlake.events import describe_change
 from binlake.offsets import BinlogOffset
 from binlake.state.backfills import BackfillLedger
 from binlake.state.offset_names import STREAM, SWITCH
+from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore, StoredPlan
 from binlake.stream.positions import HEAD
+from binlake.stream.repairs import HEAL_PREFIX
 
 #: How many finished schema changes and backfills the status shows (pending ones: all).
 RECENT = 5
@@ -85,6 +87,17 @@ class VerifyStatus(BaseModel):
     """Each drifted chunk: ``table [start, end): source N rows, sink M rows``."""
 
 
+class RepairStatus(BaseModel):
+    """A table held back from a change binlake could not replicate, until a backfill is applied."""
+
+    table: str
+    since: str
+    reason: str
+    backfill_id: str
+    healing: bool
+    """The stream reads the backfill itself (``stream.on_gap: backfill``)."""
+
+
 class PipelineStatus(BaseModel):
     pipeline: str
     tables: list[TableStatus]
@@ -94,6 +107,8 @@ class PipelineStatus(BaseModel):
     quality: QualityStatus | None
     backfills: list[BackfillStatus]
     verification: VerifyStatus | None = None
+    repairs: list[RepairStatus] = []
+    """Tables held back now (open repairs)."""
 
 
 def pipeline_status(config: PipelineConfig) -> PipelineStatus:
@@ -110,6 +125,7 @@ def pipeline_status(config: PipelineConfig) -> PipelineStatus:
             quality=_quality(store, name),
             backfills=_backfills(store, name),
             verification=_verification(store, name),
+            repairs=_repairs(store, name),
         )
 
 
@@ -220,6 +236,19 @@ def _backfills(store: StateStore, pipeline: str) -> list[BackfillStatus]:
             rows=sum(u.rows for u in units),
         )
         for backfill_id, units in list(by_id.items())[-RECENT:]
+    ]
+
+
+def _repairs(store: StateStore, pipeline: str) -> list[RepairStatus]:
+    return [
+        RepairStatus(
+            table=r.table.name,
+            since=_position(r.offset),
+            reason=r.reason,
+            backfill_id=r.backfill_id,
+            healing=r.backfill_id.startswith(HEAL_PREFIX),
+        )
+        for r in RepairLedger(store, pipeline).repairs(status="open")
     ]
 
 

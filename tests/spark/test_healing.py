@@ -28,6 +28,7 @@ from tests.dags.conftest import wait_for
 from tests.helpers import (
     assert_sink_equals_source,
     kill_9_at,
+    run_binlake,
     start_stream_process,
     stream_config,
     write_config_file,
@@ -120,8 +121,12 @@ def test_a_kill_9_after_a_healing_backfill_is_staged(
     config = _snapshotted(mariadb, database, tmp_path, spark)
     _gaps(mariadb, database)
     mariadb.execute("UPDATE notes SET v = v + 1 WHERE id <= 10", database=database)
-    kill_9_at(write_config_file(tmp_path, config, mariadb), "heal-staged")
+    path = write_config_file(tmp_path, config, mariadb)
+    kill_9_at(path, "heal-staged")
     assert any(r.status == "open" for r in _repairs(config))  # staged, not applied
+    status = run_binlake("--config", str(path), "status").stdout
+    assert f"held: {database}.notes since binlog." in status, status
+    assert "healing: the stream reads backfill heal-" in status
     run_stream(config, spark, until_caught_up=True)  # a restart: applies what was staged
     assert_sink_equals_source(config)
     assert all(r.status == "closed" for r in _repairs(config))

@@ -293,6 +293,9 @@ def status_command(args: argparse.Namespace) -> int:
         print(f"verify {v.verify_id}: {counts}")
         for line in v.drifted:
             print(f"  drifted: {line}")
+    for r in status.repairs:
+        how = "healing: the stream reads" if r.healing else "waiting for"
+        print(f"held: {r.table} since {r.since} ({r.reason}); {how} backfill {r.backfill_id}")
     for b in status.backfills:
         units = ", ".join(f"{n} {state}" for state, n in sorted(b.units.items()))
         print(f"backfill {b.backfill_id} ({', '.join(b.tables)}): {units}; {b.rows:,} rows staged")

@@ -5,6 +5,8 @@ pipeline stops before writing a row the server would have computed differently."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from decimal import Context, Decimal, DivisionByZero, InvalidOperation, localcontext
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -129,6 +131,69 @@ class Evaluator:
                 "operands to SIGNED in the source, or change the transform."
             )
 
+    def _modulo(self, node: Node) -> Datum:
+        return self._exact(node, _remainder)
+
+    def _int_divide(self, node: Node) -> Datum:
+        return self._exact(node, _quotient)
+
+    def _exact(self, node: Node, operation: Callable[[Any, Any], Any]) -> Datum:
+        """An operation on exact numbers, row by row in Python's integers and decimals (MySQL's
+        results, where Arrow has no kernel: truncating, the dividend's sign, NULL for 0)."""
+        left, right = (self._python(a) for a in node.args)
+        with localcontext(_WIDE):
+            values = [
+                None if a is None or b is None else operation(a, b) for a, b in zip(left, right, strict=True)
+            ]
+        if node.type.kind == "int":
+            low = 0 if node.type.unsigned else -(2**63)
+            if any(v is not None and not low <= v < 2**63 for v in values):
+                raise TransformInexactError(
+                    f"{self.where}: `{node.sql}` is out of the range of "
+                    f"{'BIGINT UNSIGNED' if node.type.unsigned else 'BIGINT'} on a row (a negative result "
+                    "of an unsigned operand, or past 2^63 - 1, binlake's integers): the server stops on the "
+                    "former too. Fix: CAST the operands to SIGNED, or change the transform."
+                )
+        elif node.type.kind == "decimal":
+            step = Decimal(1).scaleb(-node.type.scale)
+            values = [None if v is None else Decimal(v).quantize(step) for v in values]
+        return pa.array(values, arrow_of(node.type) if node.type.kind != "int" else pa.int64())
+
+    def _python(self, node: Node) -> list[Any]:
+        """``node``'s values as Python numbers (booleans as 0 and 1)."""
+        value = self.value(node)
+        values = [value.as_py()] * self.rows.num_rows if isinstance(value, pa.Scalar) else value.to_pylist()
+        return [int(v) if isinstance(v, bool) else v for v in values]
+
+    def _nullif(self, node: Node) -> Datum:
+        common: SqlType = node.value
+        left, right = (self._comparable(a, common) for a in node.args)
+        same = pc.fill_null(pc.equal(left, right), False)
+        value = self.typed(node.args[0], node.type)
+        return pc.if_else(same, pa.scalar(None, arrow_of(node.type)), value)
+
+    # -- text -------------------------------------------------------------------------------------
+
+    def _trim(self, node: Node) -> Datum:
+        function = {"leading": "utf8_ltrim", "trailing": "utf8_rtrim"}.get(node.value, "utf8_trim")
+        return pc.call_function(function, [self.value(node.args[0])], pc.TrimOptions(" "))
+
+    def _substring(self, node: Node) -> Datum:
+        return self._text_rows(node, _substring)
+
+    def _left(self, node: Node) -> Datum:
+        return self._text_rows(node, lambda s, n: s[: max(0, n)])
+
+    def _right(self, node: Node) -> Datum:
+        return self._text_rows(node, lambda s, n: s[len(s) - min(len(s), n) :] if n > 0 else "")
+
+    def _text_rows(self, node: Node, function: Callable[..., str]) -> Datum:
+        """A function of text and integers, row by row: characters are code points, as MySQL's."""
+        columns = [self._python(a) for a in node.args]
+        return pa.array(
+            [None if None in row else function(*row) for row in zip(*columns, strict=True)], pa.string()
+        )
+
     # -- comparisons ------------------------------------------------------------------------------
 
     def _compare(self, node: Node, function: str) -> Datum:
@@ -234,6 +299,53 @@ class Evaluator:
 
     def _day(self, node: Node) -> Datum:
         return pc.day(self.value(node.args[0]))
+
+    def _hour(self, node: Node) -> Datum:
+        return pc.hour(self.value(node.args[0]))
+
+    def _minute(self, node: Node) -> Datum:
+        return pc.minute(self.value(node.args[0]))
+
+    def _second(self, node: Node) -> Datum:
+        return pc.second(self.value(node.args[0]))
+
+
+#: Wide enough for any DECIMAL(65) operand: a quotient or remainder never rounds.
+_WIDE = Context(prec=200, traps=[DivisionByZero, InvalidOperation])
+
+
+def _remainder(a: Any, b: Any) -> Any:
+    """MySQL's ``MOD``: the dividend's sign (Python's ``%`` on ints takes the divisor's; on
+    Decimals it already takes the dividend's); NULL for a zero divisor."""
+    if b == 0:
+        return None
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return Decimal(a) % Decimal(b)
+    magnitude = abs(a) % abs(b)
+    return -magnitude if a < 0 else magnitude
+
+
+def _quotient(a: Any, b: Any) -> Any:
+    """MySQL's ``DIV``: truncated toward zero (a DECIMAL's quotient too); NULL for a zero divisor."""
+    if b == 0:
+        return None
+    if isinstance(a, Decimal) or isinstance(b, Decimal):
+        return int(Decimal(a) // Decimal(b))
+    magnitude = abs(a) // abs(b)
+    return -magnitude if (a < 0) != (b < 0) else magnitude
+
+
+def _substring(text: str, start: int, length: int | None = None) -> str:
+    """MySQL's ``SUBSTRING``: 1-based, negative from the end, 0 (or before the start) → ''."""
+    if start > 0:
+        begin = start - 1
+    elif start < 0 and -start <= len(text):
+        begin = len(text) + start
+    else:
+        return ""
+    if length is None:
+        return text[begin:]
+    return text[begin : begin + length] if length > 0 else ""
 
 
 def evaluate(node: Node, rows: pa.Table, metadata: dict[str, Any], where: str) -> pa.Array:

@@ -72,8 +72,40 @@ def _arithmetic(c: Compiler, node: Any) -> Node:
 
 
 def _division(c: Compiler, node: exp.Expression) -> Node:
-    raise c.refuse(node, "division rounds by the server's own rules (div_precision_increment, zero divisors)",
-                   "multiply instead (`amount * 100`), or compute it downstream")  # fmt: skip
+    raise c.refuse(node, "`/` rounds by the server's own rules (div_precision_increment)",
+                   "use `DIV` (integer division) or `%`, multiply instead (`amount * 100`), "
+                   "or compute it downstream")  # fmt: skip
+
+
+def _exact_operands(c: Compiler, node: exp.Expression) -> tuple[Node, Node]:
+    left, right = c.children(node, node.this, node.expression)
+    for side in (left, right):
+        if side.type.kind not in ("int", "bool", "decimal", "null"):
+            raise c.refuse(node, f"`{side.sql}` is {side.type.kind}: binlake computes `%`, MOD and DIV "
+                           "of integers and DECIMALs", "CAST it to DECIMAL")  # fmt: skip
+    return left, right
+
+
+def _modulo(c: Compiler, node: exp.Mod) -> Node:
+    """``a % b``, ``MOD(a, b)``: the sign of the dividend, NULL for a zero divisor; DECIMAL at the
+    wider scale (MySQL's ``Item_func_mod``)."""
+    left, right = _exact_operands(c, node)
+    if "decimal" in (left.type.kind, right.type.kind):
+        (p1, s1), (p2, s2) = _decimal(left.type), _decimal(right.type)
+        scale = max(s1, s2)
+        kind = SqlType(
+            "decimal", min(MAX_PRECISION, max(p1 - s1, p2 - s2) + scale), scale, left.type.unsigned
+        )
+    else:
+        kind = SqlType("int", _INT_DIGITS, 0, left.type.unsigned)
+    return make("modulo", kind, (left, right), node)
+
+
+def _int_divide(c: Compiler, node: exp.IntDiv) -> Node:
+    """``a DIV b``: the quotient truncated toward zero, NULL for a zero divisor (``Item_func_int_div``)."""
+    left, right = _exact_operands(c, node)
+    unsigned = left.type.unsigned or right.type.unsigned
+    return make("int_divide", SqlType("int", _INT_DIGITS, 0, unsigned), (left, right), node)
 
 
 def _negate(c: Compiler, node: exp.Neg) -> Node:
@@ -265,6 +297,58 @@ def _abs(c: Compiler, node: exp.Abs) -> Node:
     return make("abs", arg.type if arg.type.kind != "bool" else SqlType("int", 1), (arg,), node)
 
 
+def _nullif(c: Compiler, node: exp.Nullif) -> Node:
+    left, right = c.children(node, node.this, node.expression)
+    common = comparable(c, node, left, right)
+    if common.kind == "double":
+        raise c.refuse(node, "it compares floating-point numbers", "compare exact numbers")
+    return make("nullif", left.type, (left, right), node, common)
+
+
+def _trim(c: Compiler, node: exp.Trim) -> Node:
+    chars = node.args.get("expression")
+    if chars is not None and not (isinstance(chars, exp.Literal) and chars.this == " "):
+        raise c.refuse(node, "only spaces are trimmed by binlake", "trim spaces, or compute it downstream")
+    (arg,) = c.children(node, node.this)
+    if arg.type.kind not in ("text", "null"):
+        raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not text")
+    side = str(node.args.get("position") or "both").lower()
+    return make("trim", arg.type, (arg,), node, side)
+
+
+def _integers(c: Compiler, node: exp.Expression, args: tuple[Node, ...]) -> None:
+    for arg in args:
+        if arg.type.kind not in ("int", "bool", "null"):
+            raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not an integer (the server rounds it)")
+
+
+def _substring(c: Compiler, node: exp.Substring) -> Node:
+    """``SUBSTRING(s, pos[, len])`` in characters: pos 1-based, negative from the end, 0 → ''."""
+    text, *numbers = c.children(node, node.this, node.args["start"], *filter(None, [node.args.get("length")]))
+    if text.type.kind not in ("text", "null"):
+        raise c.refuse(node, f"`{text.sql}` is {text.type.kind}, not text")
+    _integers(c, node, tuple(numbers))
+    return make("substring", text.type, (text, *numbers), node)
+
+
+def _left_right(c: Compiler, node: exp.Left | exp.Right) -> Node:
+    text, count = c.children(node, node.this, node.expression)
+    if text.type.kind not in ("text", "null"):
+        raise c.refuse(node, f"`{text.sql}` is {text.type.kind}, not text")
+    _integers(c, node, (count,))
+    return make("left" if isinstance(node, exp.Left) else "right", text.type, (text, count), node)
+
+
+def _clock_part(op: str) -> Rule:
+    def rule(c: Compiler, node: Any) -> Node:
+        (arg,) = c.children(node, node.this)
+        if arg.type.kind not in ("datetime", "timestamp"):
+            raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not a DATETIME or TIMESTAMP")
+        return make(op, SqlType("int", 2, 0, True), (arg,), node)
+
+    return rule
+
+
 def _date(c: Compiler, node: exp.Expression) -> Node:
     (arg,) = c.children(node, node.this)
     if not arg.type.temporal:
@@ -293,8 +377,16 @@ RULES: dict[type[exp.Expression], Rule] = {
     exp.Mul: _arithmetic,
     exp.Neg: _negate,
     exp.Div: _division,
-    exp.IntDiv: _division,
-    exp.Mod: _division,
+    exp.IntDiv: _int_divide,
+    exp.Mod: _modulo,
+    exp.Nullif: _nullif,
+    exp.Trim: _trim,
+    exp.Substring: _substring,
+    exp.Left: _left_right,
+    exp.Right: _left_right,
+    exp.Hour: _clock_part("hour"),
+    exp.Minute: _clock_part("minute"),
+    exp.Second: _clock_part("second"),
     **{k: _compare for k in (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ)},
     exp.In: _in,
     exp.Between: _between,

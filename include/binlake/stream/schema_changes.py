@@ -22,20 +22,15 @@ Inline application takes well under a second, so the wait is short.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-
-import pymysql
+from dataclasses import dataclass
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import (
-    AddColumn,
     AlterColumnType,
-    Column,
     CreateTable,
     DropTable,
     RenameTable,
@@ -49,12 +44,12 @@ from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
 from binlake.schema.routes import routed
 from binlake.snapshot.spans import TableSpan, stream_spans
-from binlake.source.binlog.event_rows import Gap
 from binlake.source.binlog.scan import Boundary
 from binlake.source.server.charsets import Charsets
 from binlake.source.server.connection import connect
 from binlake.source.server.discovery import TableSelector, discover, server_charsets
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
+from binlake.stream.server_filled import clocked, meet_server_filled
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +123,7 @@ class SchemaTracker:
         except UnparsedDdlError as e:
             return self._unparsed(boundary, str(e))
         changes = _not_held(changes, held, boundary.offset)
-        changes = self._clocked(changes, boundary)
+        changes = clocked(self.config.source, changes, boundary)
         relevant: list[SchemaChange] = []
         known = set(current)  # the statement's renames run one after another (a → tmp, b → a, tmp → b)
         for change in changes:
@@ -144,39 +139,6 @@ class SchemaTracker:
         if self._spans is None:
             self._spans = stream_spans(self.config, self.store)
         return {t for t, span in self._spans.items() if span.holds(at)}
-
-    def _clocked(self, changes: list[SchemaChange], boundary: Boundary) -> list[SchemaChange]:
-        """Added columns with the statement's time: what ``CURRENT_TIMESTAMP`` gave the rows the
-        table held (``schema.defaults.existing_rows_value``)."""
-        adds = [c for c in changes if isinstance(c, AddColumn)]
-        local = self._local_time(boundary) if any(_reads_local_time(c.column) for c in adds) else None
-        return [
-            replace(
-                c,
-                statement_time=boundary.timestamp,
-                statement_micros=boundary.micros,
-                statement_local=local,
-            )
-            if isinstance(c, AddColumn)
-            else c
-            for c in changes
-        ]
-
-    def _local_time(self, boundary: Boundary) -> dt.datetime | None:
-        """The statement's time in its session time zone, converted by the server as its ``NOW()``
-        did (the zone named in the event: ``SYSTEM``, an offset or a name from its tz tables);
-        None where the event names none or the server no longer knows it."""
-        if boundary.time_zone is None:
-            return None
-        with contextlib.closing(connect(self.config.source)) as conn, conn.cursor() as cursor:
-            try:
-                cursor.execute("SET time_zone = %s", (boundary.time_zone,))
-            except pymysql.err.DatabaseError:
-                return None  # e.g. a named zone whose tz tables were dropped since
-            cursor.execute("SELECT FROM_UNIXTIME(%s)", (boundary.timestamp,))
-            row = cursor.fetchone()
-        found = row[0] if row else None
-        return found if isinstance(found, dt.datetime) else None
 
     def _charsets(self) -> Charsets:
         """The server's charset defaults, read once per tracker (they change with DDL on databases,
@@ -295,40 +257,11 @@ class SchemaChangeProtocol:
                 )
 
     def _server_filled(self, ddl: Ddl) -> None:
-        """Columns added with values for the existing rows that only the server knew (AUTO_INCREMENT,
-        generated, expression defaults) leave those rows unknowable from the binlog: a gap of the
-        table at the statement (``stream.repairs``) — held back until a backfill read after it,
-        or the stream stops here, before anything of the statement is recorded or applied."""
+        """Columns added with values for the existing rows only the server knew: a gap of the
+        table at the statement (``stream/server_filled.py``), before anything of it is recorded."""
         if self.config.pipeline.schema_change_behavior in ("ignore", "exception"):
             return  # the column never reaches the sink (ignore), or the change stops the stream
-        # Here, not at the top: the planning side imports this module and must stay light (pyarrow).
-        from binlake.schema.defaults import existing_rows_value
-        from binlake.state.backfills import BackfillLedger
-        from binlake.state.repairs import RepairLedger
-        from binlake.stream.repairs import StreamRepairs
-
-        gaps = [
-            _server_gap(change, ddl.offset)
-            for change in ddl.changes
-            if isinstance(change, AddColumn)
-            and (clock := change.clock) is not None
-            and existing_rows_value(change.column, clock) is None
-            and self._holds_rows(change.table)
-        ]
-        if gaps:
-            repairs = StreamRepairs(
-                self.config.pipeline.name, RepairLedger(self.store, self.config.pipeline.name),
-                BackfillLedger(self.store), None, heal=self.config.stream.on_gap == "backfill",
-            )  # fmt: skip
-            repairs.meet(gaps)
-
-    def _holds_rows(self, table: TableId) -> bool:
-        from binlake.sink.catalog import open_catalog, sink_name  # see SchemaTracker.ddl
-        from binlake.sink.column_fill import live_rows
-
-        catalog = open_catalog(self.config)
-        identifier = sink_name(self.config, table)
-        return catalog.table_exists(identifier) and live_rows(catalog.load_table(identifier)) > 0
+        meet_server_filled(self.config, self.store, ddl.changes, ddl.offset)
 
     def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
         deadline = time.monotonic() + self.config.stream.schema_change_timeout_s
@@ -345,32 +278,6 @@ class SchemaChangeProtocol:
                     "`stream.schema_change_applier: inline`."
                 )
             self.sleep(1.0)
-
-
-def _reads_local_time(column: Column) -> bool:
-    """Whether the column's default reads the session's wall clock (``NOW()`` of a DATETIME,
-    ``CURDATE()``)."""
-    default = (column.default or "").lower()
-    return column.data_type in ("datetime", "date") and any(w in default for w in ("now", "cur", "local"))
-
-
-def _server_gap(change: AddColumn, at: BinlogOffset) -> Gap:
-    column = change.column
-    what = (
-        "generated"
-        if column.generated
-        else "AUTO_INCREMENT"
-        if column.auto_increment
-        else f"`DEFAULT {column.default}`"
-    )
-    return Gap(
-        change.table,
-        f"`ADD COLUMN {column.name}` ({what}) gave the rows the table held values the server computed, "
-        "which no row event carries",
-        "none is needed on the source (the values are there, only not in the binlog)",
-        at,
-        change.statement_time or 0,
-    )
 
 
 def _renamed_back(store: StateStore, pipeline: str, request: SchemaChangeRequest, name: TableId) -> bool:

@@ -1,0 +1,111 @@
+"""Columns an ``ADD COLUMN`` filled for the rows a table held, without a row event: the statement's
+clock (what ``CURRENT_TIMESTAMP`` gave them: ``schema.defaults.existing_rows_value``), and the gap
+where only the server knew the values (AUTO_INCREMENT, generated columns, ``UUID()``): the table is
+held from the statement until a backfill read after it is applied (``stream/repairs.py``)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pymysql
+
+from binlake.config import PipelineConfig, SourceConfig
+from binlake.events import AddColumn, Column, SchemaChange, TableId
+from binlake.offsets import BinlogOffset
+from binlake.source.binlog.event_rows import Gap
+from binlake.source.binlog.scan import Boundary
+from binlake.source.server.connection import connect
+from binlake.state.store import StateStore
+
+
+def clocked(source: SourceConfig, changes: list[SchemaChange], boundary: Boundary) -> list[SchemaChange]:
+    """``changes`` with each added column carrying the statement's clock: its time, fraction, and
+    wall-clock time in the session's time zone where a default reads it."""
+    adds = [c for c in changes if isinstance(c, AddColumn)]
+    local = local_time(source, boundary) if any(_reads_local_time(c.column) for c in adds) else None
+    return [
+        replace(c, statement_time=boundary.timestamp, statement_micros=boundary.micros, statement_local=local)
+        if isinstance(c, AddColumn)
+        else c
+        for c in changes
+    ]
+
+
+def local_time(source: SourceConfig, boundary: Boundary) -> dt.datetime | None:
+    """The statement's time in its session time zone, converted by the server as its ``NOW()`` did
+    (the zone the event names: ``SYSTEM``, an offset, or a name from the server's tz tables); None
+    where the event names none or the server no longer knows it."""
+    if boundary.time_zone is None:
+        return None
+    with contextlib.closing(connect(source)) as conn, conn.cursor() as cursor:
+        try:
+            cursor.execute("SET time_zone = %s", (boundary.time_zone,))
+        except pymysql.err.DatabaseError:
+            return None  # e.g. a named zone whose tz tables were dropped since
+        cursor.execute("SELECT FROM_UNIXTIME(%s)", (boundary.timestamp,))
+        row = cursor.fetchone()
+    found = row[0] if row else None
+    return found if isinstance(found, dt.datetime) else None
+
+
+def meet_server_filled(
+    config: PipelineConfig, store: StateStore, changes: Sequence[SchemaChange], at: BinlogOffset
+) -> None:
+    """Hand the statement's gaps (columns only the server could fill, on tables with rows) to the
+    stream's repairs: healed, or the stream stops here (``stream.on_gap``)."""
+    # Here, not at the top: the planning side imports this module and must stay light (pyarrow).
+    from binlake.schema.defaults import existing_rows_value
+    from binlake.state.backfills import BackfillLedger
+    from binlake.state.repairs import RepairLedger
+    from binlake.stream.repairs import StreamRepairs
+
+    gaps = [
+        _server_gap(change, at)
+        for change in changes
+        if isinstance(change, AddColumn)
+        and (clock := change.clock) is not None
+        and existing_rows_value(change.column, clock) is None
+        and _holds_rows(config, change.table)
+    ]
+    if gaps:
+        name = config.pipeline.name
+        heal = config.stream.on_gap == "backfill"
+        StreamRepairs(name, RepairLedger(store, name), BackfillLedger(store), None, heal=heal).meet(gaps)
+
+
+def _holds_rows(config: PipelineConfig, table: TableId) -> bool:
+    from binlake.sink.catalog import open_catalog, sink_name  # light imports: see meet_server_filled
+    from binlake.sink.column_fill import live_rows
+
+    catalog = open_catalog(config)
+    identifier = sink_name(config, table)
+    return catalog.table_exists(identifier) and live_rows(catalog.load_table(identifier)) > 0
+
+
+def _reads_local_time(column: Column) -> bool:
+    """Whether the column's default reads the session's wall clock (``NOW()`` of a DATETIME,
+    ``CURDATE()``)."""
+    default = (column.default or "").lower()
+    return column.data_type in ("datetime", "date") and any(w in default for w in ("now", "cur", "local"))
+
+
+def _server_gap(change: AddColumn, at: BinlogOffset) -> Gap:
+    column = change.column
+    what = (
+        "generated"
+        if column.generated
+        else "AUTO_INCREMENT"
+        if column.auto_increment
+        else f"`DEFAULT {column.default}`"
+    )
+    return Gap(
+        change.table,
+        f"`ADD COLUMN {column.name}` ({what}) gave the rows the table held values the server computed, "
+        "which no row event carries",
+        "none is needed on the source (the values are there, only not in the binlog)",
+        at,
+        change.statement_time or 0,
+    )
