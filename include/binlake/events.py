@@ -204,6 +204,16 @@ class AlterTableCollation:
 
 
 @dataclass(frozen=True)
+class AlterPrimaryKey:
+    """A table's primary key changes (ADD / DROP PRIMARY KEY, a key column's definition): from the
+    statement on, its changes merge on the new key — which the server guarantees unique — and the
+    sink table's identifier fields follow. ``primary_key`` empty: the table has none now."""
+
+    table: TableId
+    primary_key: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TruncateTable:
     table: TableId
 
@@ -227,6 +237,7 @@ SchemaChange = (
     | AlterColumnType
     | AlterColumnDefault
     | AlterTableCollation
+    | AlterPrimaryKey
     | PartitionRowsChanged
     | TruncateTable
     | DropTable
@@ -290,6 +301,7 @@ _CHANGE_KINDS: dict[str, type] = {
     "alter_column_type": AlterColumnType,
     "alter_column_default": AlterColumnDefault,
     "alter_table_collation": AlterTableCollation,
+    "alter_primary_key": AlterPrimaryKey,
     "partition_rows_changed": PartitionRowsChanged,
     "truncate_table": TruncateTable,
     "drop_table": DropTable,
@@ -339,6 +351,13 @@ def describe_change(change: SchemaChange) -> str:
         return f"{change.action} of {change.table} (rows change without row events)"
     if isinstance(change, AlterTableCollation):
         return f"change the default collation of {change.table} to {change.collation}"
+    if isinstance(change, AlterPrimaryKey):
+        key = ", ".join(f"`{k}`" for k in change.primary_key)
+        return (
+            f"change the primary key of {change.table} to ({key})"
+            if key
+            else f"drop the primary key of {change.table}"
+        )
     if isinstance(change, TruncateTable):
         return f"truncate {change.table}"
     if isinstance(change, DropTable):

@@ -7,7 +7,7 @@ import datetime as dt
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from binlake.backfill import BackfillError
 from binlake.config import PipelineConfig
@@ -136,11 +136,16 @@ def checked_plans(
     chosen = [known[t] for t in tables] if tables else plans
     streamed = store.offsets(name).load(STREAM)
     skipped = []
+    keys: dict[TableId, str] = {}
     for stored in chosen:
         schema = schemas.get(stored.table)
         if schema is None:
             raise BackfillError(f"Cannot {action} {stored.table}: the table no longer exists in the source.")
-        column = choose_key_column(schema, stored.key_column)
+        # A keyed table splits by its primary key as it is now (a key change since the plan moved
+        # it: the sink merges, and a backfill clears ranges, on the new one).
+        configured = dict(config.source.chunk_key_columns).get(stored.table.name)
+        column = choose_key_column(schema, configured or (None if schema.primary_key else stored.key_column))
+        keys[stored.table] = column.name
         # A verification takes such a table whole, as one chunk: no row needs placing in a range.
         text = column.is_text and not (action == "verify" and key_range.is_all)
         if text and not tables:
@@ -170,7 +175,7 @@ def checked_plans(
                 f"up to {max(marks)}; the stream is at {streamed or 'its start'}). Fix: run the stream "
                 "(`binlake stream --until-caught-up`) first."
             )
-    return [p for p in chosen if p not in skipped]
+    return [replace(p, key_column=keys[p.table]) for p in chosen if p not in skipped]
 
 
 def clip(chunk: ChunkRange, key_range: KeyRange) -> ChunkRange | None:

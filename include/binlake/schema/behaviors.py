@@ -26,6 +26,7 @@ from binlake.events import (
     AddColumn,
     AlterColumnDefault,
     AlterColumnType,
+    AlterPrimaryKey,
     AlterTableCollation,
     Column,
     CreateTable,
@@ -65,6 +66,8 @@ def sink_changes(
     Raises:
         SchemaChangeRefusedError: behaviour ``exception`` and a change other than a new table.
     """
+    if isinstance(change, AlterPrimaryKey):
+        return _key_change(change, behavior, routed)
     if behavior == "ignore" or isinstance(change, AlterColumnDefault | AlterTableCollation):
         return []  # defaults and a table's default collation are not part of the sink's schema
     if isinstance(change, PartitionRowsChanged) and behavior in ("evolve", "try_evolve"):
@@ -88,6 +91,23 @@ def sink_changes(
     elif behavior in ("evolve", "try_evolve"):
         return [change]
     return _lenient(change, safe_widening, source_after)
+
+
+def _key_change(change: AlterPrimaryKey, behavior: str, routed: bool) -> list[SchemaChange]:
+    """A new primary key is how the sink's rows are merged from here on, whatever the behaviour
+    (under ``ignore`` too: merging on the old key, no longer unique, would go wrong)."""
+    if behavior == "exception":
+        raise SchemaChangeRefusedError(
+            "`pipeline.schema_change_behavior` is `exception`, which fails on every schema change but "
+            "a new table"
+        )
+    if routed:
+        raise SchemaChangeRefusedError(
+            f"{change.table}'s primary key changes, but its sink table is shared by routed tables, whose "
+            "rows merge on one key. Fix: give the tables the same key, or route this one elsewhere and "
+            f"backfill it (`binlake backfill --table {change.table}`)"
+        )
+    return [change]
 
 
 def _lenient(

@@ -14,6 +14,7 @@ from binlake.events import (
     AddColumn,
     AlterColumnDefault,
     AlterColumnType,
+    AlterPrimaryKey,
     AlterTableCollation,
     CreateTable,
     DropColumn,
@@ -52,6 +53,10 @@ def evolve(table: TableId, schema: CreateTable | None, change: SchemaChange) -> 
         raise SchemaEvolutionError(f"{change} changes {table}, whose schema is unknown")
     if isinstance(change, AlterTableCollation):
         return replace(schema, collation=change.collation)
+    if isinstance(change, AlterPrimaryKey):
+        for key in change.primary_key:
+            schema.column(key)  # a key of columns the table has
+        return replace(schema, primary_key=change.primary_key)
     names = [c.name.lower() for c in schema.columns]
     columns = list(schema.columns)
     keys = list(schema.primary_key)

@@ -43,6 +43,7 @@ from binlake.config import PipelineConfig, TransformRule
 from binlake.events import (
     AddColumn,
     AlterColumnType,
+    AlterPrimaryKey,
     Column,
     CreateTable,
     DropColumn,
@@ -357,6 +358,13 @@ def sink_changes_through(
     if isinstance(change, CreateTable):
         return [compile_transform(transform.spec, change).sink]
     star = transform.star
+    if isinstance(change, AlterPrimaryKey):
+        raise TransformError(
+            f"{transform.where}: the source's primary key changes to ({', '.join(change.primary_key)}), but "
+            "the sink table's rows are the transform's projection keyed by the old one. Fix: change the "
+            f"transform for the new key, then backfill the table (`binlake backfill --table "
+            f"{transform.table.table}`)."
+        )
     if isinstance(change, AddColumn):
         return None if star else []
     if isinstance(change, DropColumn):

@@ -15,6 +15,7 @@ from binlake.events import (
     AddColumn,
     AlterColumnDefault,
     AlterColumnType,
+    AlterPrimaryKey,
     AlterTableCollation,
     Column,
     CreateTable,
@@ -199,9 +200,8 @@ def test_statements_that_change_no_table_are_ignored(statement: str) -> None:
         ("CREATE TABLE t AS SELECT 1 AS a", "SELECT"),
         ("CREATE TABLE t2 (a INT) SELECT 1 AS a", "SELECT"),
         ("CREATE TABLE t2 LIKE unknown", "does not know"),
-        ("ALTER TABLE t ADD PRIMARY KEY (a)", "primary key"),
-        ("ALTER TABLE t DROP PRIMARY KEY", "primary key"),
-        ("ALTER TABLE t ADD c INT AUTO_INCREMENT PRIMARY KEY", "primary key"),
+        ("ALTER TABLE t ADD PRIMARY KEY (a)", "has a primary key already"),
+        ("ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (nothing)", "no column `nothing`"),
         ("ALTER TABLE t ADD c SOMETYPE", "."),
         ("ALTER TABLE unknown ADD c INT", "does not know"),
     ],
@@ -262,6 +262,17 @@ def test_create_like_copies_the_known_schema() -> None:
         ("a DECIMAL(5,2) DEFAULT '1.5'", "decimal(5,2)", {"default": "1.50"}),
         ("a BIT(3) DEFAULT b'101'", "bit(3)", {"default": "b'101'"}),
         ("a YEAR DEFAULT 1", "year(4)", {"default": "2001"}),
+        # the synonyms and zero sizes the server accepts (the DDL tail of the peers' suites)
+        ("a SMALLINT(0)", "smallint(6)", {}),
+        ("a INT(0) UNSIGNED", "int(10) unsigned", {}),
+        ("a NATIONAL VARCHARACTER(10)", "varchar(10)", {"charset": "utf8mb3"}),
+        ("a LONG CHAR VARYING", "mediumtext", {"charset": "utf8mb4"}),
+        ("a LONG CHARACTER VARYING", "mediumtext", {"charset": "utf8mb4"}),
+        ("a LONG CHARACTER SET latin1", "mediumtext", {"charset": "latin1"}),
+        ("a LONG VARBINARY", "mediumblob", {"charset": None}),
+        ("a DOUBLE(0,0)", "double", {"precision": 22, "scale": None}),
+        ("a TEXT(0)", "text", {"length": 65535}),
+        ("a BLOB(0)", "blob", {"length": 65535}),
     ],
 )  # fmt: skip
 def test_column_types_are_read_as_the_server_stores_them(
@@ -296,6 +307,33 @@ def test_columns_named_like_types_keep_their_names() -> None:
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("statement", "key"),
+    [
+        ("ALTER TABLE t DROP PRIMARY KEY", ()),
+        ("ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, old)", ("id", "old")),
+        ("ALTER TABLE t DROP PRIMARY KEY, ADD CONSTRAINT pk PRIMARY KEY USING BTREE (OLD(3) DESC)", ("old",)),
+        ("ALTER TABLE t DROP PRIMARY KEY, ADD (c INT NOT NULL, PRIMARY KEY (c))", ("c",)),
+        ("ALTER TABLE t DROP PRIMARY KEY, CHANGE old nm VARCHAR(20) PRIMARY KEY", ("nm",)),
+        ("ALTER TABLE t DROP PRIMARY KEY, DROP COLUMN id, ADD c INT AUTO_INCREMENT PRIMARY KEY", ("c",)),
+    ],
+)
+def test_primary_key_changes(statement: str, key: tuple[str, ...]) -> None:
+    changes = parse_ddl(statement, "db", _known)
+    assert changes[-1] == AlterPrimaryKey(TableId("db", "t"), key)
+    schema = _known(TableId("db", "t"))
+    for change in changes:
+        schema = evolve(TableId("db", "t"), schema, change)
+    assert schema is not None
+    assert schema.primary_key == key
+    assert all(not schema.column(k).nullable for k in key)  # the server makes them NOT NULL
+
+
+def test_a_renamed_key_column_is_no_key_change() -> None:
+    changes = parse_ddl("ALTER TABLE t RENAME COLUMN id TO ident", "db", _known)
+    assert not any(isinstance(c, AlterPrimaryKey) for c in changes)
+
+
 def test_modify_of_a_key_column_keeps_it_not_null() -> None:
     (change,) = parse_ddl("ALTER TABLE t MODIFY id BIGINT", "db", _known)
     assert isinstance(change, AlterColumnType)
@@ -322,6 +360,10 @@ ORACLE = [
     "ADD zz VARCHAR(5) BINARY",
     "ALTER TABLE t ADD t1 TINYINT(1), ADD t2 SMALLINT UNSIGNED, ADD t3 MEDIUMINT, ADD t4 DECIMAL, "
     "ADD t5 NUMERIC(5)",
+    "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, b)",
+    "ALTER TABLE t DROP PRIMARY KEY",
+    "ALTER TABLE t DROP PRIMARY KEY, ADD d2 INT AUTO_INCREMENT PRIMARY KEY FIRST",
+    "ALTER TABLE t DROP PRIMARY KEY, MODIFY d DECIMAL(8,2) PRIMARY KEY",
 ]
 
 

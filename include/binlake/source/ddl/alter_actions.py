@@ -4,13 +4,14 @@ server's way and states the result as changes)."""
 from __future__ import annotations
 
 from binlake.events import (
+    AlterPrimaryKey,
     CreateTable,
     PartitionRowsChanged,
     RenameTable,
     SchemaChange,
     TableId,
 )
-from binlake.source.ddl.alter import AlterPlan, differences, resolve
+from binlake.source.ddl.alter import AlterPlan, differences, key_changed, resolve
 from binlake.source.ddl.clauses import (
     ITEM_WORDS,
     NO_CHANGE,
@@ -18,6 +19,7 @@ from binlake.source.ddl.clauses import (
     DdlScope,
     column_position,
     declares_primary,
+    key_item,
     merge_engine,
     skip_order_by,
     skip_partition_list,
@@ -60,13 +62,10 @@ class AlterReader(DdlScope):
             plan = self._actions(cur, table, (charset_of(plan.collation), plan.collation), current)
         if current is None:
             return self._unknown_alter(table, plan)
-        if plan.key_change is not None:
-            raise UnparsedDdlError(
-                f"{plan.key_change} of {table}: changing a primary key is not a schema change binlake "
-                "can follow (the sink's rows are keyed by it)"
-            )
         after, origins, placed = resolve(current, plan)
         changes = differences(current, after, origins, placed)
+        if key_changed(current, after, origins):
+            changes.append(AlterPrimaryKey(table, after.primary_key))
         changes += [PartitionRowsChanged(t, action) for t, action in plan.rows_changed]
         if plan.new_name is not None and plan.new_name != table:
             changes.append(RenameTable(table, plan.new_name))
@@ -113,7 +112,7 @@ class AlterReader(DdlScope):
             definition = column_definition(cur, new, charset, self.charsets)
             plan.definitions.append((old.lower(), definition, column_position(cur), if_exists))
             if definition.primary_key:
-                plan.key_change = f"{word} … PRIMARY KEY"
+                plan.new_key = [new]
         elif word == "DROP":
             cur.next()
             self._drop_action(cur, table, plan)
@@ -167,8 +166,7 @@ class AlterReader(DdlScope):
     def _add(self, cur: Cursor, plan: AlterPlan, charset: tuple[str, str]) -> None:
         word = cur.peek_upper()
         if word in ("PRIMARY",) or (word == "CONSTRAINT" and declares_primary(cur)):
-            plan.key_change = "ADD PRIMARY KEY"
-            cur.skip_item()
+            plan.new_key = key_item(cur)
             return
         if word in ITEM_WORDS or word in ("PERIOD", "SYSTEM"):
             cur.skip_item()
@@ -181,11 +179,9 @@ class AlterReader(DdlScope):
         if cur.accept_punct("("):
             while True:
                 if cur.peek_upper() in ITEM_WORDS:
-                    if cur.peek_upper() == "PRIMARY" or (
-                        cur.peek_upper() == "CONSTRAINT" and declares_primary(cur)
-                    ):
-                        plan.key_change = "ADD PRIMARY KEY"
-                    cur.skip_item()
+                    keys = key_item(cur)  # None: another kind of key
+                    if keys is not None:
+                        plan.new_key = keys
                 else:
                     self._add_column(cur, plan, charset, if_not_exists, positioned=False)
                 if cur.accept_punct(")"):
@@ -201,12 +197,12 @@ class AlterReader(DdlScope):
         position = column_position(cur) if positioned else None
         plan.definitions.append((None, definition, position, if_not_exists))
         if definition.primary_key:
-            plan.key_change = "ADD … PRIMARY KEY"
+            plan.new_key = [name]
 
     def _drop_action(self, cur: Cursor, table: TableId, plan: AlterPlan) -> None:
         word = cur.peek_upper()
         if word == "PRIMARY":
-            plan.key_change = "DROP PRIMARY KEY"
+            plan.drop_key = True
             cur.skip_item()
         elif word == "PARTITION":
             skip_partition_list(cur)

@@ -144,7 +144,8 @@ def _int(text: str) -> int:
 def _integer(name: str, params: list[str], spec: TypeSpec, serial: bool = False) -> Column:
     data_type, precision, signed_width, unsigned_width = _INTEGERS[name]
     unsigned = spec.unsigned or serial
-    width = _int(params[0]) if params else (unsigned_width if unsigned else signed_width)
+    # INT(0): a display width of 0 is the type's default width
+    width = (_int(params[0]) if params else 0) or (unsigned_width if unsigned else signed_width)
     column_type = (
         f"{data_type}({width})" + (" unsigned" if unsigned else "") + (" zerofill" if spec.zerofill else "")
     )
@@ -170,7 +171,7 @@ def _floating(head: str, params: list[str], spec: TypeSpec) -> Column:
         params = []
     name = "double" if double else "float"
     suffix = (" unsigned" if spec.unsigned else "") + (" zerofill" if spec.zerofill else "")
-    if len(params) == 2:
+    if len(params) == 2 and _int(params[0]) > 0:  # DOUBLE(0,0): no precision given, as DOUBLE
         return Column("", name, f"{name}({params[0]},{params[1]}){suffix}", unsigned=spec.unsigned,
                       precision=_int(params[0]), scale=_int(params[1]))  # fmt: skip
     return Column("", name, name + suffix, unsigned=spec.unsigned, precision=22 if double else 12)
@@ -186,9 +187,14 @@ def members_column(kind: str, members: list[str | bytes], charset: str = "utf8mb
     return Column("", kind, f"{kind}({quoted})", length=length, values=values)
 
 
+_LOBS = ("TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB", "TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT")
+
+
 def _string(words: list[str], params: list[str], spec: TypeSpec) -> Column:
     head = words[0]
     length = _int(params[0]) if params else None
+    if length == 0 and head in _LOBS:
+        length = None  # TEXT(0), BLOB(0): as TEXT and BLOB
     if head == "LONG":  # LONG, LONG VARCHAR: MEDIUMTEXT; LONG VARBINARY: MEDIUMBLOB
         blob = words[1:2] == ["VARBINARY"]
         return Column("", "mediumblob" if blob else "mediumtext", "mediumblob" if blob else "mediumtext",
@@ -203,7 +209,11 @@ def _string(words: list[str], params: list[str], spec: TypeSpec) -> Column:
     if head in ("TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT"):
         # TEXT(n) holds n characters: its size depends on the charset, resolved later
         return Column("", "text*", head.lower(), length=length)
-    varying = head in ("VARCHAR", "NVARCHAR", "VARCHARACTER") or "VARYING" in words or words[-1] == "VARCHAR"
+    varying = (
+        head in ("VARCHAR", "NVARCHAR", "VARCHARACTER")
+        or "VARYING" in words
+        or words[-1] in ("VARCHAR", "VARCHARACTER")
+    )
     if head in ("CHAR", "CHARACTER", "NCHAR", "NATIONAL", "VARCHAR", "NVARCHAR", "VARCHARACTER"):
         if head in ("NCHAR", "NVARCHAR", "NATIONAL"):
             spec.charset = spec.charset or "utf8mb3"

@@ -65,6 +65,8 @@ def _type_words(cur: Cursor) -> list[str]:
         "CHARACTER": ("VARYING",),
         "LONG": ("VARCHAR", "VARBINARY"),  # LONG BINARY: MEDIUMTEXT with the BINARY attribute
     }
+    if first.upper == "LONG" and cur.peek_upper() in ("CHAR", "CHARACTER") and cur.peek_upper(1) == "VARYING":
+        words.append(cur.next().upper)  # LONG CHAR VARYING: MEDIUMTEXT (not LONG's CHARACTER SET …)
     while words[-1] in follows and cur.peek_upper() in follows[words[-1]]:
         words.append(cur.next().upper)
         if words[-1] == "CHAR" and cur.peek_upper() == "VARYING":
