@@ -112,7 +112,7 @@ def resolve(current: CreateTable, plan: AlterPlan) -> tuple[CreateTable, list[st
         elif old in old_names and position is not None and old not in plan.drops:
             _place(slots, Slot(definition.column, old), position, current.table)
     keys = _new_key(current, slots, plan)
-    columns = tuple(replace(s.column, nullable=False) if s.column.name in keys else s.column for s in slots)
+    columns = tuple(_keyed(s.column) if s.column.name in keys else s.column for s in slots)
     after = CreateTable(
         current.table, columns, tuple(keys), current.comment, plan.collation or current.collation
     )
@@ -151,6 +151,14 @@ def _new_key(current: CreateTable, slots: list[Slot], plan: AlterPlan) -> list[s
     if missing:
         raise UnparsedDdlError(f"ADD PRIMARY KEY: {current.table} has no column `{missing[0]}`")
     return [names[k.lower()] for k in plan.new_key]
+
+
+def _keyed(column: Column) -> Column:
+    """A key column: NOT NULL, so a NULL default (a nullable column's) is no default any more."""
+    if not column.nullable:
+        return column
+    default = None if (column.default or "").upper() == "NULL" else column.default
+    return replace(column, nullable=False, default=default)
 
 
 def key_changed(current: CreateTable, after: CreateTable, origins: list[str | None]) -> bool:
