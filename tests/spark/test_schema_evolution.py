@@ -392,13 +392,12 @@ def test_a_table_statement_it_cannot_read_stops_evolve_naming_where(
     _start(mariadb, database, config, spark, "CREATE TABLE t (id INT PRIMARY KEY, v INT)")
     mariadb.execute(
         "INSERT INTO t VALUES (1, 1)",
-        "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)",
+        "CREATE TABLE base (id INT) ENGINE=MyISAM",
+        "CREATE TABLE m (id INT) ENGINE=MERGE UNION=(base)",  # holds no rows of its own
         "INSERT INTO t VALUES (2, 2)",
         database=database,
     )
-    with pytest.raises(
-        StreamError, match=r"table statement at binlog\.\d+:\d+ could not be read.*primary key"
-    ):
+    with pytest.raises(StreamError, match=r"table statement at binlog\.\d+:\d+ could not be read.*MERGE"):
         run_stream(config, spark, until_caught_up=True)
     assert [r["id"] for r in sink_rows(config, TableId(database, "t"))] == [1]
 

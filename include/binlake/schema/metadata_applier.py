@@ -241,6 +241,12 @@ class IcebergMetadataApplier:
         if not _has(table, change.name):
             return ApplyResult(change, "no-op", f"column {change.name} is gone")
         keys = identifier_columns(table.schema())
+        field_id = table.schema().find_field(change.name).field_id
+        if any(f.source_id == field_id for f in table.spec().fields):
+            raise UnsupportedSchemaChangeError(
+                change,
+                f"the sink table is partitioned by `{change.name}` (`sink.bucket_count`: part of its key)",
+            )
         with table.update_schema() as update:
             if change.name in keys:  # the statement's AlterPrimaryKey, next, names the key it leaves
                 update.set_identifier_fields(*(k for k in keys if k != change.name))
