@@ -46,6 +46,12 @@ class StreamConfig(Model):
     (the stream records it and waits: Airflow's DDL DAG applies it)."""
     schema_change_timeout_s: float = Field(default=180.0, gt=0)
     """How long the stream waits for an external applier before it fails, naming the change."""
+    metrics_address: str | None = Field(default=None, pattern=r"^[^:\s]*:\d+$")
+    """``host:port`` where the stream serves its Prometheus metrics (``/metrics``); off unless set
+    (``:9464``: every interface)."""
+    metrics_textfile: Path | None = None
+    """A file the stream rewrites with its metrics after each batch (node_exporter's textfile
+    collector reads it): the way for a stream Airflow runs, whose address moves between workers."""
     on_gap: Literal["stop", "backfill"] = "backfill"
     """What the stream does at a change it cannot replicate (a statement-logged write, an insert
     whose default it cannot read, a column only the server could fill): ``backfill`` holds that

@@ -17,9 +17,11 @@ from binlake.config import PipelineConfig
 from binlake.events import describe_change
 from binlake.offsets import BinlogOffset
 from binlake.state.backfills import BackfillLedger
+from binlake.state.leases import Command
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.repairs import RepairLedger
 from binlake.state.store import StateStore, StoredPlan
+from binlake.state.tables import utc_now
 from binlake.stream.positions import HEAD
 from binlake.stream.repairs import HEAL_PREFIX
 
@@ -53,6 +55,10 @@ class StreamStatus(BaseModel):
     source_checked_at: str | None
     caught_up: bool
     last_batch: BatchStatus | None
+    running: bool = False
+    """Whether a live process holds the stream's writer lease."""
+    writer: str | None = None
+    """Who holds (or last held) it."""
 
 
 class SchemaChangeStatus(BaseModel):
@@ -149,7 +155,11 @@ def _stream(store: StateStore, pipeline: str) -> StreamStatus | None:
     head = store.offsets(pipeline).load_record(HEAD)
     batches = store.stream_history(pipeline).batches(limit=1)
     last = batches[0] if batches else None
+    lease = store.writers(pipeline).current(str(Command.STREAM))
+    running = lease is not None and lease.expires_at > utc_now() and not lease.holder.gone()
     return StreamStatus(
+        running=running,
+        writer=lease.describe() if lease is not None else None,
         offset=applied[0].to_dict(),
         applied_at=applied[1].isoformat(),
         source_head=head[0].to_dict() if head else None,
@@ -237,6 +247,24 @@ def _backfills(store: StateStore, pipeline: str) -> list[BackfillStatus]:
         )
         for backfill_id, units in list(by_id.items())[-RECENT:]
     ]
+
+
+def stream_problems(status: PipelineStatus, max_lag_s: float | None) -> list[str]:
+    """Why a script watching the stream should be told (``binlake status --max-lag``): none when it
+    runs and is no further behind than ``max_lag_s``."""
+    stream = status.stream
+    if stream is None:
+        return [f"pipeline `{status.pipeline}` has no stream yet (run `binlake stream`)"]
+    problems = [] if stream.running else [f"the stream of `{status.pipeline}` is not running"]
+    lag = stream.last_batch.lag_s if stream.last_batch is not None else None
+    if max_lag_s is not None and not stream.caught_up and lag is not None and lag > max_lag_s:
+        problems.append(
+            f"the stream of `{status.pipeline}` is {lag:.0f} s behind (more than {max_lag_s:g} s)"
+        )
+    if status.repairs:
+        held = ", ".join(r.table for r in status.repairs)
+        problems.append(f"tables held back by a gap: {held}")
+    return problems
 
 
 def _repairs(store: StateStore, pipeline: str) -> list[RepairStatus]:

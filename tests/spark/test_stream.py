@@ -253,6 +253,10 @@ def test_small_batches_by_byte_budget_and_an_idle_source(
         assert checked_later[1] > checked[1]  # heartbeats go on
         server.execute("UPDATE t SET v = 'after idle' WHERE id <= 5", database=database)
         _wait_until(lambda: store.offsets("test").load(STREAM) == _plain(head(server)), 90)
+        watched = run_binlake("--config", str(write_config_file(tmp_path, config, server)), "status",
+                              "--max-lag", "60")  # fmt: skip
+        assert watched.returncode == 0, watched.output  # running, caught up: nothing to tell
+        assert "stream (running)" in watched.stdout
     finally:
         stop.set()
         stream.join(60)
@@ -264,6 +268,11 @@ def test_small_batches_by_byte_budget_and_an_idle_source(
     stream_status = json.loads(status.stdout)["stream"]
     assert stream_status["caught_up"] is True
     assert stream_status["last_batch"]["changes"][f"{database}.t"]["upserts"] == 5
+    assert stream_status["running"] is False
+    down = run_binlake("--config", str(write_config_file(tmp_path, config, server)), "status", "--json",
+                       "--max-lag", "60")  # fmt: skip
+    assert down.returncode == 1
+    assert "status: the stream of `test` is not running" in down.stderr
 
 
 def _plain(offset: Any) -> Any:

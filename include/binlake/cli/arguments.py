@@ -101,6 +101,11 @@ def parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="the plan, chunk progress and the stream's offset and lag")
     status.set_defaults(handler=status_command)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.add_argument(
+        "--max-lag", type=float, metavar="SECONDS",
+        help="exit 1 (naming why) when the stream is not running, is more than SECONDS behind, or holds "
+        "tables back: for scripts and monitors",
+    )  # fmt: skip
     quality = commands.add_parser(
         "quality", help="validate the sink tables with great-expectations; Data Docs under work_dir/reports"
     )

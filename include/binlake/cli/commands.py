@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -268,13 +269,25 @@ def quality_command(args: argparse.Namespace) -> int:
     return EXIT_CHECKS_FAILED if failed else EXIT_OK
 
 
+def _watched(status: Any, max_lag: float | None) -> int:
+    """``--max-lag``: what is wrong with the stream, on stderr, and exit 1; else 0."""
+    from binlake.status import stream_problems
+
+    if max_lag is None:
+        return EXIT_OK
+    problems = stream_problems(status, max_lag)
+    for problem in problems:
+        print(f"status: {problem}", file=sys.stderr)
+    return EXIT_CHECKS_FAILED if problems else EXIT_OK
+
+
 def status_command(args: argparse.Namespace) -> int:
     from binlake.status import pipeline_status
 
     status = pipeline_status(_load(args.config))
     if args.json:
         print(status.model_dump_json(indent=2))
-        return EXIT_OK
+        return _watched(status, args.max_lag)
     if status.stream:
         print(stream_line(status.stream))
     for change in status.schema_changes:
@@ -311,7 +324,7 @@ def status_command(args: argparse.Namespace) -> int:
     )
     switch = BinlogOffset.from_dict(status.switch_offset) if status.switch_offset else None
     print(f"stream start (switch) offset: {switch or 'not yet: the snapshot is unfinished'}")
-    return EXIT_OK
+    return _watched(status, args.max_lag)
 
 
 def maintain_command(args: argparse.Namespace) -> int:

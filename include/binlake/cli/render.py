@@ -55,7 +55,8 @@ def stream_line(stream: StreamStatus) -> str:
         lag = "behind"
     seen = f", source last checked {stream.source_checked_at}" if stream.source_checked_at else ""
     batch = f"; last batch {last.batch_id}: {last.rows:,} changes at {last.finished_at}" if last else ""
-    return f"stream: applied up to {offset} ({lag}{seen}){batch}"
+    running = "running" if stream.running else "not running"
+    return f"stream ({running}): applied up to {offset} ({lag}{seen}){batch}"
 
 
 def print_units(counts: dict[str, int]) -> None:

@@ -59,6 +59,7 @@ from binlake.stream.apply import BatchApplier
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.failover import BinlogAnchor
+from binlake.stream.metrics import stream_metrics
 from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes
 from binlake.stream.repairs import StreamRepairs
 from binlake.stream.schema_changes import SchemaTracker
@@ -211,7 +212,11 @@ def _stream(
         )
         held = sorted(sink.writer.identifier for sink in sinks.values())
 
+        metrics = stream_metrics(config, store, lambda: len(repairs.held()), fence.epoch)
+
         def on_batch(batch: StreamBatch) -> None:
+            if metrics is not None:
+                metrics.after_batch(batch, batch.phases)
             report.add(batch)
             report.seconds = time.monotonic() - started
             if progress is not None:
@@ -243,7 +248,11 @@ def _stream(
         )
         _hold(store, name, held, fence, ())
         healer = Healer(config, spark, repairs, fence.check) if repairs.heal else None
-        with frozen_heap(), healer or contextlib.nullcontext():  # frozen: what lives now outlives the stream
+        with (
+            frozen_heap(),
+            healer or contextlib.nullcontext(),
+            metrics or contextlib.nullcontext(),
+        ):  # frozen: what lives now outlives the stream
             run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
             if until_caught_up and healer is not None:
                 _heal_before_ending(config, spark, applier, healer, start.offset, origin, stop)

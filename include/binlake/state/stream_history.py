@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import delete, select
 from sqlalchemy.engine import Engine
@@ -38,6 +38,8 @@ class StreamBatch:
     lag_s: float | None
     """Seconds between the newest event's time and the end of the batch."""
     finished_at: dt.datetime
+    phases: dict[str, float] = field(default_factory=dict, compare=False)
+    """Seconds per phase of the batch (``stream.batch_clock``); not stored."""
 
 
 class StreamHistory:

@@ -246,6 +246,7 @@ class BatchApplier:
             time.monotonic() - started,
             max(0.0, finished.timestamp() - newest) if newest else None,
             finished,
+            clock.spent,  # the state phase, below, joins it before anyone reads it
         )
         crash_point("after-commit")
         units = [u for parts in by_sink.values() for p in parts for u in p.units]

@@ -31,8 +31,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import start_http_server, write_to_textfile
 
+from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
+from binlake.state.offset_names import STREAM
+from binlake.state.store import StateStore
 from binlake.state.stream_history import StreamBatch
 
 log = logging.getLogger(__name__)
@@ -214,3 +217,22 @@ def source_behind(
     if row is None:
         return None, at
     return bytes_behind(BinlogOffset(str(row[0]), int(row[1])), at, sizes), at
+
+
+def stream_metrics(
+    config: PipelineConfig, store: StateStore, held: Callable[[], int], epoch: int
+) -> MetricsServer | None:
+    """The metrics of ``config``'s stream, if it asks for any (``stream.metrics_*``)."""
+    stream = config.stream
+    if stream.metrics_address is None and stream.metrics_textfile is None:
+        return None
+    metrics = StreamMetrics(config.pipeline.name)
+    metrics.epoch.set(epoch)
+    name = config.pipeline.name
+    return MetricsServer(
+        metrics,
+        stream.metrics_address,
+        stream.metrics_textfile,
+        lambda: source_behind(config.source, lambda: store.offsets(name).load(STREAM)),
+        held,
+    )
