@@ -27,7 +27,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
 AIRFLOW_HOME_DIR ?= $(CURDIR)/.binlake/airflow
 AIRFLOW_PORT ?= 8080
 
-.PHONY: help demo demo-stop airflow test test-fast lint compose-check setup system-deps lock clean spark-package
+.PHONY: help demo demo-stop airflow test test-fast lint compose-check setup system-deps lock clean spark-package docs
 
 help:
 	@echo "make demo       run binlake on the embedded defaults (private MariaDB with the demo database)"
@@ -35,6 +35,7 @@ help:
 	@echo "make test-fast  the tests without the slow end-to-end ones"
 	@echo "make demo-stop  stop the demo MariaDB"
 	@echo "make airflow    Airflow (standalone, http://127.0.0.1:$(AIRFLOW_PORT)) with the demo pipeline's DAGs"
+	@echo "make docs       the configuration reference from the code, then the docs site (.binlake/site)"
 
 ## The main job on embedded defaults.
 demo: setup
@@ -54,7 +55,15 @@ demo: setup
 	  $(BIN)/binlake --config $(CONFIG) quality --run-name demo && \
 	  $(BIN)/binlake --config $(CONFIG) verify && \
 	  $(BIN)/python -m binlake.testing --dir $(DEMO_DIR) compare --config $(CONFIG)
-	@echo "The demo MariaDB keeps running for the next steps; stop it with 'make demo-stop'."
+	@echo ""
+	@echo "Next steps (the demo MariaDB keeps running; its port and password: $(DEMO_DIR)/demo.env):"
+	@echo "  set -a; source $(DEMO_DIR)/demo.env; set +a"
+	@echo "  $(BIN)/binlake --config $(CONFIG) status          # where the stream is, table by table"
+	@echo "  $(BIN)/python -m binlake.testing --dir $(DEMO_DIR) workload --seconds 60 &  # live writes"
+	@echo "  $(BIN)/binlake --config $(CONFIG) stream          # follow them (Ctrl-C stops between batches)"
+	@echo "  make airflow                                       # the same pipeline as Airflow DAGs"
+	@echo "  quality report: .binlake/reports/ (open index.html); docs: docs/ (make docs)"
+	@echo "  make demo-stop                                     # stop the demo MariaDB"
 
 demo-stop: setup
 	$(BIN)/python -m binlake.testing --dir $(DEMO_DIR) down
@@ -77,6 +86,12 @@ airflow: setup
 	  $(BIN)/airflow pools set binlake 2 "binlake snapshot Spark jobs" >/dev/null && \
 	  echo "Airflow on http://127.0.0.1:$(AIRFLOW_PORT): user admin, password in $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json.generated" && \
 	  exec $(BIN)/python -m binlake.airflow.standalone  # Ctrl-C or SIGTERM stops every process it started
+
+## The docs: the configuration reference rendered from the config models, then the site (offline).
+docs: setup
+	$(BIN)/python -m binlake.config_reference > docs/configuration.md
+	$(BIN)/mkdocs build --strict --quiet
+	@echo "docs: .binlake/site/index.html"
 
 ## The test suite: lint, types, docker-compose.yaml, then every test (CI runs exactly this).
 test: setup lint compose-check

@@ -74,8 +74,8 @@ def test_modules_stay_small(path: Path) -> None:
     assert len(path.read_text().splitlines()) <= LIMIT
 
 
-#: The data flow's order (README, "Layout"): the parts every step uses, then the steps in the
-#: order data goes through them, then the adapters that run them. An import may go to its own
+#: The data flow's order (docs/architecture.md, "Layout"): the parts every step uses, then the steps
+#: in the order data goes through them, then the adapters that run them. An import may go to its own
 #: rank or an earlier one, never to a later step.
 RANKS = {
     **dict.fromkeys(
@@ -84,6 +84,7 @@ RANKS = {
             "config",
             "config_base",
             "config_file",
+            "config_jobs",
             "config_stream",
             "config_tls",
             "errors",
@@ -98,7 +99,7 @@ RANKS = {
     "stream": 4,
     "quality": 5,
     **dict.fromkeys(["backfill", "verify"], 6),
-    **dict.fromkeys(["status", "spark", "airflow", "cli", "testing"], 7),
+    **dict.fromkeys(["status", "config_reference", "spark", "airflow", "cli", "testing"], 7),
 }
 
 

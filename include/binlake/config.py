@@ -1,10 +1,10 @@
 """Pipeline configuration: a YAML file read into typed, validated, frozen pydantic models.
 
-Every key is documented here and in the README's config reference; unknown keys are refused
-(a typo must not silently fall back to a default). String values may use ``${ENV_VAR}`` or
-``${ENV_VAR:-default}``; interpolation happens after YAML parsing, so a password with ``#`` or
-``: `` in it cannot break the file (``config_file`` reads a file). Passwords are ``SecretStr``:
-never shown by repr, logs or errors.
+Every key is documented here, under its field (docs/configuration.md is rendered from that);
+unknown keys are refused (a typo must not silently fall back to a default). String values may use
+``${ENV_VAR}`` or ``${ENV_VAR:-default}``; interpolation happens after YAML parsing, so a password
+with ``#`` or ``: `` in it cannot break the file (``config_file`` reads a file). Passwords are
+``SecretStr``: never shown by repr, logs or errors.
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from binlake.config_base import Model
+from binlake.config_jobs import AirflowConfig, BackfillConfig, QualityConfig, VerifyConfig
 from binlake.config_stream import StreamConfig
 from binlake.config_tls import TlsConfig
 
-__all__ = ["StreamConfig", "TlsConfig"]  # their sections live in modules of their own
+# their sections live in modules of their own
+__all__ = ["AirflowConfig", "BackfillConfig", "QualityConfig", "StreamConfig", "TlsConfig", "VerifyConfig"]
 
 SchemaChangeBehavior = Literal["exception", "evolve", "try_evolve", "lenient", "ignore"]
 StartupMode = Literal[
     "initial", "snapshot", "latest-offset", "earliest-offset", "specific-offset", "timestamp"
 ]
-OnFailure = Literal["fail", "warn"]
 
 SCHEMA_CHANGE_BEHAVIORS: tuple[str, ...] = get_args(SchemaChangeBehavior)
 STARTUP_MODES: tuple[str, ...] = get_args(StartupMode)
@@ -135,7 +136,9 @@ class StartupOffset(Model):
 
 class ServerIdRange(Model):
     start: int
+    """The first replica id."""
     end: int
+    """The last replica id (the range holds both ends)."""
 
     def __len__(self) -> int:
         return self.end - self.start + 1
@@ -145,9 +148,14 @@ class SourceConfig(Model):
     type: Literal["mysql"] = "mysql"
     """Source kind: MySQL 5.7+ or MariaDB 10.5+."""
     hostname: str
+    """The server to read (a primary, or a replica with ``log_slave_updates``)."""
     port: int = Field(default=3306, ge=1, le=65535)
+    """The server's port."""
     username: str
+    """The CDC user (least privilege: ``SELECT``, ``RELOAD``, ``SHOW DATABASES``, ``REPLICATION
+    SLAVE``, ``REPLICATION CLIENT``)."""
     password: SecretStr = SecretStr("")
+    """Its password (``${VAR}``; never shown by repr, logs or errors)."""
     server_id: ServerIdRange = Field(default_factory=lambda: ServerIdRange(start=5400, end=5408))
     """Replica server id(s) for binlog readers: an int or a range ``"5400-5408"``; each reader
     needs its own, so give at least as many as ``pipeline.parallelism``."""
@@ -166,11 +174,15 @@ class SourceConfig(Model):
     chunk_key_columns: dict[str, str] = Field(default_factory=dict)
     """``database.table`` → column to split on, for tables without a primary key."""
     startup_mode: StartupMode = "initial"
+    """Where the stream starts: ``initial`` (a snapshot, then the binlog), ``snapshot`` (only the
+    snapshot), ``latest-offset``, ``earliest-offset``, ``specific-offset``, ``timestamp`` (Flink
+    CDC's meanings)."""
     startup_offset: StartupOffset | None = None
     """Where ``specific-offset`` starts."""
     startup_timestamp_ms: int | None = Field(default=None, ge=0)
     """Where ``timestamp`` starts: epoch milliseconds."""
     connect_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a connection to the source may take to open."""
     replica_label: str | None = Field(default=None, max_length=60)
     """How binlake's binlog readers name themselves to the server (``SHOW SLAVE HOSTS``; default
     ``binlake:<pipeline>``): ``validate`` tells them from other replicas using the same ids."""
@@ -261,6 +273,7 @@ class CatalogConfig(Model):
 
 class SinkConfig(Model):
     type: Literal["iceberg"] = "iceberg"
+    """The sink: Apache Iceberg tables."""
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)
     namespace: str | None = None
     """Iceberg namespace; default: the source table's database name."""
@@ -276,6 +289,7 @@ class RouteRule(Model):
     sink_table: str
     """``namespace.table`` the matched tables are written to."""
     description: str | None = None
+    """What the rule is for (shown by ``plan``)."""
 
     @field_validator("source_table")
     @classmethod
@@ -300,84 +314,12 @@ class TransformRule(Model):
     filter: str | None = None
     """The rows the sink keeps (MySQL SQL, kept where TRUE); None: every row."""
     description: str | None = None
+    """What the rule is for (shown by ``plan`` and in messages naming it)."""
 
     @field_validator("source_table")
     @classmethod
     def _check_regex(cls, value: str) -> str:
         return _compile_regex(value)
-
-
-class QualityConfig(Model):
-    tables: dict[str, list[dict[str, Any]]] = Field(default_factory=dict)
-    """``namespace.table`` → great-expectations expectation configs."""
-    on_failure: OnFailure = "fail"
-    """``fail`` fails the run on a failed expectation; ``warn`` only reports it."""
-    server_id: int | None = Field(default=None, ge=1)
-    """Replica id of the binlog reader that reconciles row counts while a stream may run; default:
-    one above ``source.server_id``'s range (it must differ from every other reader's)."""
-    max_scan_bytes: int = Field(default=1024**3, ge=0)
-    """Binlog bytes the row-count check reads at most (the sink's offset to now); a sink further
-    behind gets no row-count check, with a note saying why."""
-
-    def reader_server_id(self, source: SourceConfig) -> int:
-        return self.server_id if self.server_id is not None else source.server_id.end + 1
-
-
-class BackfillConfig(Model):
-    """Backfills: re-snapshots of chosen tables (or key ranges) while the stream runs."""
-
-    server_id: int | None = Field(default=None, ge=1)
-    """First replica id of the backfill's chunk readers (``pipeline.parallelism`` ids from here);
-    default: two above ``source.server_id``'s range (after the quality reader's)."""
-    unit_rows: int = Field(default=131_072, ge=1)
-    """Rows one backfill task reads at most (whole chunks): the stream loads a task's rows at once
-    when it applies them, so this bounds the stream driver's memory."""
-    wait_timeout_s: float = Field(default=3600.0, gt=0)
-    """How long ``binlake backfill --wait`` (and the Airflow DAG) waits for the stream to apply it."""
-
-    def reader_server_ids(self, source: SourceConfig, parallelism: int) -> str:
-        """The readers' ids as ``start-end``."""
-        first = self.server_id if self.server_id is not None else source.server_id.end + 2
-        return f"{first}-{first + max(1, parallelism) - 1}"
-
-
-class VerifyConfig(Model):
-    """``binlake verify``: checksums of the source's chunks against the sink's."""
-
-    server_id: int | None = Field(default=None, ge=1)
-    """First replica id of its binlog readers (the roll-forward, then one per connection for
-    MySQL's watermarks); default ``source.server_id``'s end + 1000. Unique among the source's
-    replicas."""
-
-    def reader_server_id(self, source: SourceConfig) -> int:
-        return self.server_id if self.server_id is not None else source.server_id.end + 1000
-
-
-class AirflowConfig(Model):
-    """How the pipeline's Airflow DAGs run (read when Airflow parses the DAG files: no ``${VAR}``)."""
-
-    schedule: str | None = None
-    """Schedule of the main DAG (``binlake__<name>``); default none: triggered from the UI."""
-    backfill_schedule: str | None = None
-    """Schedule of the backfill DAG (cron or preset); default none: triggered with its form."""
-    verify_schedule: str | None = None
-    """Schedule of the verify DAG (``binlake__<name>__verify``); default none: triggered with its form."""
-    pool: str = "default_pool"
-    """Airflow pool the snapshot's Spark tasks run in (bounds how many run at once)."""
-    snapshot_jobs: int = Field(default=4, ge=1)
-    """Spark jobs the snapshot's chunks are spread over (mapped tasks; each starts a Spark app, so
-    more than the pool's slots only adds start-up time)."""
-    source_conn_id: str | None = None
-    """Airflow connection with the source's host, port, login and password; when set, it fills
-    ``source.hostname``/``port``/``username``/``password`` (the YAML may leave them out)."""
-    kubernetes_secret: str | None = None
-    """``name:key`` of a Kubernetes secret holding the source password, for ``k8s://`` masters in
-    cluster mode (the driver pod gets it as ``BINLAKE_SOURCE_PASSWORD``; ``airflow/source_secret.py``)."""
-    spark_conn_id: str = "spark_default"
-    """Airflow Spark connection: the master URL the Spark jobs are submitted to."""
-    tags: list[str] = Field(default_factory=list)
-    """Extra DAG tags."""
-    retries: int = Field(default=2, ge=0)
 
 
 class PipelineConfig(Model):

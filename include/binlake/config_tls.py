@@ -23,6 +23,9 @@ class TlsConfig(Model):
     against ``ca``; ``verify_identity`` also checks that it names the host connected to."""
 
     mode: TlsMode = "preferred"
+    """As the MySQL clients' ``--ssl-mode``: ``preferred`` encrypts when the server offers TLS and
+    checks nothing; ``required`` refuses a server without TLS; ``verify_ca`` also checks the
+    server's certificate against ``ca``; ``verify_identity`` also checks it names the host."""
     ca: str | None = None
     """The CA certificate(s) the server's certificate must chain to: a PEM file's path, or the PEM
     text itself (``${SOURCE_CA}``)."""

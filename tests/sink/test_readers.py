@@ -112,9 +112,9 @@ def test_a_missing_extension_says_what_to_do(monkeypatch: pytest.MonkeyPatch) ->
         duckdb_iceberg.extension_path("iceberg")
 
 
-def test_the_readme_duckdb_lines_read_the_demo_table(tmp_path: Path) -> None:
-    """The README's DuckDB reader block, run as written in the folder of a demo-like pipeline (its
-    catalog under the demo's name and path), with DuckDB's extension folder holding the wheels'
+def test_the_docs_duckdb_lines_read_the_demo_table(tmp_path: Path) -> None:
+    """The docs' DuckDB reader block (docs/sink.md), run as written in the folder of a demo-like
+    pipeline (its catalog under the demo's name and path), with DuckDB's extension folder holding the wheels'
     extensions so that ``INSTALL`` needs no network (a dead proxy makes sure)."""
     from binlake.config_file import parse_config
     from binlake.sink.catalog import open_catalog
@@ -139,7 +139,7 @@ def test_the_readme_duckdb_lines_read_the_demo_table(tmp_path: Path) -> None:
     (folder / platform).mkdir(parents=True)
     for name in duckdb_iceberg.EXTENSIONS:
         shutil.copy(duckdb_iceberg.extension_path(name), folder / platform / f"{name}.duckdb_extension")
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "sink.md").read_text()
     block = readme.split("<!-- duckdb-reader:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     dead = "http://127.0.0.1:9"
     env = {**os.environ, "HOME": str(tmp_path / "home"), "http_proxy": dead, "https_proxy": dead}

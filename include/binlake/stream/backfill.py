@@ -1,4 +1,4 @@
-"""Applying staged backfill units in the stream (ARCHITECTURE.md step 7), exactly once.
+"""Applying staged backfill units in the stream (docs/architecture.md, step 7), exactly once.
 
 A unit's chunks hold the source's rows of their key ranges at their high watermarks ``h``. The
 stream applies a unit in the first batch whose end is at or after every ``h`` of it, in the same

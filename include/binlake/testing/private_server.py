@@ -31,7 +31,7 @@ from binlake.errors import BinlakeError
 
 log = logging.getLogger(__name__)
 
-#: What binlake's least-privilege user gets (the grant the README recommends).
+#: What binlake's least-privilege user gets (the grant docs/sources.md recommends).
 CDC_USER_PRIVILEGES = "SELECT, RELOAD, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT"
 
 #: Server options binlake needs; ``None`` means a bare flag.

@@ -1,1 +1,1 @@
-"""binlake verify: proves the lake equals the source, chunk by chunk (ARCHITECTURE.md step 8)."""
+"""binlake verify: proves the lake equals the source, chunk by chunk (docs/architecture.md, step 8)."""

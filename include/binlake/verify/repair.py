@@ -1,5 +1,5 @@
 """``binlake verify --repair``: drifted chunks become a backfill (the stream applies it at its high
-watermarks, ARCHITECTURE.md step 7), and are verified again once applied."""
+watermarks, docs/architecture.md, step 7), and are verified again once applied."""
 
 from __future__ import annotations
 

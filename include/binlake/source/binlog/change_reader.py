@@ -1,7 +1,7 @@
 """The one adapter to python-mysql-replication: binlog events in, binlake ``DataChange`` events out.
 
 Nothing else in binlake touches the library's event classes. Settings that matter, learned the
-hard way (ARCHITECTURE.md, "Server and binlog facts"):
+hard way:
 
 - ``enable_logging=False`` always: the library otherwise logs its connection settings, password
   included.

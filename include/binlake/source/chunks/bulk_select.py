@@ -3,8 +3,8 @@
 Two readers give the same result (tests compare them type by type):
 
 - ``connectorx`` (default): Rust decodes the rows straight into Arrow, about ten times the rate of
-  pymysql's per-value Python decoding, which is what bounds a Python snapshot (ARCHITECTURE.md,
-  performance facts). Types it reads differently are selected as expressions (TIME as microseconds,
+  pymysql's per-value Python decoding, which is what bounds a Python snapshot
+  (docs/benchmarks.md). Types it reads differently are selected as expressions (TIME as microseconds,
   DECIMAL as exact text, zero dates as NULL, geometries as WKB) and cast exactly in Arrow.
 - ``pymysql``: a streamed (unbuffered) cursor and column-wise normalisation; the fallback, and the
   reader inside a consistent-snapshot transaction (connectorx opens connections of its own).

@@ -2,7 +2,7 @@
 
 ``information_schema.USER_PRIVILEGES`` would be simpler but lists *every* account to a user with
 global SELECT, and names differ between servers; SHOW GRANTS is the same statement everywhere.
-Privileges that reach the user only through a role are not seen (documented in the README).
+Privileges that reach the user only through a role are not seen (documented in docs/sources.md).
 """
 
 from __future__ import annotations
