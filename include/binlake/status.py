@@ -19,7 +19,7 @@ from binlake.offsets import BinlogOffset
 from binlake.state.backfills import BackfillLedger
 from binlake.state.leases import Command
 from binlake.state.offset_names import STREAM, SWITCH
-from binlake.state.repairs import RepairLedger
+from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore, StoredPlan
 from binlake.state.tables import utc_now
 from binlake.stream.positions import HEAD

@@ -27,7 +27,7 @@ from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.offset_names import STREAM
-from binlake.state.repairs import RepairLedger
+from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore
 from binlake.stream.failover import BinlogChangedError
 from binlake.stream.repairs import UnreplicableChangeError

@@ -19,7 +19,7 @@ from binlake.events import TableId
 from binlake.planner import plan
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
-from binlake.state.repairs import RepairLedger
+from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB

@@ -20,7 +20,7 @@ from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.fencing import epoch_key
+from binlake.sink.fenced_commits import epoch_key
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.state.leases import Command
 from binlake.state.store import StateStore

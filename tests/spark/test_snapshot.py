@@ -274,7 +274,7 @@ def test_the_printed_query_hint_runs(
 
 
 def test_task_errors_are_reported_in_binlake_terms() -> None:
-    from binlake.spark.tasks import task_error
+    from binlake.spark.chunk_jobs import task_error
 
     spark_text = (
         "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"

@@ -217,7 +217,7 @@ class BinlakeVerifyOperator(BaseOperator):
 
         from binlake.airflow.reports import report_url
         from binlake.backfill.plan import KeyRange
-        from binlake.verify.repair import stored_report, verify_again
+        from binlake.verify.drift_repair import stored_report, verify_again
         from binlake.verify.report import data_docs
         from binlake.verify.verification import verify
 

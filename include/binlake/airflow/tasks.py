@@ -200,7 +200,7 @@ def backfill_applied(path: str | Path, backfill_id: str) -> dict[str, int] | Non
 
 def stage_verify_repair(path: str | Path, verify_id: str, backfill_id: str) -> dict[str, Any] | None:
     """Backfill ``verify_id``'s drifted chunks as ``backfill_id`` (None: nothing drifted)."""
-    from binlake.verify.repair import stage_repair, stored_report
+    from binlake.verify.drift_repair import stage_repair, stored_report
 
     config = load_pipeline(path)
     report = stored_report(config, verify_id)

@@ -237,7 +237,7 @@ def _repair_once(config: PipelineConfig, report: Any, timeout: float | None) -> 
     from binlake.backfill.wait import wait_applied
     from binlake.spark.backfill_job import run_backfill
     from binlake.spark.runtime.session import spark_session
-    from binlake.verify.repair import stage_repair, verify_again
+    from binlake.verify.drift_repair import stage_repair, verify_again
 
     backfill_id = new_backfill_id()
     units = stage_repair(config, report, backfill_id)

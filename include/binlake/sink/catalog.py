@@ -12,7 +12,7 @@ from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.logs import mask
 from binlake.schema.routes import sink_table
-from binlake.sink.fencing import fence_commits
+from binlake.sink.fenced_commits import fence_commits
 
 
 class CatalogError(BinlakeError):

@@ -32,8 +32,8 @@ from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.chunks import TASKS_PER_SLOT
 from binlake.source.chunks.splitter import ChunkId
+from binlake.spark.chunk_jobs import TaskError, read_chunk_groups
 from binlake.spark.snapshot_job import task_options
-from binlake.spark.tasks import TaskError, read_chunk_groups
 from binlake.state.backfills import TO_READ, BackfillLedger, BackfillUnit, StagedChunk
 from binlake.state.codec import encode_key
 from binlake.state.fencing import writer_lease, writing

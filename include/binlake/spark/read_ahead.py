@@ -36,9 +36,9 @@ import pyarrow as pa
 from binlake.config import PipelineConfig
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
-from binlake.spark.batch_frame import CollectedFrame
 from binlake.spark.binlog_source import Segment, first_highs, plan_segments
-from binlake.spark.tasks import task_error
+from binlake.spark.chunk_jobs import task_error
+from binlake.spark.spark_frames import CollectedFrame
 from binlake.stream.envelope import SPARK_SCHEMA
 from binlake.stream.positions import SourcePositions, config_from_options, config_options
 

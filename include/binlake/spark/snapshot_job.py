@@ -45,7 +45,7 @@ from binlake.snapshot.rereads import (
 )
 from binlake.snapshot.switch import high_watermarks, switch
 from binlake.source.chunks.splitter import ChunkId
-from binlake.spark.tasks import TaskError, read_chunk_groups
+from binlake.spark.chunk_jobs import TaskError, read_chunk_groups
 from binlake.state.fencing import writer_lease, writing
 from binlake.state.holders import Holder
 from binlake.state.leases import Command, TableBusyError

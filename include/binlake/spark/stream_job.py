@@ -53,7 +53,7 @@ from binlake.state.backfills import BackfillLedger
 from binlake.state.fencing import Fence, writer_lease, writing
 from binlake.state.leases import Command, TableBusyError
 from binlake.state.offset_names import ORIGIN, STREAM
-from binlake.state.repairs import RepairLedger
+from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.apply import BatchApplier
 from binlake.stream.backfill import StagedBackfills

@@ -14,11 +14,11 @@ from typing import Any
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
-from binlake.spark.batch_frame import CollectedFrame, SparkBatchFrame
 from binlake.spark.binlog_source import BinlogDataSource
+from binlake.spark.chunk_jobs import task_error
 from binlake.spark.query_progress import ProgressLog
 from binlake.spark.read_ahead import ReadAhead
-from binlake.spark.tasks import task_error
+from binlake.spark.spark_frames import CollectedFrame, SparkBatchFrame
 from binlake.state import fencing
 from binlake.state.writers import FencedError
 from binlake.stream.apply import BatchApplier

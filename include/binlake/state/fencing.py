@@ -2,7 +2,7 @@
 checked by every state-store commit that writes, and released at the end (``state/writers.py``).
 
 ``writing`` is the one way a job becomes a pipeline's writer. While it lasts, ``active(pipeline)``
-names the fence, which the Iceberg side consults before each commit (``sink/fencing.py``).
+names the fence, which the Iceberg side consults before each commit (``sink/fenced_commits.py``).
 """
 
 from __future__ import annotations

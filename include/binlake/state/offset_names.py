@@ -1,4 +1,4 @@
-"""The names under which the state store keeps a pipeline's binlog offsets (``state.offsets``).
+"""The names under which the state store keeps a pipeline's binlog offsets (``state.named_offsets``).
 
 Every step reads or writes some of them — the snapshot its switch, the stream where it is, backfills
 and quality checks where the stream got — so they live with the store, not with one step.

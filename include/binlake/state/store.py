@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.engine.url import make_url
 
 from binlake.state.leases import Lease, Leases, TableBusyError
-from binlake.state.offsets import Offsets
+from binlake.state.named_offsets import Offsets
 from binlake.state.plans import ChunkState, ChunkStatus, Plans, StoredPlan
 from binlake.state.quality_results import QualityResult, QualityResults
 from binlake.state.schema_history import SchemaHistory, SchemaVersion

@@ -36,8 +36,8 @@ from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.batch_clock import BatchClock
 from binlake.stream.batch_frame import ArrowFrame, BatchFrame, block_counts, first_positions
 from binlake.stream.bucket_merge import BucketPlan, BucketResult, gather
-from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.patches import complete
 from binlake.stream.records import SEGMENT, empty_changes, gaps, position, table_changes
 from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError

@@ -37,7 +37,7 @@ from binlake.sink.file_systems import file_system
 from binlake.sink.row_match import ClearRange, clear_mask, row_counts, take_rows
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
-from binlake.stream.compaction import last_per_key, net_rows
+from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.patches import complete
 from binlake.stream.records import empty_changes, position, values
 

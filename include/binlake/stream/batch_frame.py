@@ -3,7 +3,7 @@
 ``head`` brings the rows the driver always needs (segment ends, gaps, and each block's table and
 count, without its data); ``changes`` the blocks of the tables the driver merges itself; ``merge``
 runs ``stream.bucket_merge`` for the others and brings back their committables. The Spark form
-(``spark.batch_frame``) keeps the batch cached on the executors between the three; ``ArrowFrame``
+(``spark.spark_frames``) keeps the batch cached on the executors between the three; ``ArrowFrame``
 holds a batch given as Arrow (tests, and callers without Spark) and runs the same steps in-process.
 """
 

@@ -45,7 +45,7 @@ from binlake.source.binlog.gtid_positions import (
 from binlake.source.server.connection import connect, server_version
 from binlake.state.backfills import BackfillLedger
 from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
-from binlake.state.repairs import RepairLedger
+from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore
 
 log = logging.getLogger(__name__)

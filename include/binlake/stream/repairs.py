@@ -2,7 +2,7 @@
 
 Per gap of table T at position p, in order:
 
-1. T is under an open repair already (``state.repairs``): nothing more — its changes are held
+1. T is under an open repair already (``state.repair_ledger``): nothing more — its changes are held
    back until the repair's backfill is applied.
 2. The snapshot holds it: every chunk of T was read after p (``SnapshotFilter.holds``).
 3. A backfill of all of T, read after p, is staged: a repair opens; from p on the stream applies
@@ -29,7 +29,7 @@ from binlake.offsets import BinlogOffset
 from binlake.source.binlog.event_rows import Gap, gap_message
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
-from binlake.state.repairs import RepairLedger
+from binlake.state.repair_ledger import RepairLedger
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.records import position
 

@@ -59,7 +59,7 @@ def meet_server_filled(
     # Here, not at the top: the planning side imports this module and must stay light (pyarrow).
     from binlake.schema.defaults import existing_rows_value
     from binlake.state.backfills import BackfillLedger
-    from binlake.state.repairs import RepairLedger
+    from binlake.state.repair_ledger import RepairLedger
     from binlake.stream.repairs import StreamRepairs
 
     gaps = [

@@ -17,7 +17,7 @@ from binlake.sink.row_match import ClearRange
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
 from binlake.stream.bucket_merge import BucketPlan, BucketResult
-from binlake.stream.compaction import KeyedChanges
+from binlake.stream.last_changes import KeyedChanges
 from binlake.stream.records import key_columns
 
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.event_rows import EventRows
-from binlake.stream.compaction import last_per_key, net_rows
 from binlake.stream.envelope import SPARK_SCHEMA
+from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.records import ENVELOPE_SCHEMA, SEGMENT, RecordBuilder, change_schema, table_changes
 
 T = TableId("db", "t")

@@ -11,7 +11,7 @@ import pytest
 
 from binlake.offsets import BinlogOffset
 from binlake.sink.exactly_once import ChunkCommit
-from binlake.sink.fencing import epoch_key, fence_commits
+from binlake.sink.fenced_commits import epoch_key, fence_commits
 from binlake.sink.writer import IcebergWriter
 from binlake.state import fencing
 from binlake.state.leases import Command
