@@ -1,6 +1,7 @@
-"""Primary-key changes followed, end to end: a workload writing while the key changes (a key made
-wider, a keyless table given a key, a key dropped), rows the new key allows that the old one did
-not, a kill -9 before and after the change is applied; then the sink equals the source through
+"""Primary-key changes followed, and columns the server filled with the statement's own time, end
+to end: a workload writing while the key changes (a key made wider, a keyless table given a key, a
+key dropped) and a `DEFAULT NOW(6)` column is added, rows the new key allows that the old one did
+not, a kill -9 before and after the changes are applied; then the sink equals the source through
 pyiceberg and DuckDB, in both merge modes."""
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ KEY_CHANGES = [
     "ALTER TABLE notes ADD PRIMARY KEY (id)",
     "UPDATE notes SET body = 'changed' WHERE id <= 10",
     "DELETE FROM notes WHERE id BETWEEN 20 AND 25",
+    # the statement's own time fills the rows the table held (issue 42, item 1), mid-workload
+    "ALTER TABLE acct ADD COLUMN seen DATETIME(6) NOT NULL DEFAULT NOW(6), "
+    "ADD COLUMN at TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP",
     "ALTER TABLE loose DROP PRIMARY KEY",  # keyed → keyless
     "INSERT INTO loose VALUES (1, 1), (1, 1)",  # whole rows twice: a table without a key allows it
     "DELETE FROM loose WHERE id = 3",
