@@ -72,6 +72,9 @@ ENVIRONMENT = "BINLAKE_REPORT_ASSETS"
 _URL = re.compile(r"""(?P<attr>(?:src|href)=["'])(?P<url>https://[^"']+)(?P<end>["'])""")
 
 
+_INTEGRITY = re.compile(r"""\s(?:integrity=["'][^"']*["']|crossorigin(?:=["'][^"']*["'])?)""")
+
+
 def packages_folder() -> Path:
     configured = os.environ.get(ENVIRONMENT)
     return Path(configured) if configured else Path(__file__).resolve().parents[3] / "web" / "node_modules"
@@ -124,5 +127,8 @@ def _rewrite(page: Path, site: Path) -> bool:
     changed = _URL.sub(local, text)
     if changed == text:
         return False
+    # A subresource-integrity check makes the browser fetch the file with CORS, which a page
+    # opened from file:// may not: the vendored copies are the locked packages' own files.
+    changed = _INTEGRITY.sub("", changed)
     page.write_text(changed, encoding="utf-8")
     return True
