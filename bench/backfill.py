@@ -25,6 +25,7 @@ from typing import Any
 from binlake.backfill.wait import wait_applied
 from binlake.config import PipelineConfig
 from binlake.planner import plan
+from binlake.sink.pyiceberg_internals import cache_immutable_files
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.runtime.session import spark_session
 from binlake.spark.snapshot_job import run_snapshot
@@ -74,6 +75,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--report", default="bench/backfill.html")
     args = parser.parse_args()
+    cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     batches: list[tuple[float, StreamBatch]] = []
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
         demo.load(server.admin_connection, args.rows)

@@ -32,6 +32,7 @@ from stream import TABLE, _config, _head, _single_reader, _write_changes
 
 from binlake.config import PipelineConfig
 from binlake.offsets import BinlogOffset
+from binlake.sink.pyiceberg_internals import cache_immutable_files
 from binlake.spark.runtime.session import spark_session
 from binlake.spark.stream_job import run_stream
 from binlake.testing.private_server import PrivateMariaDB, private_mariadb
@@ -92,6 +93,7 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=1_000_000)
     parser.add_argument("--modes", default="executors,driver")
     args = parser.parse_args()
+    cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     runs = []
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
         for mode in args.modes.split(","):

@@ -40,6 +40,7 @@ from binlake.events import Column, CreateTable, TableId
 from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.pyiceberg_internals import cache_immutable_files
 from binlake.sink.writer import IcebergWriter
 from binlake.spark.runtime.heap import frozen_heap
 
@@ -245,6 +246,7 @@ def main() -> None:
         "stream (default 0: each batch as soon as the last is done, a catch-up)",
     )
     args = parser.parse_args()
+    cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     started = time.monotonic()
     sizes = [args.rows, 4 * args.rows] if args.growth else [args.rows]
     results = [

@@ -40,6 +40,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from binlake.config import PipelineConfig, TransformRule
 from binlake.offsets import BinlogOffset
+from binlake.sink.pyiceberg_internals import cache_immutable_files
 from binlake.source.binlog.scan import transactions
 from binlake.spark.runtime.session import spark_session
 from binlake.spark.stream_job import run_stream
@@ -447,6 +448,7 @@ def main() -> None:
     parser.add_argument("--catch-up-only", action="store_true", help="skip the steady part")
     parser.add_argument("--report", type=Path, default=Path("bench/stream.html"))
     args = parser.parse_args()
+    cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
         spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "bench")
         try:

@@ -91,6 +91,15 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+@pytest.fixture(scope="session", autouse=True)
+def pyiceberg_as_jobs_run_it() -> None:
+    """Tests run the package as binlake's jobs do: with its one patch of pyiceberg installed
+    (``sink/pyiceberg_internals.cache_immutable_files``, by name at a job's start)."""
+    from binlake.sink.pyiceberg_internals import cache_immutable_files
+
+    cache_immutable_files()
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The test session's one Spark session, ``local[2]`` from the pyspark wheel, with the settings

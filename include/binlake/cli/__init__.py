@@ -15,11 +15,18 @@ from binlake.cli.arguments import parser
 from binlake.errors import BinlakeError
 from binlake.logs import setup_logging
 
+#: The commands that plan, read or commit sink tables in this process.
+WRITERS_AND_READERS = frozenset({"plan", "snapshot", "stream", "backfill", "verify", "maintain", "quality"})
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``binlake`` console script; returns the exit code."""
     args = parser().parse_args(argv)
     setup_logging(args.log_level)
+    if args.command in WRITERS_AND_READERS:
+        from binlake.sink.pyiceberg_internals import cache_immutable_files
+
+        cache_immutable_files()  # the one patch of pyiceberg, for the commands that use the sink
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)

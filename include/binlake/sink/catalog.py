@@ -41,9 +41,6 @@ def open_catalog(config: PipelineConfig) -> Catalog:
     Raises:
         CatalogError: the catalog could not be opened (unreachable, refused, misconfigured).
     """
-    from binlake.sink.pyiceberg_internals import cache_immutable_files
-
-    cache_immutable_files()  # every plan of a streamed table reads its manifests, every commit its metadata
     properties = catalog_properties(config)
     if config.sink.catalog.type == "sql":
         _make_local_folders(properties)

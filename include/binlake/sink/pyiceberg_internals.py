@@ -165,9 +165,19 @@ def _itself(model: Any, memo: dict[int, Any] | None = None) -> Any:
 
 def cache_immutable_files() -> None:
     """Keep what this process reads of files Iceberg never changes once written: manifests'
-    entries and tables' metadata (``cache_manifest_entries``, ``share_table_metadata``)."""
+    entries and tables' metadata (``cache_manifest_entries``, ``share_table_metadata``).
+
+    binlake's one patch of pyiceberg, installed by name where a job starts (``spark/entry.py``,
+    the CLI's data commands, the benchmarks); never as a side effect of opening a catalog or
+    making a writer. Without it everything works the same, slower: every merge plans the table and
+    every commit loads its metadata."""
     cache_manifest_entries()
     share_table_metadata()
+
+
+def installed() -> bool:
+    """Whether ``cache_immutable_files`` ran in this process."""
+    return _cache is not None and _metadata is not None
 
 
 def write_data_files(

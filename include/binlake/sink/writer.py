@@ -60,7 +60,7 @@ from binlake.sink.exactly_once import (
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
 from binlake.sink.key_index import KeyIndex, KeyIndexError
 from binlake.sink.merge_on_read import commit_delta, merge_on_read, scanned_positions, write_position_deletes
-from binlake.sink.pyiceberg_internals import cache_immutable_files, transaction, write_data_files
+from binlake.sink.pyiceberg_internals import transaction, write_data_files
 from binlake.sink.row_match import ClearRange, batch_keys, clear_mask, in_range, row_counts, take_rows
 from binlake.sink.upkeep import Upkeep
 
@@ -85,7 +85,6 @@ class IcebergWriter:
         keep_snapshots: int = 0,
         background_upkeep: bool = False,
     ) -> None:
-        cache_immutable_files()  # every merge plans the table and every commit loads its metadata
         self.catalog = catalog
         self.identifier = identifier
         self.table = catalog.load_table(identifier)

@@ -14,6 +14,7 @@ from binlake.config import PipelineConfig
 from binlake.config_file import load_config, source_from_env
 from binlake.errors import BinlakeError, ConfigError
 from binlake.logs import register_secret, setup_logging
+from binlake.sink.pyiceberg_internals import cache_immutable_files
 from binlake.spark.runtime.session import spark_session
 
 
@@ -43,6 +44,7 @@ def run_job(
     """Load the config (``adjust`` it), run ``work(config, spark)`` and print its report's JSON;
     returns the exit code. A ``BinlakeError`` is printed as its message alone."""
     setup_logging("INFO")
+    cache_immutable_files()  # the one patch of pyiceberg, once per job (sink/pyiceberg_internals.py)
     try:
         config = load_config(args.config, source_overrides=_source_overrides(args))
         for secret in config.secrets():
