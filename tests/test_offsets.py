@@ -38,3 +38,17 @@ def test_equality_ignores_gtid_and_round_trips() -> None:
 def test_invalid_offsets(file: str, pos: int) -> None:
     with pytest.raises(OffsetError):
         BinlogOffset(file, pos)
+
+
+def test_one_packed_form_sorts_as_offsets_do() -> None:
+    from binlake.offsets import packed_text
+
+    offsets = [
+        BinlogOffset("binlog.000002", 4),
+        BinlogOffset("binlog.000001", 2**31),
+        BinlogOffset("binlog.000010", 0),
+    ]
+    assert sorted(offsets, key=lambda o: o.packed) == sorted(offsets)
+    for offset in offsets:
+        assert BinlogOffset.unpacked(offset.file, offset.packed) == offset
+    assert packed_text(BinlogOffset("binlog.000003", 77).packed) == "3:77"

@@ -14,6 +14,13 @@ from functools import total_ordering
 from typing import Any
 
 _FILE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
+#: The position's bits of a packed offset (``BinlogOffset.packed``).
+POS_MASK = 0xFFFFFFFF
+
+
+def packed_text(packed: int) -> str:
+    """A packed offset for people: ``<file number>:<position>``."""
+    return f"{packed >> 32}:{packed & POS_MASK}"
 
 
 class OffsetError(ValueError):
@@ -47,6 +54,18 @@ class BinlogOffset:
 
     def _key(self) -> tuple[int, int]:
         return (self.sequence, self.pos)
+
+    @property
+    def packed(self) -> int:
+        """The offset as one sortable integer: file number << 32 | position (positions stay below
+        2^32: ``max_binlog_size`` is at most 1 GiB). The change tables' ``at`` column, the state
+        store's sortable columns and the snapshot's watermarks compare these."""
+        return self.sequence << 32 | self.pos
+
+    @classmethod
+    def unpacked(cls, file: str, packed: int) -> BinlogOffset:
+        """The offset ``packed`` stands for, in ``file`` (the packed form keeps only its number)."""
+        return cls(file, packed & POS_MASK)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, BinlogOffset):

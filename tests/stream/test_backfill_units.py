@@ -13,7 +13,7 @@ from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, StagedChunk
 from binlake.state.store import StateStore
 from binlake.stream.backfill import StagedBackfills, _keep, _Range
-from binlake.stream.records import change_schema, empty_changes, position
+from binlake.stream.records import change_schema, empty_changes
 
 T = TableId("db", "t")
 SCHEMA = CreateTable(T, (Column("id", "int", "int", False),), ("id",))
@@ -51,7 +51,7 @@ def change(key: int | None, at: int) -> dict[str, object]:
 
 
 def test_changes_in_a_range_apply_after_its_chunk_and_others_as_asked() -> None:
-    h1, h2 = position(offset(100)), position(offset(200))
+    h1, h2 = offset(100).packed, offset(200).packed
     ranges = [_Range(None, 10, h1), _Range(10, 20, h2), _Range(30, 40, h1)]
     rows = pa.Table.from_pylist(
         [change(None, h1 + 1), change(5, h1), change(15, h1 + 1), change(15, h2 + 1), change(25, 1),

@@ -13,7 +13,6 @@ from binlake.offsets import BinlogOffset
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.store import ChunkState, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import position
 
 T = TableId("db", "t")
 SCHEMA = CreateTable(T, (Column("id", "int", "int(11)", nullable=False),), ("id",))
@@ -40,14 +39,14 @@ def _changes(*rows: tuple[int | None, int]) -> pa.Table:
     keys = pa.array([k for k, _ in rows], pa.int32())
     return pa.table(
         {
-            "at": pa.array([position(at(p)) for _, p in rows], pa.int64()),
+            "at": pa.array([at(p).packed for _, p in rows], pa.int64()),
             "row": pa.StructArray.from_arrays([keys], names=["id"]),
         }
     )
 
 
 def _kept(rows: pa.Table) -> list[tuple[int | None, int]]:
-    ats = {position(at(p)): p for p in range(0, 1000)}
+    ats = {at(p).packed: p for p in range(0, 1000)}
     return [(r["row"]["id"], ats[r["at"]]) for r in rows.to_pylist()]
 
 
@@ -62,12 +61,12 @@ def test_null_keys_belong_to_the_first_chunk() -> None:
 
 def test_past_the_last_high_watermark_everything_passes() -> None:
     snapshot = _filter()
-    assert snapshot.passes_all(T.name, position(at(701)))
-    assert not snapshot.passes_all(T.name, position(at(700)))
+    assert snapshot.passes_all(T.name, at(701).packed)
+    assert not snapshot.passes_all(T.name, at(700).packed)
     assert snapshot.passes_all("db.other", 0)  # a table the snapshot did not read
 
 
 def test_the_snapshot_holds_what_lies_before_every_chunk() -> None:
     snapshot = _filter()
-    assert snapshot.holds(T.name, position(at(300)))
-    assert not snapshot.holds(T.name, position(at(301)))
+    assert snapshot.holds(T.name, at(300).packed)
+    assert not snapshot.holds(T.name, at(301).packed)

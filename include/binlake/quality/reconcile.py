@@ -37,7 +37,7 @@ from binlake.source.server.connection import connect, server_version
 from binlake.state.offset_names import ANCHOR
 from binlake.state.store import StateStore, StoredPlan
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import ROW, images, key_columns, position, row_struct
+from binlake.stream.records import ROW, images, key_columns, row_struct
 from binlake.stream.segments import distance
 
 #: Startup modes whose sink is a full copy of the source (a snapshot first).
@@ -150,7 +150,7 @@ def _changes_since(
     )
     if transform is not None:
         kept = kept.filter(transform.keep(images(kept)))
-    late = pc.greater(kept.column("at"), position(low))
+    late = pc.greater(kept.column("at"), low.packed)
     before = kept.filter(pc.invert(late)).column("delta")
     after = kept.filter(late).column("delta").to_pylist()
     return int(pc.sum(before).as_py() or 0), after.count(1), after.count(-1)
@@ -187,7 +187,7 @@ def changes_after(
             config.source, server_id, start, end, {schema.table}, lambda _: converter, lean=lean
         )
         for row in reader.rows():
-            p = position(row.offset)
+            p = row.offset.packed
             for image, delta in ((row.before, -1), (row.after, 1)):
                 if image is not None:
                     at.append(p)

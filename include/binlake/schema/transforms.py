@@ -51,6 +51,7 @@ from binlake.events import (
     SchemaChange,
     TableId,
 )
+from binlake.offsets import POS_MASK
 from binlake.schema.transform_eval import TransformInexactError, arrow_of, evaluate
 from binlake.schema.transform_sql import (
     Compiler,
@@ -216,7 +217,7 @@ def position_texts(at: pa.Array, binlog: str) -> pa.Array:
     """``records.position`` values as ``binlog.000123:4567`` (MySQL's file numbering: six digits)."""
     at = at.cast(pa.int64())
     files = pc.utf8_lpad(pc.cast(pc.shift_right(at, 32), pa.string()), 6, "0")
-    offsets = pc.cast(pc.bit_wise_and(at, 0xFFFFFFFF), pa.string())
+    offsets = pc.cast(pc.bit_wise_and(at, POS_MASK), pa.string())
     return pc.binary_join_element_wise(f"{binlog}.", files, ":", offsets, "")
 
 

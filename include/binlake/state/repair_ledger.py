@@ -112,7 +112,7 @@ class RepairLedger:
 
 
 def _sortable(offset: BinlogOffset) -> int:
-    return offset.sequence << 32 | offset.pos
+    return offset.packed
 
 
 def _aware(value: dt.datetime) -> dt.datetime:

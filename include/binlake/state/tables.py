@@ -244,4 +244,4 @@ def aware(value: dt.datetime) -> dt.datetime:
 
 def sortable(offset: BinlogOffset) -> int:
     """The offset as one integer that sorts like offsets (file sequence number, then position)."""
-    return offset.sequence << 32 | offset.pos
+    return offset.packed

@@ -39,7 +39,7 @@ from binlake.stream.bucket_merge import BucketPlan, BucketResult, gather
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.patches import complete
-from binlake.stream.records import SEGMENT, empty_changes, gaps, position, table_changes
+from binlake.stream.records import SEGMENT, empty_changes, gaps, table_changes
 from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.table_sink import PreparedShare, TableSink
@@ -196,7 +196,7 @@ class BatchApplier:
         if self.before_batch is not None:
             self.before_batch()
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
-        end = BinlogOffset(last.column("file")[0].as_py(), last.column("at")[0].as_py() & 0xFFFFFFFF)
+        end = BinlogOffset.unpacked(last.column("file")[0].as_py(), last.column("at")[0].as_py())
         found = gaps(head)
         with clock.phase("schemas"):
             self._meet_gaps(found)
@@ -278,7 +278,7 @@ class BatchApplier:
             if sink is None or not sink.keyed or sink.routed or not merge_on_read(sink.writer.table.metadata):
                 continue
             done = sink.writer.stream_offset()
-            after = position(done) if done is not None else -1
+            after = done.packed if done is not None else -1
             filtering = self.snapshot_filter is not None and not self.snapshot_filter.passes_all(
                 name, max(after + 1, firsts[name])
             )
@@ -351,7 +351,7 @@ class BatchApplier:
             rows = empty_changes(sink.schema)
         done = sink.writer.stream_offset()
         if done is not None:
-            rows = rows.filter(pc.greater(rows.column("at"), position(done)))
+            rows = rows.filter(pc.greater(rows.column("at"), done.packed))
         if self.snapshot_filter is not None:
             rows = self.snapshot_filter.keep(name, rows)
         if units:
@@ -361,7 +361,7 @@ class BatchApplier:
                 return backfill
         held = self._held.get(name)
         if held is not None:  # a repair holds the table back from there: see stream/repairs.py
-            rows = rows.filter(pc.less(rows.column("at"), position(held)))
+            rows = rows.filter(pc.less(rows.column("at"), held.packed))
         if rows.num_rows == 0:
             return None
         if sink.keyed:

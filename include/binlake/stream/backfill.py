@@ -39,7 +39,7 @@ from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.patches import complete
-from binlake.stream.records import empty_changes, position, values
+from binlake.stream.records import empty_changes, values
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class StagedBackfills:
             (
                 _Range(convert(c.range.start) if c.range.start is not None else None,
                        convert(c.range.end) if c.range.end is not None else None,
-                       position(c.high))
+                       c.high.packed)
                 for u in units for c in u.chunks if c.high is not None
             ),
             key=lambda r: (r.start is not None, r.start),

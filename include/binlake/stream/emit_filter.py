@@ -26,7 +26,7 @@ from binlake.schema.type_mapping import select_converter
 from binlake.source.server.collation import chunk_indexes
 from binlake.source.server.connection import connect
 from binlake.state.store import StoredPlan
-from binlake.stream.records import position, values
+from binlake.stream.records import values
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class SnapshotFilter:
             column = schemas[plan.table.name].column(plan.key_column)
             convert = select_converter(column) or (lambda v: v)
             raw = [c.chunk.range.start for c in chunks[1:]]
-            positions = [position(m) for m in marks if m is not None]
+            positions = [m.packed for m in marks if m is not None]
             self.tables[plan.table.name] = _TableChunks(
                 column, [convert(v) for v in raw], raw, positions, max(positions)
             )

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
+from binlake.offsets import packed_text
 from binlake.stream.records import ABSENT_COLUMNS, ROW, absent_columns, images
 
 #: The stored rows (all columns) of the given keys (a table of the key columns).
@@ -42,7 +43,7 @@ def complete(
     if transformed:
         first = changes.filter(absent.is_valid()).column("at")[0].as_py()
         raise IncompleteRowError(
-            f"An update of {table} (binlog position {first >> 32}:{first & 0xFFFFFFFF}) lacks columns "
+            f"An update of {table} (binlog position {packed_text(first)}) lacks columns "
             "(`binlog_row_image` NOBLOB or MINIMAL in the writing session), and the table is transformed: "
             "its sink holds the projection, not the source's columns, so it cannot supply them. Nothing of "
             f"the batch was written. Fix: set `binlog_row_image = 'FULL'` in that application's sessions and "
@@ -72,7 +73,7 @@ def complete(
             if old is None or any(c not in old for c in lacking):
                 raise IncompleteRowError(
                     f"An update of {table} (key {dict(zip(keys, key, strict=True))}, binlog position "
-                    f"{at[i] >> 32}:{at[i] & 0xFFFFFFFF}) lacks columns {lacking} (`binlog_row_image` NOBLOB "
+                    f"{packed_text(at[i])}) lacks columns {lacking} (`binlog_row_image` NOBLOB "
                     "or MINIMAL in the writing session), and the row's previous values are neither in "
                     "this batch nor in the sink. Nothing of the batch was written. Fix: set "
                     f"`binlog_row_image = 'FULL'` in that application's sessions and backfill {table} "

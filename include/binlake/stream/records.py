@@ -20,7 +20,7 @@ and block of changes, plus the one ``segment`` row each partition ends with.
 - ``op``: ``insert`` / ``update`` / ``delete`` for tables with a primary key (the event's kind:
   an insert or update is an upsert of the row, kept apart for ``__data_event_type__``; the new key
   of a key update is an ``update``); ``insert`` / ``delete`` (whole rows) for tables without.
-- ``at``: a sortable position: binlog file number << 32 | position of the row's event.
+- ``at``: the row's event's offset, packed (``BinlogOffset.packed``): sortable as one integer.
 - ``idx``: order of rows within one event (an update of the key is two rows: delete, upsert).
 - ``ts``: event time, epoch seconds.
 - ``row``: the row as a struct of the table's columns (Arrow types of ``schema.type_mapping``, all
@@ -64,11 +64,6 @@ SEGMENT = "segment"
 GAP = "gap"
 ROW = "row"
 ABSENT_COLUMNS = "absent"
-
-
-def position(offset: BinlogOffset) -> int:
-    """``at``: the offset as one sortable integer (positions stay below 2^32: max_binlog_size ≤ 1 GiB)."""
-    return offset.sequence << 32 | offset.pos
 
 
 def key_columns(table: CreateTable, chunk_keys: dict[str, str]) -> tuple[str, ...]:
@@ -215,12 +210,12 @@ class RecordBuilder:
         a gap (a change binlake cannot replicate: the driver decides what it means)."""
         if isinstance(event, Gap):
             data = json.dumps({"reason": event.reason, "fix": event.fix}).encode()
-            at = position(event.offset)
+            at = event.offset.packed
             self._add_envelope(event.table.name, GAP, data, at, 0, event.timestamp, event.offset.file)
             return
         table, op, images, offset, ts = event
         block = self._blocks[table]
-        at = position(offset)
+        at = offset.packed
         if not isinstance(images, list):  # for the column decoder, with the block
             try:
                 n = block.add_raw(images, op, at, ts)
@@ -273,7 +268,7 @@ class RecordBuilder:
 
     def segment(self, end: BinlogOffset, timestamp: int) -> None:
         """The segment's closing row: its end offset and the time of its newest event."""
-        self._add_envelope(None, SEGMENT, None, position(end), self.rows, timestamp, end.file)
+        self._add_envelope(None, SEGMENT, None, end.packed, self.rows, timestamp, end.file)
 
     def batch(self) -> pa.RecordBatch:
         """Envelope rows for the changes added (and the segment row, if given) since the last call."""
@@ -326,7 +321,7 @@ def gaps(envelope: pa.Table) -> list[Gap]:
     found = []
     for row in rows:
         detail = json.loads(row["data"])
-        offset = BinlogOffset(row["file"], row["at"] & 0xFFFFFFFF)
+        offset = BinlogOffset.unpacked(row["file"], row["at"])
         found.append(Gap(TableId.parse(row["table"]), detail["reason"], detail["fix"], offset, row["ts"]))
     return sorted(found, key=lambda g: g.offset)
 

@@ -31,7 +31,6 @@ from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.state.repair_ledger import RepairLedger
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.records import position
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ class StreamRepairs:
             name = gap.table.name
             if name in held and held[name] <= gap.offset:
                 continue
-            if self.snapshot is not None and self.snapshot.holds(name, position(gap.offset)):
+            if self.snapshot is not None and self.snapshot.holds(name, gap.offset.packed):
                 log.info("%s at %s: the snapshot read the table after it", name, gap.offset)
                 continue
             cascades = self.cascades(gap.table)

@@ -44,7 +44,7 @@ from binlake.source.server.discovery import same_schema
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore, StoredPlan
 from binlake.state.verifications import ChunkVerdict
-from binlake.stream.records import images, position
+from binlake.stream.records import images
 from binlake.stream.segments import distance
 from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, rolled_forward, sink_sums
 from binlake.verify.source_sums import ChunkSum, source_sums
@@ -327,7 +327,7 @@ def _compare(
             break
         log.info("verify %s: %d chunks changed while summed (attempt %d): summing them again", schema.table,
                  len(pending), attempt)  # fmt: skip
-    until = [position(sums[i].high) if i in sums else 0 for i in range(len(chunks))]
+    until = [sums[i].high.packed if i in sums else 0 for i in range(len(chunks))]
     counts, totals = rolled_forward(base(), changes, columns, key, chunks, until, transform)
     verdicts = []
     for i, chunk in enumerate(chunks.ranges):
@@ -360,7 +360,7 @@ def _moved_between(changes: pa.Table, chunk_sum: ChunkSum, key: str, chunks: Chu
     if chunk_sum.low == chunk_sum.high or changes.num_rows == 0:
         return False
     at = changes.column("at")
-    window = pc.and_(pc.greater(at, position(chunk_sum.low)), pc.less_equal(at, position(chunk_sum.high)))
+    window = pc.and_(pc.greater(at, chunk_sum.low.packed), pc.less_equal(at, chunk_sum.high.packed))
     inside = changes.filter(window)
     if inside.num_rows == 0:
         return False
