@@ -14,7 +14,7 @@ from pyiceberg.table import Transaction
 
 from binlake.offsets import BinlogOffset
 from binlake.sink import copy_on_write
-from binlake.sink.exactly_once import ChunkCommit, PartialCommitError
+from binlake.sink.exactly_once import MAX_ATTEMPTS, ChunkCommit, CommitConflictError, PartialCommitError
 from binlake.sink.file_bounds import files_with_keys
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import content, create, make_catalog, rows
@@ -270,3 +270,45 @@ def test_files_with_keys_picks_the_files_whose_bounds_hold_a_key(tmp_path: Path,
     # Text compares as text: the first file's bounds are "v0" and "v999", so "v1500" and "v3999"
     # may be in it too; "zz" is past every file's upper bound.
     assert held == ([1000, 3000] if key_type == "bigint" else [0, 1000, 3000])
+
+
+def test_a_commit_that_meets_another_writers_commit_checks_again_and_retries(tmp_path: Path) -> None:
+    """Real conflicts: another catalog commits to the table just before each of binlake's first two
+    commits, so the catalog refuses them (pyiceberg's CommitFailedException); binlake refreshes,
+    checks the batch is not in already, waits a jittered moment and commits on the new base."""
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog)
+    writer = IcebergWriter(catalog, identifier)
+    other = make_catalog(tmp_path).load_table(identifier)  # another process's view of the table
+    commit, conflicts = catalog.commit_table, []
+
+    def after_another_writer(table: Any, requirements: Any, updates: Any) -> Any:
+        if len(conflicts) < 2:
+            conflicts.append(len(conflicts))
+            other.refresh()
+            other.append(rows([1000 + len(conflicts)], "other"))
+        return commit(table, requirements, updates)
+
+    catalog.commit_table = after_another_writer  # type: ignore[method-assign]
+    result = writer.merge_batch(1, rows([1, 2], "a"), offset=BinlogOffset("b.000001", 10))
+    assert (result.outcome, result.attempts) == ("committed", 3)
+    assert content(writer) == {1: "a1", 2: "a2", 1001: "other1001", 1002: "other1002"}
+
+
+def test_conflicts_on_every_attempt_stop_with_binlakes_error(tmp_path: Path) -> None:
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog)
+    writer = IcebergWriter(catalog, identifier)
+    other = make_catalog(tmp_path).load_table(identifier)
+    commit, seen = catalog.commit_table, []
+
+    def always_after_another_writer(table: Any, requirements: Any, updates: Any) -> Any:
+        seen.append(1)
+        other.refresh()
+        other.append(rows([2000 + len(seen)], "other"))
+        return commit(table, requirements, updates)
+
+    catalog.commit_table = always_after_another_writer  # type: ignore[method-assign]
+    with pytest.raises(CommitConflictError, match=f"batch 1 to {identifier}: {MAX_ATTEMPTS} conflicts"):
+        writer.merge_batch(1, rows([1], "a"), offset=BinlogOffset("b.000001", 10))
+    assert len(seen) == MAX_ATTEMPTS

@@ -5,14 +5,25 @@ the stream's offset (table properties), and the schema the snapshot's chunks wer
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Literal
 
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
+
+log = logging.getLogger(__name__)
 
 #: Snapshot summary key listing the chunks an append commit holds (JSON).
 CHUNKS_KEY = "binlake.chunks"
@@ -22,6 +33,7 @@ BATCH_KEY = "binlake.batch-id"
 STREAM_OFFSET_KEY = "binlake.stream-offset"
 #: Table property: the source schema (JSON) the snapshot's chunks in the table were read with.
 SOURCE_SCHEMA_KEY = "binlake.snapshot-schema"
+#: Commits of one batch or chunk group tried at most, each after checking it is not in already.
 MAX_ATTEMPTS = 5
 
 Outcome = Literal["committed", "skipped"]
@@ -29,6 +41,25 @@ Outcome = Literal["committed", "skipped"]
 
 class CommitConflictError(BinlakeError):
     """The table kept changing under binlake's commit."""
+
+
+def conflict_retries(what: str) -> Retrying:
+    """The attempts of a commit that may conflict with another writer of the table (maintenance,
+    a compaction): each attempt checks first whether the commit is in already; a conflict
+    (pyiceberg's ``CommitFailedException``) waits a jittered, growing moment and tries again; after
+    ``MAX_ATTEMPTS`` the conflict is raised (callers turn it into ``CommitConflictError``)."""
+
+    def conflicted(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning("%s conflicted (%s): checking again", what, error)
+
+    return Retrying(
+        retry=retry_if_exception_type(CommitFailedException),
+        stop=stop_after_attempt(MAX_ATTEMPTS),
+        wait=wait_random_exponential(multiplier=0.05, max=2.0),
+        before_sleep=conflicted,
+        reraise=True,
+    )
 
 
 class PartialCommitError(BinlakeError):
@@ -73,6 +104,23 @@ def committed_chunk_commits(table: Table) -> list[ChunkCommit]:
                 )
             )
     return found
+
+
+def chunks_in(table: Table, wanted: set[str], files: int) -> bool:
+    """Whether all the ``wanted`` chunks are committed to ``table`` already (none of them: False).
+
+    Raises:
+        PartialCommitError: some are and some are not (``files`` hold them all).
+    """
+    done = wanted & {c.chunk_id for c in committed_chunk_commits(table)}
+    if done and done != wanted:
+        name = ".".join(table.name())
+        raise PartialCommitError(
+            f"Cannot commit {files} files to {name}: chunks {chunk_ids(done)} of the group are "
+            f"committed already but {chunk_ids(wanted - done)} are not. Fix: delete the group's files "
+            "and read its uncommitted chunks again (`binlake snapshot` does)."
+        )
+    return done == wanted
 
 
 def chunk_summary(chunks: list[ChunkCommit]) -> dict[str, str]:

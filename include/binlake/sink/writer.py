@@ -51,11 +51,12 @@ from binlake.sink.exactly_once import (
     ChunkCommit,
     CommitConflictError,
     CommitResult,
-    PartialCommitError,
     batch_properties,
     chunk_ids,
     chunk_summary,
+    chunks_in,
     commit_result,
+    conflict_retries,
 )
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
 from binlake.sink.key_index import KeyIndex, KeyIndexError
@@ -130,28 +131,21 @@ class IcebergWriter:
         started = time.monotonic()
         wanted = {c.chunk_id for c in chunks}
         summary = chunk_summary(list(chunks))
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            self.table.refresh()
-            done = wanted & self.committed_chunks().keys()
-            if done == wanted:
-                log.info("chunks %s are committed already: skipped", chunk_ids(wanted))
-                return CommitResult("skipped", None, time.monotonic() - started, attempt)
-            if done:
-                raise PartialCommitError(
-                    f"Cannot commit {len(files)} files to {self.identifier}: chunks {chunk_ids(done)} of the "
-                    f"group are committed already but {chunk_ids(wanted - done)} are not. Fix: delete the "
-                    "group's files and read its uncommitted chunks again (`binlake snapshot` does)."
-                )
-            try:
-                with transaction(self.table) as tx:
-                    tx.add_files(list(files), snapshot_properties=summary)
-                    if source_schema is not None:
-                        tx.set_properties({SOURCE_SCHEMA_KEY: source_schema})
-            except CommitFailedException as e:
-                log.warning("commit of chunks %s to %s conflicted (%s): checking again", chunk_ids(wanted),
-                            self.identifier, e)  # fmt: skip
-                continue
-            return commit_result(self.table, "committed", started, attempt)
+        try:
+            for attempt in conflict_retries(f"commit of chunks {chunk_ids(wanted)} to {self.identifier}"):
+                with attempt:
+                    tries = attempt.retry_state.attempt_number
+                    self.table.refresh()
+                    if chunks_in(self.table, wanted, len(files)):
+                        log.info("chunks %s are committed already: skipped", chunk_ids(wanted))
+                        return CommitResult("skipped", None, time.monotonic() - started, tries)
+                    with transaction(self.table) as tx:
+                        tx.add_files(list(files), snapshot_properties=summary)
+                        if source_schema is not None:
+                            tx.set_properties({SOURCE_SCHEMA_KEY: source_schema})
+                    return commit_result(self.table, "committed", started, tries)
+        except CommitFailedException:
+            pass
         raise CommitConflictError(
             f"Could not commit chunks to {self.identifier}: {MAX_ATTEMPTS} conflicts in a row"
         )
@@ -255,22 +249,24 @@ class IcebergWriter:
         self.settle()
         started = time.monotonic()
         properties = batch_properties(batch_id, offset)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            self.table.refresh()
-            if not force and self._applied(batch_id, offset):
-                return CommitResult("skipped", None, time.monotonic() - started, attempt)
-            try:
-                commit(properties)
-            except CommitFailedException as e:
-                log.warning("batch %d of %s conflicted (%s): checking again", batch_id, self.identifier, e)
-                continue
-            except KeyIndexError as e:  # where the stream was when the table's keys were found not unique
-                at = f", which ends at binlog offset {offset}" if offset is not None else ""
-                raise KeyIndexError(f"{e} (Found while applying batch {batch_id}{at}.)") from None
-            result = commit_result(self.table, "committed", started, attempt)
-            self.upkeep.start(functools.partial(self._upkeep, self._changes))
-            self._changes = 0
-            return result
+        try:
+            for attempt in conflict_retries(f"batch {batch_id} of {self.identifier}"):
+                with attempt:
+                    tries = attempt.retry_state.attempt_number
+                    self.table.refresh()
+                    if not force and self._applied(batch_id, offset):
+                        return CommitResult("skipped", None, time.monotonic() - started, tries)
+                    try:
+                        commit(properties)
+                    except KeyIndexError as e:  # where the stream was when the keys were found not unique
+                        at = f", which ends at binlog offset {offset}" if offset is not None else ""
+                        raise KeyIndexError(f"{e} (Found while applying batch {batch_id}{at}.)") from None
+                    result = commit_result(self.table, "committed", started, tries)
+                    self.upkeep.start(functools.partial(self._upkeep, self._changes))
+                    self._changes = 0
+                    return result
+        except CommitFailedException:
+            pass
         raise CommitConflictError(
             f"Could not apply batch {batch_id} to {self.identifier}: {MAX_ATTEMPTS} conflicts"
         )
