@@ -23,9 +23,10 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(path: Path, module_level: bool) -> set[str]:
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if module_level else list(ast.walk(tree))
+def _imports(path: Path) -> set[str]:
+    """The binlake modules ``path`` imports anywhere — inside functions too — except under
+    ``if TYPE_CHECKING:`` (for the type checker only, never run)."""
+    nodes = _runtime_nodes(ast.parse(path.read_text()))
     names: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -36,20 +37,28 @@ def _imports(path: Path, module_level: bool) -> set[str]:
     return {n for n in names if n == "binlake" or n.startswith("binlake.")}
 
 
+def _runtime_nodes(node: ast.AST) -> list[ast.AST]:
+    found: list[ast.AST] = [node]
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and ast.unparse(child.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            found += [n for other in child.orelse for n in _runtime_nodes(other)]
+            continue
+        found += _runtime_nodes(child)
+    return found
+
+
 def test_production_code_does_not_import_the_test_harness() -> None:
     offenders = {
-        name: sorted(i for i in _imports(path, module_level=False) if i.startswith("binlake.testing"))
+        name: sorted(i for i in _imports(path) if i.startswith("binlake.testing"))
         for name, path in _modules().items()
         if not name.startswith("binlake.testing")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def test_module_level_imports_form_no_cycle() -> None:
+def test_imports_form_no_cycle_not_even_through_imports_inside_functions() -> None:
     modules = _modules()
-    graph = {
-        name: {i for i in _imports(path, module_level=True) if i in modules} for name, path in modules.items()
-    }
+    graph = {name: {i for i in _imports(path) if i in modules} for name, path in modules.items()}
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1: on the path, 2: done
 
@@ -114,7 +123,7 @@ def test_no_step_imports_a_later_step() -> None:
     upward = sorted(
         f"{name} imports {target}"
         for name, path in modules.items()
-        for target in _imports(path, module_level=False)
+        for target in _imports(path)
         if target in modules and RANKS[_area(target)] > RANKS[_area(name)]
     )
     assert upward == []

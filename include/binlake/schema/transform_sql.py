@@ -26,6 +26,7 @@ refusal names the expression and says how to write it instead. The rules follow 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,10 +153,18 @@ def _select(projection: str, condition: str | None, where: str) -> exp.Select:
 class Compiler:
     """Types the expressions of one source table's transform (``where``: for messages)."""
 
-    def __init__(self, table: CreateTable, metadata: dict[str, SqlType], where: str) -> None:
+    def __init__(
+        self,
+        table: CreateTable,
+        metadata: dict[str, SqlType],
+        where: str,
+        rules: Mapping[type[exp.Expression], Callable[[Compiler, Any], Node]],
+    ) -> None:
         self.columns = {c.name.lower(): c for c in table.columns}
         self.metadata = metadata
         self.where = where
+        self.rules = rules
+        """How each kind of node is typed (``schema.transform_rules.RULES``)."""
 
     def compile(self, node: exp.Expression) -> Node:
         try:
@@ -172,8 +181,6 @@ class Compiler:
         )
 
     def _node(self, node: exp.Expression) -> Node:
-        from binlake.schema.transform_rules import RULES  # one table of rules per node kind
-
         if isinstance(node, exp.Paren):
             return self._node(node.this)
         if isinstance(node, _NONDETERMINISTIC_NODES) or (
@@ -185,10 +192,11 @@ class Compiler:
             )  # fmt: skip
         if isinstance(node, exp.AggFunc | exp.Window | exp.Subquery | exp.Select):
             raise self.refuse(node, "a transform sees one row at a time", "leave it out")
-        rule = RULES.get(type(node))
+        rule = self.rules.get(type(node))
         if rule is None:
             raise self.refuse(node, "binlake does not evaluate it")
-        return rule(self, node)
+        typed: Node = rule(self, node)
+        return typed
 
     def reference(self, node: exp.Column) -> Node:
         name = node.name

@@ -53,6 +53,7 @@ from binlake.events import (
 )
 from binlake.offsets import POS_MASK
 from binlake.schema.transform_eval import TransformInexactError, arrow_of, evaluate
+from binlake.schema.transform_rules import RULES
 from binlake.schema.transform_sql import (
     Compiler,
     Node,
@@ -229,7 +230,7 @@ def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:
             the fix).
     """
     where = f"transform of {table.table}" + (f" ({spec.description})" if spec.description else "")
-    compiler = Compiler(table, METADATA, where)
+    compiler = Compiler(table, METADATA, where, RULES)
     items: list[_Item] = []
     for expression in parse_projection(spec.projection or "*", where):
         items += _items(compiler, table, expression, where)
