@@ -37,9 +37,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.config import StreamConfig
 from binlake.events import Column, CreateTable, TableId
-from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.sink.pyiceberg_internals import cache_immutable_files
 from binlake.sink.writer import IcebergWriter
 from binlake.spark.runtime.heap import frozen_heap

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable, SchemaChange, TableId
-from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.schema.routes import merged_creation, routed
 from binlake.schema.transforms import transform_of
 from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import connect

@@ -31,9 +31,9 @@ from pyiceberg.types import (
 
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
-from binlake.schema.metadata_applier import IcebergMetadataApplier
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.exactly_once import ChunkCommit
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.writer import IcebergWriter
 from binlake.source.chunks.reader import ChunkReader, ChunkResult, SnapshotHooks
 from binlake.source.chunks.splitter import Chunk, ChunkRange

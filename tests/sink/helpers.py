@@ -10,8 +10,8 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
-from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.sink.writer import IcebergWriter
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])

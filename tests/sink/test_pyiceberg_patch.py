@@ -10,7 +10,7 @@ from pathlib import Path
 
 WRITER = """
 from binlake.events import Column, CreateTable, TableId
-from binlake.schema.metadata_applier import IcebergMetadataApplier
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.catalog import open_catalog
 from binlake.sink.pyiceberg_internals import installed
 from binlake.sink.writer import IcebergWriter

@@ -20,8 +20,8 @@ import pytest
 from pyiceberg.types import StringType
 
 from binlake.events import Column, CreateTable, TableId
-from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.schema.type_mapping import arrow_schema
+from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
 from binlake.sink.writer import IcebergWriter
 from binlake.testing import duckdb_iceberg
 from binlake.testing.compare import bag

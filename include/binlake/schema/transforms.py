@@ -52,6 +52,7 @@ from binlake.events import (
     TableId,
 )
 from binlake.offsets import POS_MASK
+from binlake.schema.shadow_tables import shadow_base
 from binlake.schema.transform_eval import TransformInexactError, arrow_of, evaluate
 from binlake.schema.transform_rules import RULES
 from binlake.schema.transform_sql import (
@@ -62,7 +63,6 @@ from binlake.schema.transform_sql import (
     parse_filter,
     parse_projection,
 )
-from binlake.source.server.discovery import shadow_base
 
 DATABASE, TABLE, OP_TS, POSITION = "__database__", "__table__", "__op_ts__", "__binlog_position__"
 EVENT_TYPE = "__data_event_type__"

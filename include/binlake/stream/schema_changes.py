@@ -336,13 +336,13 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     Returns:
         The status recorded: ``applied``, ``ignored`` or ``failed``.
     """
-    from binlake.schema.metadata_applier import (  # see SchemaTracker.ddl
+    from binlake.schema.transform_sql import TransformError
+    from binlake.sink.catalog import open_catalog, sink_identifier
+    from binlake.sink.metadata_applier import (  # see SchemaTracker.ddl
         IcebergMetadataApplier,
         TableLayout,
         UnsupportedSchemaChangeError,
     )
-    from binlake.schema.transform_sql import TransformError
-    from binlake.sink.catalog import open_catalog, sink_identifier
 
     pipeline = config.pipeline.name
     applier = IcebergMetadataApplier(

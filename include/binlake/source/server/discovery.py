@@ -14,23 +14,11 @@ from typing import Any
 import pymysql
 
 from binlake.events import Column, CreateTable, TableId
+from binlake.schema.shadow_tables import shadow_base
 from binlake.source.server.charsets import Charsets, canonical_charset, canonical_collation
 
 #: Schemas that belong to the server, never captured.
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
-
-
-#: The tables online schema-change tools build beside a table ``t`` and swap in for it: gh-ost's
-#: ``_t_gho`` (its changelog ``_t_ghc``; the old table leaves as ``_t_del``), pt-online-schema-change's
-#: ``_t_new`` (``_t_old``).
-_SHADOW = re.compile(r"^_+(.+)_(gho|ghc|del|new|old)$")
-
-
-def shadow_base(table: TableId) -> TableId | None:
-    """The table ``table``'s name makes it an online schema-change tool's shadow of (gh-ost's
-    ``_t_gho``, pt-osc's ``_t_new``…), whether or not that table is captured."""
-    found = _SHADOW.match(table.table)
-    return TableId(table.database, found.group(1)) if found is not None else None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from binlake.events import (
     TableId,
     TruncateTable,
 )
-from binlake.schema.metadata_applier import IcebergMetadataApplier, TableLayout, UnsupportedSchemaChangeError
+from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout, UnsupportedSchemaChangeError
 
 T = TableId("shop", "orders")
 COLUMNS = (
