@@ -34,16 +34,14 @@ import pyarrow as pa
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
-from binlake.planner import create_sink_tables, discover_tables
 from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_of
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.writer import IcebergWriter
-from binlake.snapshot.spans import snapshot_applies
 from binlake.source.binlog.event_rows import gap_message
 from binlake.source.server.connection import connect
-from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
+from binlake.source.server.foreign_keys import cascading_keys
 from binlake.spark.healer import Healer
 from binlake.spark.read_ahead import READERS
 from binlake.spark.runtime.heap import frozen_heap
@@ -52,18 +50,15 @@ from binlake.spark.stream_task import read_segment
 from binlake.state.backfills import BackfillLedger
 from binlake.state.fencing import Fence, writer_lease, writing
 from binlake.state.leases import Command, TableBusyError
-from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.apply import BatchApplier
 from binlake.stream.backfill import StagedBackfills
-from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.failover import BinlogAnchor
 from binlake.stream.metrics import stream_metrics
+from binlake.stream.preflight import preflight
 from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes
 from binlake.stream.repairs import StreamRepairs
-from binlake.stream.schema_changes import SchemaTracker
-from binlake.stream.startup import resolve_start
 from binlake.stream.table_sink import TableSink
 
 __all__ = ["StreamError", "StreamReport", "print_backfill", "print_batch", "run_stream"]
@@ -164,17 +159,7 @@ def _stream(
     held: list[str] = []
     writers: dict[str, IcebergWriter] = {}
     try:
-        discovered = discover_tables(config)
-        _refuse_cascading_keys(config, [s.table for s in discovered])
-        start = resolve_start(config, store, ids.end)
-        origin = store.offsets(name).load(ORIGIN)
-        if origin is None:
-            # A new lineage: a restart resumes from here (a `latest-offset` start keeps its "latest").
-            origin = start.offset
-            store.offsets(name).save(ORIGIN, origin)
-            store.offsets(name).save(STREAM, origin)
-        tracker = SchemaTracker(config, store)
-        schemas = _schemas(config, tracker, discovered, start.offset)
+        ready = preflight(config, store)
         catalog = open_catalog(config)
         chunk_keys = dict(config.source.chunk_key_columns)
 
@@ -201,15 +186,10 @@ def _stream(
                 schema, writer, chunk_keys, version, shared, transform_of(config, schema, shared)
             )
 
-        sinks = {s.table.name: sink for s in schemas if (sink := make_sink(s)) is not None}
+        sinks = {s.table.name: sink for s in ready.schemas if (sink := make_sink(s)) is not None}
+        start = ready.start
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)
-        plans = store.plans(name).load()
-        snapshot_filter = (
-            SnapshotFilter(config.source, plans, {s.table.name: s for s in schemas})
-            if plans and snapshot_applies(config, store)
-            else None
-        )
         held = sorted(sink.writer.identifier for sink in sinks.values())
 
         metrics = stream_metrics(config, store, lambda: len(repairs.held()), fence.epoch)
@@ -226,7 +206,7 @@ def _stream(
             return _read_changes(config, schema, start, end)
 
         repairs = StreamRepairs(
-            name, RepairLedger(store, name), BackfillLedger(store), snapshot_filter, _cascades(config),
+            name, RepairLedger(store, name), BackfillLedger(store), ready.snapshot_filter, _cascades(config),
             heal=config.stream.on_gap == "backfill",
         )  # fmt: skip
         applier = BatchApplier(
@@ -234,11 +214,11 @@ def _stream(
             uuid.uuid4().hex,
             store,
             sinks,
-            snapshot_filter,
+            ready.snapshot_filter,
             on_batch=on_batch,
             before_batch=lambda: _hold(store, name, held, fence, writers.values()),
             complete=config.source.startup_mode == "initial",
-            tracker=tracker,
+            tracker=ready.tracker,
             make_sink=make_sink,
             backfills=StagedBackfills(name, BackfillLedger(store), read_changes),
             on_backfill=print_backfill if progress is not None else None,
@@ -253,9 +233,9 @@ def _stream(
             healer or contextlib.nullcontext(),
             metrics or contextlib.nullcontext(),
         ):  # frozen: what lives now outlives the stream
-            run_query(config, spark, applier, start.offset, origin, until_caught_up, stop)
+            run_query(config, spark, applier, start.offset, ready.origin, until_caught_up, stop)
             if until_caught_up and healer is not None:
-                _heal_before_ending(config, spark, applier, healer, start.offset, origin, stop)
+                _heal_before_ending(config, spark, applier, healer, start.offset, ready.origin, stop)
         for writer in writers.values():
             writer.settle()  # the last batch's upkeep: its error is the stream's
         report.seconds = time.monotonic() - started
@@ -302,48 +282,6 @@ def _cascades(config: PipelineConfig) -> Callable[[TableId], bool]:
             return bool(cascading_keys(conn, [table]))
 
     return cascades
-
-
-def _refuse_cascading_keys(config: PipelineConfig, tables: list[TableId]) -> None:
-    """Captured tables whose foreign keys change rows the binlog never shows stop the stream."""
-    with contextlib.closing(connect(config.source)) as conn:
-        found = cascading_keys(conn, tables)
-    if found:
-        raise StreamError(
-            "Cannot stream: " + "; ".join(k.describe() for k in found) + ". The server changes those child "
-            "rows itself and writes only the parent's row to the binlog, so the sink would keep rows the "
-            f"source no longer has. Fix: {cascade_fix(found[0])}."
-        )
-
-
-def _schemas(
-    config: PipelineConfig, tracker: SchemaTracker, discovered: list[CreateTable], start: BinlogOffset
-) -> list[CreateTable]:
-    """The captured tables' schemas at ``start``: from the schema history once it has begun,
-    else (a new stream) the server's, which then begin the history.
-
-    Tables are never taken from today's server on a resume: the binlog between the stream's
-    position and now may still hold their CREATE, ALTER or RENAME, which the stream applies when
-    it gets there.
-    """
-    store = tracker.store
-    if not store.schema_history(config.pipeline.name).versions():
-        if not discovered:
-            raise StreamError(
-                f"No table of the source matches `source.tables` {config.source.tables}: nothing to stream."
-            )
-        create_sink_tables(config, discovered)  # modes without a snapshot start from empty tables
-        tracker.bootstrap(discovered, start)
-    known = {v.table for v in store.schema_history(config.pipeline.name).versions()}
-    unknown = sorted(str(s.table) for s in discovered if s.table not in known)
-    if unknown:
-        log.warning(
-            "tables %s match `source.tables` but the stream has no history of them (they existed before "
-            "it began and were not captured): their changes are not streamed. Fix: snapshot them "
-            "(a backfill), or re-plan the pipeline.",
-            unknown,
-        )
-    return list(tracker.schemas_at(start).values())
 
 
 def _read_changes(
