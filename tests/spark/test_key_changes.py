@@ -64,17 +64,19 @@ def _identifiers(config: PipelineConfig, table: TableId) -> list[str]:
     return [schema.find_column_name(i) or "" for i in schema.identifier_field_ids]
 
 
-def _workload(mariadb: PrivateMariaDB, database: str, stop: threading.Event) -> None:
-    """Writes that stay valid under both keys: updates by id, inserts of new ids."""
+def _workload(mariadb: PrivateMariaDB, database: str, stop: threading.Event, done: list[int]) -> None:
+    """Writes that stay valid under both keys and every column added: updates by id, inserts of
+    new ids naming their columns; ``done`` counts the rounds written."""
     n = 1000
     while not stop.is_set():
         n += 1
         mariadb.execute(
-            f"INSERT INTO acct VALUES ({n}, {n % 3}, {n})",
+            f"INSERT INTO acct (id, tenant, v) VALUES ({n}, {n % 3}, {n})",
             f"UPDATE acct SET v = v + 1 WHERE id = {n % 300 + 1}",
-            f"INSERT INTO notes VALUES ({n}, 'w{n}')",
+            f"INSERT INTO notes (id, body) VALUES ({n}, 'w{n}')",
             database=database,
         )
+        done.append(n)
 
 
 @pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
@@ -87,16 +89,21 @@ def test_primary_key_changes_under_a_workload_with_kills(
     assert run_snapshot(config, spark).complete
     run_stream(config, spark, until_caught_up=True)
     stop = threading.Event()
-    writer = threading.Thread(target=_workload, args=(mariadb, database, stop))
+    done: list[int] = []
+    writer = threading.Thread(target=_workload, args=(mariadb, database, stop, done))
     writer.start()
     try:
         mariadb.execute(*KEY_CHANGES, database=database)
         path = write_config_file(tmp_path, config, mariadb)
         kill_9_at(path, "schema-before-apply")
+        written = len(done)
         kill_9_at(path, "schema-after-apply")
     finally:
         stop.set()
         writer.join()
+    # the workload wrote through every change and both kills (a failed write ends its thread)
+    assert written > 0
+    assert len(done) > written
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)
     assert _identifiers(config, TableId(database, "acct")) == ["id", "tenant"]
