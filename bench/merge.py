@@ -39,7 +39,8 @@ from binlake.config import StreamConfig
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.compaction import CompactionPolicy
-from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.layout import TableLayout
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.pyiceberg_internals import cache_immutable_files
 from binlake.sink.writer import IcebergWriter
 from binlake.spark.runtime.heap import frozen_heap

@@ -94,6 +94,7 @@ RANKS = {
             "config_base",
             "config_file",
             "config_jobs",
+            "config_layout",
             "config_stream",
             "config_tls",
             "errors",

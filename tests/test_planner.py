@@ -38,10 +38,25 @@ def shop_config(mariadb: PrivateMariaDB, shop: str, tmp_path: Path, **source: An
 def test_plan_prints_strategy_and_stores_the_plan(
     mariadb: PrivateMariaDB, shop: str, write_config: Callable[..., Path], tmp_path: Path
 ) -> None:
-    path = write_config(shop_config(mariadb, shop, tmp_path))
+    raw = shop_config(mariadb, shop, tmp_path)
+    raw["sink"] = {
+        "layout": [
+            {
+                "source_table": rf"{shop}\.orders",
+                "partition_by": ["month(ordered_at)", "bucket(8, customer_id)"],
+            }
+        ]
+    }
+    path = write_config(raw)
     result = run_binlake("--config", str(path), "plan")
     assert result.returncode == 0, result.output
     assert f"{shop}.orders" in result.stdout
+    # each table's sink layout: a rule's, or sorted by its key
+    assert (
+        f"{shop}.orders — sink layout: month(ordered_at), bucket(8, customer_id); sorted by id ASC"
+        in result.stdout
+    )
+    assert f"{shop}.coupons — sink layout: not partitioned; sorted by code ASC" in result.stdout
     assert "even" in result.stdout
     assert "uneven" in result.stdout  # gift_cards' sparse keys and coupons' VARCHAR keys
     assert "why: integral key, distribution factor" in result.stdout
@@ -50,6 +65,7 @@ def test_plan_prints_strategy_and_stores_the_plan(
     as_json = json.loads(run_binlake("--config", str(path), "plan", "--json").stdout)
     tables = {t["table"]: t for t in as_json["tables"]}
     assert tables[f"{shop}.orders"]["strategy"] == "even"
+    assert tables[f"{shop}.orders"]["partition_by"] == ["month(ordered_at)", "bucket(8, customer_id)"]
     assert tables[f"{shop}.orders"]["chunks"] == 5  # 900 dense ids, 200 per chunk
     assert tables[f"{shop}.gift_cards"]["strategy"] == "uneven"
     assert tables[f"{shop}.page_views"]["key_column"] == "customer_id"

@@ -17,11 +17,20 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 
 from binlake.config_base import Model
 from binlake.config_jobs import AirflowConfig, BackfillConfig, QualityConfig, VerifyConfig
+from binlake.config_layout import LayoutRule, check_table_properties
 from binlake.config_stream import StreamConfig
 from binlake.config_tls import TlsConfig
 
 # their sections live in modules of their own
-__all__ = ["AirflowConfig", "BackfillConfig", "QualityConfig", "StreamConfig", "TlsConfig", "VerifyConfig"]
+__all__ = [
+    "AirflowConfig",
+    "BackfillConfig",
+    "LayoutRule",
+    "QualityConfig",
+    "StreamConfig",
+    "TlsConfig",
+    "VerifyConfig",
+]
 
 SchemaChangeBehavior = Literal["exception", "evolve", "try_evolve", "lenient", "ignore"]
 StartupMode = Literal[
@@ -278,9 +287,18 @@ class SinkConfig(Model):
     namespace: str | None = None
     """Iceberg namespace; default: the source table's database name."""
     table_properties: dict[str, str] = Field(default_factory=dict)
-    """Iceberg table properties set on every created table."""
+    """Iceberg table properties set on every created table (those pyiceberg acts on, and
+    ``write.merge.mode``; unknown keys are refused)."""
     bucket_count: int | None = Field(default=None, ge=1)
-    """Partition tables by ``bucket(N, key)``; none when unset."""
+    """Partition tables no ``layout`` rule matches by ``bucket(N, key)``; none when unset."""
+    layout: list[LayoutRule] = Field(default_factory=list)
+    """Per-table partitioning, sort order and properties (``partition_by: [day(created_at)]``…),
+    by ``source_table`` regex: the first rule that matches a table applies."""
+
+    @field_validator("table_properties")
+    @classmethod
+    def _check_properties(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_table_properties(value)
 
 
 class RouteRule(Model):

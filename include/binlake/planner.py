@@ -17,8 +17,10 @@ from binlake.errors import BinlakeError
 from binlake.events import CreateTable, SchemaChange, TableId
 from binlake.schema.routes import merged_creation, routed
 from binlake.schema.transforms import transform_of
+from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.layout import evolve, layout_of, layouts
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import connect
@@ -56,11 +58,27 @@ def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> No
     applier = IcebergMetadataApplier(
         open_catalog(config),
         lambda table: sink_identifier(config, table),
-        TableLayout(config.sink.bucket_count, dict(config.sink.table_properties)),
+        layouts(config),
     )
     for schema in schemas:
         for change in sink_creation(config, schema):
             applier.apply(change)
+
+
+def align_layouts(config: PipelineConfig, schemas: list[CreateTable]) -> None:
+    """Bring the existing sink tables of ``schemas`` to their ``sink.layout`` rules (partition
+    evolution, a new sort order: ``sink/layout.py``); tables the sink lacks are left to be created."""
+    catalog = open_catalog(config)
+    done: set[str] = set()
+    for schema in schemas:
+        identifier = ".".join(sink_identifier(config, schema.table))
+        if identifier in done or not catalog.table_exists(identifier):
+            continue
+        done.add(identifier)
+        table = catalog.load_table(identifier)
+        changed = evolve(table, layout_of(config, schema.table), identifier_columns(table.schema()))
+        if changed:
+            log.info("%s: layout changed: %s", identifier, "; ".join(changed))
 
 
 def sink_creation(config: PipelineConfig, schema: CreateTable) -> list[SchemaChange]:

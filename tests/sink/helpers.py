@@ -11,7 +11,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.sink.compaction import CompactionPolicy
-from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.layout import TableLayout
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.writer import IcebergWriter
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])

@@ -26,7 +26,8 @@ from binlake.config_file import parse_config
 from binlake.errors import ConfigError
 from binlake.events import Column, CreateTable, TableId
 from binlake.sink.catalog import CatalogError, catalog_properties, open_catalog
-from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.layout import TableLayout
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.stream.positions import config_from_options, config_options
 
 POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"

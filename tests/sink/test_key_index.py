@@ -15,7 +15,8 @@ from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.sink import key_index, key_index_store
 from binlake.sink.key_index import KeyIndex, KeyIndexError
-from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.layout import TableLayout
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import content, create, make_catalog, rows
 

@@ -24,7 +24,8 @@ from binlake.events import (
     TableId,
     TruncateTable,
 )
-from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout, UnsupportedSchemaChangeError
+from binlake.sink.layout import TableLayout
+from binlake.sink.metadata_applier import IcebergMetadataApplier, UnsupportedSchemaChangeError
 
 T = TableId("shop", "orders")
 COLUMNS = (

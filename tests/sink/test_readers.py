@@ -21,7 +21,8 @@ from pyiceberg.types import StringType
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.type_mapping import arrow_schema
-from binlake.sink.metadata_applier import IcebergMetadataApplier, TableLayout
+from binlake.sink.layout import TableLayout
+from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.writer import IcebergWriter
 from binlake.testing import duckdb_iceberg
 from binlake.testing.compare import bag

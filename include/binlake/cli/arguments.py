@@ -125,6 +125,11 @@ def parser() -> argparse.ArgumentParser:
     maintain.add_argument(
         "--orphans-older-than", type=_duration, default="3d", help="orphan age (default 3d)"
     )
+    maintain.add_argument(
+        "--rewrite-partitions",
+        action="store_true",
+        help="also rewrite files of earlier partition specs into the current one (after a layout change)",
+    )
     maintain.set_defaults(handler=maintain_command)
     maintain.add_argument("--json", action="store_true", help="print the reports as JSON")
     return parser

@@ -69,13 +69,18 @@ def validate_command(args: argparse.Namespace) -> int:
 
 def plan_command(args: argparse.Namespace) -> int:
     from binlake.planner import plan
+    from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.sink.layout import describe
 
     config = _load(args.config)
     plans = plan(
         config, replan=args.replan, progress=lambda t, n: log.info("splitting %s: %d chunks so far", t, n)
     )
+    catalog = open_catalog(config)
+    layouts = {p.table: describe(catalog.load_table(sink_name(config, p.table))) for p in plans}
     rows: list[dict[str, Any]] = [
         {
+            **layouts[p.table],
             "table": p.table.name,
             "key_column": p.key_column,
             "strategy": p.strategy,
@@ -102,6 +107,8 @@ def plan_command(args: argparse.Namespace) -> int:
     )  # fmt: skip
     for r in rows:
         print(f"{r['table']} — why: {r['reason']}")
+        partitioned = ", ".join(r["partition_by"]) or "not partitioned"
+        print(f"{r['table']} — sink layout: {partitioned}; sorted by {', '.join(r['sort_by']) or 'nothing'}")
     total = sum(r["chunks"] for r in rows)
     where = display_url(config.pipeline.resolved_state_uri)
     print(f"{len(rows)} tables, {total} chunks, plan stored in {where}")
@@ -357,7 +364,9 @@ def _maintain_tables(
         raise BinlakeError(
             f"Unknown sink tables {unknown}; this pipeline's tables are: {', '.join(sorted(plans))}."
         )
-    options = MaintenanceOptions(args.expire_older_than, args.orphans_older_than)
+    options = MaintenanceOptions(
+        args.expire_older_than, args.orphans_older_than, rewrite_partitions=args.rewrite_partitions
+    )
     catalog = open_catalog(config)
     reports = []
     for identifier in args.table or sorted(plans):

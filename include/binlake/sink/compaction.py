@@ -49,6 +49,7 @@ from pyiceberg.table.snapshots import Operation
 from binlake.faults import crash_point
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.key_index import KeyIndex
+from binlake.sink.layout import sorted_rows
 from binlake.sink.merge_on_read import merge_on_read, write_position_deletes
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
 
@@ -167,8 +168,7 @@ def compact(table: Table, plan: Compaction, tasks: Sequence[FileScanTask]) -> Co
                 # (files from other writers hold string or large_string, say).
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=group)
                 rows += data.num_rows
-                if keys:
-                    data = data.sort_by([(k, "ascending") for k in keys])
+                data = sorted_rows(data, metadata, keys)
                 for task in group:
                     snap.delete_data_file(task.file)
                 if data.num_rows:

@@ -27,6 +27,7 @@ from pyiceberg.table.snapshots import Operation
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.file_systems import file_system
+from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
 from binlake.state.holders import Holder
 from binlake.state.leases import Command, TableBusyError
@@ -46,6 +47,8 @@ class MaintenanceOptions:
     expire_older_than: dt.timedelta = dt.timedelta(days=7)
     orphans_older_than: dt.timedelta = dt.timedelta(days=3)
     lease: dt.timedelta = dt.timedelta(hours=1)
+    rewrite_partitions: bool = False
+    """Also rewrite the files of earlier partition specs into the current one (``sink.layout``)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def maintain(
     started = time.monotonic()
     try:
         table = catalog.load_table(identifier)
-        compacted, written = compact(table)
+        compacted, written = compact(table, options.rewrite_partitions)
         expired = expire_snapshots(table, options.expire_older_than)
         orphans, orphan_bytes = remove_orphans(table, options.orphans_older_than)
     finally:
@@ -105,18 +108,26 @@ def maintain(
     return report
 
 
-def compact(table: Table) -> tuple[int, int]:
+def compact(table: Table, rewrite_partitions: bool = False) -> tuple[int, int]:
     """Rewrite, per partition, the small data files (under 3/4 of the target size) and the files
-    that have delete files into target-sized, key-sorted files, and retire the delete files that
-    then point at no live file — all in one commit. Returns (files replaced, files written)."""
+    that have delete files into target-sized files in the table's sort order (with
+    ``rewrite_partitions``, the files of earlier partition specs too, into the current one), and
+    retire the delete files that then point at no live file — all in one commit. Returns (files
+    replaced, files written)."""
     if table.current_snapshot() is None:
         return 0, 0
     target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
-    groups: dict[str, list[FileScanTask]] = defaultdict(list)
+    current = table.spec().spec_id
+    groups: dict[tuple[int, str], list[FileScanTask]] = defaultdict(list)
     for task in table.scan().plan_files():
-        if task.file.file_size_in_bytes < target * 3 // 4 or task.delete_files:
-            groups[repr(task.file.partition)].append(task)
-    small = [tasks for tasks in groups.values() if len(tasks) > 1 or any(t.delete_files for t in tasks)]
+        old_spec = rewrite_partitions and task.file.spec_id != current
+        if task.file.file_size_in_bytes < target * 3 // 4 or task.delete_files or old_spec:
+            groups[(task.file.spec_id, repr(task.file.partition))].append(task)
+    small = [
+        tasks
+        for (spec_id, _), tasks in groups.items()
+        if len(tasks) > 1 or any(t.delete_files for t in tasks) or (rewrite_partitions and spec_id != current)
+    ]
     if not small:
         return 0, 0
     rewritten = {t.file.file_path for tasks in small for t in tasks}
@@ -138,8 +149,7 @@ def compact(table: Table) -> tuple[int, int]:
                 # One scan of them all: pyiceberg brings the files' columns to one Arrow schema
                 # (files from other writers hold string or large_string, say).
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=tasks)
-                if keys:
-                    data = data.sort_by([(k, "ascending") for k in keys])
+                data = sorted_rows(data, metadata, keys)
                 for task in tasks:
                     snap.delete_data_file(task.file)
                     replaced += 1

@@ -8,7 +8,8 @@ Changes Iceberg can make without touching data files (add, drop, rename, widen) 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import singledispatchmethod
 from typing import Any, Literal, Protocol
 
@@ -16,9 +17,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
-from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
@@ -41,6 +40,7 @@ from binlake.events import (
 from binlake.schema.defaults import existing_rows_value
 from binlake.schema.type_mapping import RowConverter, iceberg_schema, iceberg_type, identifier_columns
 from binlake.sink.column_fill import fill_column
+from binlake.sink.layout import TableLayout, evolve, partition_spec, sort_order
 
 log = logging.getLogger(__name__)
 
@@ -76,20 +76,6 @@ class Naming(Protocol):
 
 
 @dataclass(frozen=True)
-class TableLayout:
-    """How binlake lays out the tables it creates.
-
-    Attributes:
-        bucket_count: partition by ``bucket(N, first key column)``; None for no partitioning.
-        properties: Iceberg table properties (``write.target-file-size-bytes`` …) on top of the
-            defaults in ``DEFAULT_PROPERTIES``.
-    """
-
-    bucket_count: int | None = None
-    properties: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class ApplyResult:
     change: SchemaChange
     outcome: Outcome
@@ -102,13 +88,23 @@ class IcebergMetadataApplier:
     Args:
         catalog: the pipeline's catalog.
         naming: source table → ``(namespace, table)`` in the sink.
-        layout: partitioning, sort order and properties of created tables.
+        layout: partitioning, sort order and properties of created tables (``sink/layout.py``):
+            one for every table, or a table's own.
     """
 
-    def __init__(self, catalog: Catalog, naming: Naming, layout: TableLayout | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        naming: Naming,
+        layout: TableLayout | Callable[[TableId], TableLayout] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.naming = naming
-        self.layout = layout or TableLayout()
+        self._layout = layout or TableLayout()
+
+    def layout(self, table: TableId) -> TableLayout:
+        """``table``'s layout (one for every table, or a rule's)."""
+        return self._layout if isinstance(self._layout, TableLayout) else self._layout(table)
 
     @staticmethod
     def supported_changes() -> frozenset[type]:
@@ -185,36 +181,36 @@ class IcebergMetadataApplier:
             # (CREATE OR REPLACE, or DROP + CREATE): its rows are gone there, so here too. A
             # creation without a binlog position (a snapshot's) or one already made is a no-op.
             if change_id is None or self._load(change.table).properties.get(CREATED_ID) == change_id:
-                return ApplyResult(change, "no-op", f"{identifier} exists")
+                return self._evolve(change, identifier)
             self.catalog.drop_table(identifier)
             replaced = " (replacing the table of that name and its rows)"
         namespace = self.naming(change.table)[0]
         self.catalog.create_namespace_if_not_exists(namespace)
         schema = iceberg_schema(change)
-        key_ids = [schema.find_field(k).field_id for k in change.primary_key]
-        spec = PartitionSpec()
-        if self.layout.bucket_count and key_ids:
-            spec = PartitionSpec(
-                PartitionField(
-                    source_id=key_ids[0],
-                    field_id=1000,
-                    transform=BucketTransform(self.layout.bucket_count),
-                    name=f"{change.primary_key[0]}_bucket",
-                )
-            )
-        order = SortOrder(*(SortField(source_id=i, transform=IdentityTransform()) for i in key_ids))
+        layout = self.layout(change.table)
+        key = list(change.primary_key)
         self.catalog.create_table(
             identifier,
             schema=schema,
-            partition_spec=spec,
-            sort_order=order,
+            partition_spec=partition_spec(schema, layout, key),
+            sort_order=sort_order(schema, layout, key),
             properties={
                 **DEFAULT_PROPERTIES,
-                **self.layout.properties,
+                **layout.properties,
                 **({CREATED_ID: change_id} if change_id is not None else {}),
             },
         )
         return ApplyResult(change, "applied", f"created {identifier}{replaced}")
+
+    def _evolve(self, change: CreateTable, identifier: str) -> ApplyResult:
+        """An existing table: its partition spec and sort order brought to its layout rule."""
+        table = self._load(change.table)
+        done = evolve(table, self.layout(change.table), identifier_columns(table.schema()))
+        if done:
+            return ApplyResult(
+                change, "applied", f"{identifier} exists; its layout changed: {'; '.join(done)}"
+            )
+        return ApplyResult(change, "no-op", f"{identifier} exists")
 
     @_apply.register
     def _add_column(self, change: AddColumn, change_id: str | None) -> ApplyResult:
@@ -245,7 +241,8 @@ class IcebergMetadataApplier:
         if any(f.source_id == field_id for f in table.spec().fields):
             raise UnsupportedSchemaChangeError(
                 change,
-                f"the sink table is partitioned by `{change.name}` (`sink.bucket_count`: part of its key)",
+                f"the sink table is partitioned by `{change.name}` (a `sink.layout` rule's partition_by, or "
+                "`sink.bucket_count`); partition by other columns first (a new spec), then drop it",
             )
         with table.update_schema() as update:
             if change.name in keys:  # the statement's AlterPrimaryKey, next, names the key it leaves
@@ -262,7 +259,10 @@ class IcebergMetadataApplier:
         missing = [k for k in keys if not _has(table, k)]
         if missing:
             raise UnsupportedSchemaChangeError(change, f"the sink table has no column `{missing[0]}`")
-        if self.layout.bucket_count or table.spec().fields:
+        old_key = {table.schema().find_field(k).field_id for k in identifier_columns(table.schema())}
+        if any(
+            isinstance(f.transform, BucketTransform) and f.source_id in old_key for f in table.spec().fields
+        ):
             raise UnsupportedSchemaChangeError(
                 change, "the sink table is partitioned by its old key (`sink.bucket_count`), so rows of one "
                 "new key could sit in two partitions; re-snapshot the table, or leave it unbucketed",
@@ -274,7 +274,9 @@ class IcebergMetadataApplier:
                 if not table.schema().find_field(key).required:
                     update.update_column(key, required=True)
             update.set_identifier_fields(*keys)
-        if keys:  # a table left without a key keeps its files' order (pyiceberg sets no empty one)
+        # A table left without a key keeps its files' order (pyiceberg sets no empty one); one
+        # sorted by its layout's sort_by keeps that.
+        if keys and not self.layout(change.table).sort_by:
             with table.update_sort_order() as order:
                 for key in keys:
                     order.asc(key, IdentityTransform())

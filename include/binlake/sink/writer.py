@@ -42,7 +42,7 @@ from pyiceberg.table import FileScanTask
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink import compaction, exactly_once, snapshot_retention
+from binlake.sink import compaction, exactly_once, partition_files, snapshot_retention
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.copy_on_write import overwrite
 from binlake.sink.exactly_once import (
@@ -60,6 +60,7 @@ from binlake.sink.exactly_once import (
 )
 from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
 from binlake.sink.key_index import KeyIndex, KeyIndexError
+from binlake.sink.layout import sorted_rows
 from binlake.sink.merge_on_read import commit_delta, merge_on_read, scanned_positions, write_position_deletes
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
 from binlake.sink.row_match import ClearRange, batch_keys, clear_mask, in_range, row_counts, take_rows
@@ -140,7 +141,7 @@ class IcebergWriter:
                         log.info("chunks %s are committed already: skipped", chunk_ids(wanted))
                         return CommitResult("skipped", None, time.monotonic() - started, tries)
                     with transaction(self.table) as tx:
-                        tx.add_files(list(files), snapshot_properties=summary)
+                        partition_files.add_files(tx, self.table, files, summary)
                         if source_schema is not None:
                             tx.set_properties({SOURCE_SCHEMA_KEY: source_schema})
                     return commit_result(self.table, "committed", started, tries)
@@ -391,7 +392,7 @@ class IcebergWriter:
             else:
                 replaced = scanned_positions(self.table, metadata, keys, key_columns, clear)
             if upserts is not None and upserts.num_rows:
-                rows = upserts.sort_by([(k, "ascending") for k in key_columns])
+                rows = sorted_rows(upserts, metadata, key_columns)
                 files = list(write_data_files(metadata, rows, table.io, uuid.uuid4(), itertools.count(0)))
             commit_delta(
                 tx, table.io, properties, write_position_deletes(table.io, metadata, replaced), files

@@ -31,6 +31,7 @@ from binlake.schema.transforms import transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
+from binlake.sink.partition_files import Partitioning
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
 from binlake.snapshot.chunks import TASKS_PER_SLOT, chunk_groups, planned, reconcile, selected
@@ -217,6 +218,9 @@ def task_options(
                 for t in writers
                 if (rule := transform_rule(config, t.name))
             }
+        ),
+        "partitioning": json.dumps(
+            {t.name: p.to_json() for t, w in writers.items() if (p := Partitioning.of(w.table.metadata))}
         ),
         "target_file_size": str(min(target.values(), default=DEFAULT_TARGET_FILE_SIZE)),
         "server_ids": f"{server_ids.start}-{server_ids.end}",

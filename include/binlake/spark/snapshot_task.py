@@ -25,6 +25,7 @@ from binlake.schema.routes import with_source_table
 from binlake.schema.transforms import TransformSpec, compile_transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.file_systems import file_system
+from binlake.sink.partition_files import Partitioning
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
@@ -57,11 +58,19 @@ class RollingParquetWriter:
         if self._buffered >= ROW_GROUP_ROWS:
             self._flush()
 
+    def flush(self) -> None:
+        """Write what is buffered (a row group) to the current file."""
+        self._flush()
+
     def close(self) -> list[str]:
         """Write what is buffered and close the current file; returns every file written."""
         self._flush()
         self._roll()
         return self.files
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
 
     def _flush(self) -> None:
         if not self._buffered:
@@ -82,6 +91,33 @@ class RollingParquetWriter:
             self._writer.close()
             self._stream.close()
             self._writer = self._stream = None
+
+
+class PartitionedParquetWriter:
+    """A partitioned table's files: one ``RollingParquetWriter`` per partition of its spec (every
+    file of one partition, as Iceberg wants), the rows buffered across them bounded."""
+
+    def __init__(
+        self, folder_uri: str, prefix: str, schema: pa.Schema, target_size: int, partitioning: Partitioning
+    ) -> None:
+        self.folder_uri, self.prefix, self.schema, self.target_size = folder_uri, prefix, schema, target_size
+        self.partitioning = partitioning
+        self._writers: dict[str, RollingParquetWriter] = {}
+
+    def write(self, data: pa.Table) -> None:
+        for path, rows in self.partitioning.split(data):
+            writer = self._writers.get(path)
+            if writer is None:
+                prefix = f"{self.prefix}-p{len(self._writers)}"
+                writer = RollingParquetWriter(self.folder_uri, prefix, self.schema, self.target_size)
+                self._writers[path] = writer
+            writer.write(rows)
+        if sum(w.buffered for w in self._writers.values()) >= ROW_GROUP_ROWS:
+            for writer in self._writers.values():  # many small partitions: memory stays bounded
+                writer.flush()
+
+    def close(self) -> list[str]:
+        return [f for w in self._writers.values() for f in w.close()]
 
 
 def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,7 +153,14 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         # them, and orphan removal (which sweeps ``data/``) leaves them alone until then.
         folder = locations[table_name] + "/" + options.get("folder", "data")
         target = int(options["target_file_size"])
-        writer = RollingParquetWriter(folder, f"snapshot-{tid}", file_schema, target)
+        partitioning = json.loads(options.get("partitioning", "{}")).get(table_name)
+        writer: RollingParquetWriter | PartitionedParquetWriter = (
+            RollingParquetWriter(folder, f"snapshot-{tid}", file_schema, target)
+            if partitioning is None
+            else PartitionedParquetWriter(
+                folder, f"snapshot-{tid}", file_schema, target, Partitioning.from_json(partitioning)
+            )
+        )
         for spec in specs:
             chunk = Chunk(
                 TableId.parse(spec["table"]),

@@ -39,6 +39,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from binlake.schema.projection import project
 from binlake.schema.transforms import Transform
+from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import write_data_files
 from binlake.stream.last_changes import last_per_key
 from binlake.stream.records import ABSENT_COLUMNS, CHANGES, images
@@ -150,7 +151,7 @@ def _merge(plan: BucketPlan, changes: pa.Table) -> BucketResult:
     upserted = rows.select(plan.sink_keys.names)
     files: list[DataFile] = []
     if rows.num_rows:
-        rows = rows.sort_by([(k, "ascending") for k in plan.sink_keys.names])
+        rows = sorted_rows(rows, plan.metadata, plan.sink_keys.names)
         files = list(write_data_files(plan.metadata, rows, plan.io, uuid.uuid4(), itertools.count(0)))
     return BucketResult(files, [upserted, keys.cast(upserted.schema)], rows.num_rows, keys.num_rows)
 

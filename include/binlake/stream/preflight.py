@@ -6,7 +6,8 @@ returned as one small value the rest of the stream uses.
 - the start position (``stream/startup.resolve_start``: resumed — re-anchored by GTID after a
   failover — or by ``source.startup_mode``; checked against the binlog the server still holds);
 - the lineage's origin (where the Spark checkpoint of this start lives);
-- the schemas at the start (the schema history, begun from the server for a new stream);
+- the schemas at the start (the schema history, begun from the server for a new stream), and the
+  sink tables' layouts brought to their ``sink.layout`` rules;
 - the snapshot filter, while the stream is still inside the snapshot's range.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.offsets import BinlogOffset
-from binlake.planner import create_sink_tables, discover_tables
+from binlake.planner import align_layouts, create_sink_tables, discover_tables
 from binlake.snapshot.spans import snapshot_applies
 from binlake.source.server.connection import connect
 from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
@@ -57,6 +58,7 @@ def preflight(config: PipelineConfig, store: StateStore) -> Preflight:
     start = resolve_start(config, store, config.source.server_id.end)
     tracker = SchemaTracker(config, store)
     schemas = _schemas(config, tracker, discovered, start.offset)
+    align_layouts(config, schemas)  # a changed `sink.layout` rule takes effect at a restart
     plans = store.plans(config.pipeline.name).load()
     snapshot_filter = (
         SnapshotFilter(config.source, plans, {s.table.name: s for s in schemas})

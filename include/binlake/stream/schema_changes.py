@@ -338,17 +338,14 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     """
     from binlake.schema.transform_sql import TransformError
     from binlake.sink.catalog import open_catalog, sink_identifier
-    from binlake.sink.metadata_applier import (  # see SchemaTracker.ddl
-        IcebergMetadataApplier,
-        TableLayout,
-        UnsupportedSchemaChangeError,
-    )
+    from binlake.sink.layout import layouts  # see SchemaTracker.ddl
+    from binlake.sink.metadata_applier import IcebergMetadataApplier, UnsupportedSchemaChangeError
 
     pipeline = config.pipeline.name
     applier = IcebergMetadataApplier(
         open_catalog(config),
         lambda table: sink_identifier(config, table),
-        TableLayout(config.sink.bucket_count, dict(config.sink.table_properties)),
+        layouts(config),
     )
     change = request.change
     target = change.new_table if isinstance(change, RenameTable) else change.table
