@@ -16,6 +16,9 @@ batch's changes are made (the stream: while the executors read them); the next b
 what is left, in its time. ``--upkeep inline`` counts it in its own batch's time. ``--trigger-s``
 starts a batch at most every S seconds, as a steady stream's trigger does (10k changes every 5 s:
 the issue's steady 2,000 changes/s); 0 (default) runs them back to back, as a catch-up does.
+``ordered_at`` spans 90 days at ``--rows`` (the newest ids the newest days; 4× the rows reach 4×
+as far back), and the ``day(ordered_at)`` layout partitions by it (``sink.layout``);
+``day_scan_files_share`` is the share of a full scan's files a one-day scan plans (goal ≤ 0.1).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.config import StreamConfig
+from binlake.config_layout import parse_partition_term
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.compaction import CompactionPolicy
@@ -78,14 +82,25 @@ INDEXED = {
     f"sorted, 8 MiB files, merge-on-read, key index{more}": LAYOUTS["sorted, 8 MiB files, merge-on-read"]
     for more in ("", ", compaction")
 }
-COMPACTED = {"sorted, 8 MiB files, merge-on-read, key index, compaction"}
+#: Orders by day of ``ordered_at`` (``sink.layout``): the table spans 90 days at ``--rows`` and
+#: grows into older days; skewed updates hit the newest days.
+PARTITIONED = "day(ordered_at), 8 MiB files, merge-on-read, key index, compaction"
+INDEXED[PARTITIONED] = TableLayout(
+    properties={"write.target-file-size-bytes": str(8 << 20), "write.merge.mode": "merge-on-read"},
+    partition_by=(parse_partition_term("day(ordered_at)"),),
+)
+COMPACTED = {"sorted, 8 MiB files, merge-on-read, key index, compaction", PARTITIONED}
 LAYOUTS.update(INDEXED)
+#: Seconds between consecutive ids' ``ordered_at``: ``--rows`` ids span 90 days, the newest last.
+DAYS = 90
 
 
-def rows(ids: list[int], rng: random.Random, version: int) -> pa.Table:
+def rows(ids: list[int], rng: random.Random, version: int, newest: int, step_s: float) -> pa.Table:
+    """Orders-like rows; ``ordered_at`` ends at the newest id (``newest``) and goes back ``step_s``
+    per id, so a bigger table grows into older days."""
     import datetime as dt
 
-    base = dt.datetime(2024, 1, 1)
+    end = dt.datetime(2024, 12, 31)
     n = len(ids)
     return pa.table(
         {
@@ -94,8 +109,8 @@ def rows(ids: list[int], rng: random.Random, version: int) -> pa.Table:
             "status": [STATUSES[(i + version) % 5] for i in ids],
             "total": [Decimal(rng.randint(0, 10**8)) / 100 for _ in range(n)],
             "currency": ["EUR"] * n,
-            "ordered_at": [base + dt.timedelta(seconds=i) for i in ids],
-            "shipped_at": [None if i % 3 else base + dt.timedelta(seconds=i + version) for i in ids],
+            "ordered_at": [end - dt.timedelta(seconds=(newest - i) * step_s) for i in ids],
+            "shipped_at": [None if i % 3 else end + dt.timedelta(seconds=i + version) for i in ids],
             "quantity": [rng.randint(1, 50) for _ in range(n)],
             "weight": [rng.random() * 20 for _ in range(n)],
             "note": [None if i % 4 else f"note {i} v{version} " + "x" * (i % 40) for i in ids],
@@ -108,17 +123,21 @@ def _summed(summary: Any, key: str) -> int:
     return int(summary.additional_properties.get(key, 0)) if summary is not None else 0
 
 
-def pick(rng: random.Random, live: list[int], count: int, skewed: bool) -> list[int]:
-    if not skewed:
+def pick(rng: random.Random, live: list[int], count: int, workload: str, hot_keys: int) -> list[int]:
+    """``count`` live keys: uniform; ``skewed``, 90 % among the newest 10 % of the keys; ``recent``,
+    90 % among the newest ``hot_keys`` (the same recent days whatever the table's size)."""
+    if workload == "uniform":
         return rng.sample(live, count)
-    newest = live[int(len(live) * 0.9) :]
+    newest = live[int(len(live) * 0.9) :] if workload == "skewed" else live[-hot_keys:]
     hot = set(rng.sample(newest, int(count * 0.9)))
     while len(hot) < count:
         hot.add(rng.choice(live))
     return list(hot)
 
 
-def make_batches(conn: Connection, table_rows: int, changes: int, skewed: bool) -> None:
+def make_batches(
+    conn: Connection, table_rows: int, changes: int, workload: str, step_s: float, hot_keys: int
+) -> None:
     """The batches' changes, one each time the bench asks (another process: as the stream's
     executors read the next batch after the last one is applied, while the driver waits)."""
     rng = random.Random(42)
@@ -126,9 +145,9 @@ def make_batches(conn: Connection, table_rows: int, changes: int, skewed: bool) 
     batch = 0
     while conn.recv():
         batch += 1
-        touched = pick(rng, live, changes, skewed)
+        touched = pick(rng, live, changes, workload, hot_keys)
         deleted = touched[: changes // 10]
-        upserts = rows(sorted(touched[changes // 10 :]), rng, batch)
+        upserts = rows(sorted(touched[changes // 10 :]), rng, batch, table_rows, step_s)
         conn.send((pa.table({"id": pa.array(deleted, pa.int64())}), upserts))
         gone = set(deleted)
         live = [k for k in live if k not in gone]
@@ -150,7 +169,8 @@ def run(
             catalog, "bench.orders", key_index_dir=index, compaction=policy, keep_snapshots=keep,
             background_upkeep=args.upkeep == "background",
         )  # fmt: skip
-        writer.table.append(rows(list(range(1, table_rows + 1)), random.Random(7), 0))
+        step_s = DAYS * 86_400 / args.rows
+        writer.table.append(rows(list(range(1, table_rows + 1)), random.Random(7), 0, table_rows, step_s))
         writer.table.refresh()
         table_bytes = sum(t.file.file_size_in_bytes for t in writer.table.scan().plan_files())
         files = len(list(writer.table.scan().plan_files()))
@@ -159,7 +179,7 @@ def run(
         expected = table_rows
         ours, theirs = multiprocessing.get_context("spawn").Pipe()
         maker = multiprocessing.get_context("spawn").Process(
-            target=make_batches, args=(theirs, table_rows, args.changes, workload == "skewed")
+            target=make_batches, args=(theirs, table_rows, args.changes, workload, step_s, args.rows // 10)
         )
         maker.start()
         due = time.monotonic()
@@ -188,6 +208,8 @@ def run(
         ours.send(False)
         maker.join()
         tasks = list(writer.table.scan().plan_files())
+        day = "ordered_at >= '2024-12-20T00:00:00' and ordered_at < '2024-12-21T00:00:00'"
+        day_files = len(list(writer.table.scan(row_filter=day).plan_files()))
         actual = writer.table.scan().to_arrow().num_rows
         assert actual == expected, (actual, expected)
         return {
@@ -218,6 +240,8 @@ def run(
             "waited_for_upkeep_s_total": round(sum(waited), 2),
             "files_after": len(tasks),
             "delete_files_after": len({d.file_path for t in tasks for d in t.delete_files}),
+            # a day's scan plans this share of a full scan's files (goal for partitioned: ≤ 0.1)
+            "day_scan_files_share": round(day_files / len(tasks), 3),
         }
 
 
@@ -232,6 +256,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--changes", type=int, default=10_000)
     parser.add_argument("--layout", action="append", choices=list(LAYOUTS), help="only these layouts")
+    parser.add_argument(
+        "--workload",
+        action="append",
+        choices=["uniform", "skewed", "recent"],
+        help="only these workloads (default uniform and skewed; recent: 90 %% of the changes in the newest "
+        "--rows/10 keys, the same days at any size)",
+    )
     parser.add_argument(
         "--upkeep",
         choices=["background", "inline"],
@@ -253,7 +284,7 @@ def main() -> None:
     results = [
         run(name, LAYOUTS[name], workload, args, size)
         for name in (args.layout or list(LAYOUTS))
-        for workload in ("uniform", "skewed")
+        for workload in (args.workload or ["uniform", "skewed"])
         for size in sizes
     ]
     growth = (
@@ -284,6 +315,7 @@ def main() -> None:
                     "uniform_s": 1.5,
                     "cost_growth_4x": 1.3,
                     "written_share": 0.05,
+                    "day_scan_files_share": 0.1,
                 },
                 "results": results,
                 "growth": growth,

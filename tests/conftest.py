@@ -100,6 +100,19 @@ def pyiceberg_as_jobs_run_it() -> None:
     cache_immutable_files()
 
 
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """A test that runs a command in-process at ``--log-level DEBUG`` leaves the levels it set to
+    itself: later tests of the worker (Spark's py4j traffic above all) log as before."""
+    import logging
+
+    names = ["", "py4j", "py4j.clientserver"]
+    levels = {n: logging.getLogger(n).level for n in names}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The test session's one Spark session, ``local[2]`` from the pyspark wheel, with the settings

@@ -60,12 +60,29 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted. Airflow's task runner (and
+    pytest) swap ``sys.stderr``: a handler holding the stream of its set-up writes to a closed file
+    later, and py4j's DEBUG records inside the error report that follows never end."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
 def setup_logging(level: str = "INFO") -> None:
     """Log to stderr with timestamps, redacting secrets on every handler of the root logger."""
     root = logging.getLogger()
     root.setLevel(level.upper())
     if not any(getattr(h, "_binlake", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = CurrentStderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
         handler._binlake = True  # type: ignore[attr-defined]
         root.addHandler(handler)
