@@ -67,6 +67,15 @@ class LocalAirflow:
         )  # fmt: skip
         return [json.loads(v) for (v,) in rows]
 
+    def lineage(self) -> list[dict[str, Any]]:
+        """The OpenLineage events Airflow's provider wrote (its file transport, one JSON a line)."""
+        path = Path(json.loads(self.env["AIRFLOW__OPENLINEAGE__TRANSPORT"])["log_file_path"])
+        return (
+            [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            if path.exists()
+            else []
+        )
+
 
 @pytest.fixture
 def local_airflow(tmp_path: Path, mariadb: PrivateMariaDB) -> Callable[[dict[str, Any]], LocalAirflow]:
@@ -92,6 +101,10 @@ def local_airflow(tmp_path: Path, mariadb: PrivateMariaDB) -> Callable[[dict[str
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # Airflow's OpenLineage provider writes every event to one file (``LocalAirflow.lineage``).
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(tmp_path / "lineage.jsonl"), "append": True}
+            ),
         }
         airflow = LocalAirflow(home, env)
         migrated = airflow.run("db", "migrate", timeout=300)

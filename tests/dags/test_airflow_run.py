@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,28 @@ def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
         "SELECT a.uri, COUNT(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id GROUP BY a.uri"
     ))  # fmt: skip
     assert events[f"iceberg://binlake_demo/{database}/orders"] >= 2
+
+    # OpenLineage (Airflow's provider, file transport): MySQL tables in, Iceberg tables out.
+    lineage = [e for e in airflow.lineage() if e.get("eventType") == "COMPLETE"]
+    by_task = {e["job"]["name"].split(".")[-1]: e for e in lineage}
+    snapshots = [e for e in lineage if e["job"]["name"].endswith(".snapshot")]  # mapped: one a task
+    assert len(snapshots) == 2
+    inputs = [d for e in snapshots for d in e["inputs"]]
+    assert {d["namespace"] for d in inputs} == {f"mysql://127.0.0.1:{mariadb.port}"}
+    assert f"{database}.orders" in {d["name"] for d in inputs}
+    stream_outputs = by_task["stream"]["outputs"]
+    symlinks = {i["name"] for d in stream_outputs for i in d["facets"]["symlinks"]["identifiers"]}
+    assert f"{database}.orders" in symlinks
+    assert all(
+        d["name"].endswith(d["facets"]["symlinks"]["identifiers"][0]["name"].split(".")[-1])
+        for d in stream_outputs
+    )
+    orders_out = next(d for e in snapshots for d in e["outputs"] if d["name"].endswith("/orders"))
+    assert {f["name"] for f in orders_out["facets"]["schema"]["fields"]} >= {"id", "customer_id", "total"}
+    written = sum(d["outputFacets"]["outputStatistics"]["rowCount"] for e in snapshots for d in e["outputs"])
+    plans = StateStore(config.pipeline.resolved_state_uri).plans("demo").load()
+    assert written == sum(c.row_count or 0 for p in plans for c in p.chunks)
+    assert mariadb.password not in json.dumps(lineage)
 
     assert [r for r in compare(config) if not r.equal] == []
     assert mariadb.password not in run.output

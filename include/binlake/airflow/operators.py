@@ -86,6 +86,8 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         self.pipeline = pipeline
         self.catalog = catalog
         self.chunks = list(chunks)
+        self._written: dict[Any, int | None] = {}
+        """Source table → rows this task wrote (None: not counted), for its lineage."""
 
     def execute(self, context: Any) -> Any:
         venv_bin = str(Path(sys.executable).parent)
@@ -111,6 +113,13 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
             source.remove()  # the password's file lives only while spark-submit runs
         return self._summary(context, config)
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """The MySQL tables this task read and the Iceberg tables it wrote (``airflow/lineage.py``);
+        Airflow's OpenLineage provider calls it when the task has succeeded."""
+        from binlake.airflow.lineage import pipeline_lineage
+
+        return pipeline_lineage(load_pipeline(self.config_path), self.catalog, self._written)
+
     def _master(self) -> tuple[str, str | None]:
         """The master and deploy mode of the operator's Spark connection."""
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -135,10 +144,16 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
                 }
                 tables = {sink_name(config, p.table) for p in plans
                           if any(k.startswith(f"{p.table.name}#") for k in marks)}  # fmt: skip
+                self._written = {
+                    p.table: sum(c.row_count or 0 for c in p.chunks if str(c.chunk.id) in wanted)
+                    for p in plans
+                    if any(str(c.chunk.id) in wanted for c in p.chunks)
+                }
                 assets.emit(context, self.pipeline, self.catalog, tables, chunks=len(marks))
                 return {"high_watermarks": marks, "tables": sorted(tables)}
             if self.job == "backfill":
                 return self._backfill_summary(store, config.pipeline.name, context)
+            self._written = dict.fromkeys((p.table for p in plans), None)
             offset = store.offsets(config.pipeline.name).load(STREAM)
             tables = {sink_name(config, p.table) for p in plans}
             assets.emit(context, self.pipeline, self.catalog, tables)
@@ -151,6 +166,9 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         args = list(self.application_args or [])
         backfill_id = str(args[args.index("--id") + 1])  # rendered: the run id
         units = BackfillLedger(store).units(pipeline, backfill_id)
+        self._written = {}
+        for unit in units:
+            self._written[unit.table] = (self._written.get(unit.table) or 0) + unit.rows
         return {"backfill_id": backfill_id, "units": unit_counts(units), "rows": sum(u.rows for u in units)}
 
 
