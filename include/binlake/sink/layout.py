@@ -157,7 +157,10 @@ def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
     spec_changes = {(s, repr(t)) for s, t, _ in wanted} != set(current)  # fields' order means nothing
     # Key columns hold no NULL: their null order is whatever an older release wrote.
     explicit = bool(layout.sort_by)
-    order_changes = _order_of(order, explicit) != _order_of(table.sort_order(), explicit)
+    # A table without a key, or no longer keyed, keeps the order its files have (no empty one).
+    order_changes = bool(order.fields) and _order_of(order, explicit) != _order_of(
+        table.sort_order(), explicit
+    )
     if not spec_changes and not order_changes:
         return []
     done = []
