@@ -16,9 +16,9 @@ Flink's and Paimon's writers compact every few checkpoints:
   file), so the cost of a compaction follows the changes, not the table: rewriting a file whose
   share is s removes s of its rows' worth of deletes, so a budget of 1/s × the changes keeps up;
 - **small files** (under a quarter of ``write.target-file-size-bytes``, which each batch's new rows
-  are) are rewritten into one key-sorted file once there are ``small_files`` of them;
-- **delete files** no live file needs any more are retired, and once more than ``delete_files``
-  remain they are merged into one per partition (dropping the positions of rewritten files).
+  are) are rewritten into one sorted file once a partition has ``small_files`` of them;
+- **delete files** no live file needs any more are retired, and once a partition holds more than
+  ``delete_files`` they are merged into one per partition (dropping the positions of rewritten files).
 
 Which rows a file has lost comes from the key index (its live rows per file), so deciding costs no
 read. The rewrite reads the chosen files with their deletes applied, writes them sorted on the key,
@@ -118,14 +118,18 @@ def choose(
         spent += task.file.record_count
     if chosen:
         reasons.append(f"{len(chosen)} of {len(worn)} files with ≥ {policy.deleted_share:.0%} rows deleted")
+    # Per partition: a partitioned table's partitions are each smaller than a file, and counting
+    # their small files together would rewrite the whole table every batch.
     small = [t for t in tasks if t.file.file_size_in_bytes < target // 4]
-    if len(small) >= policy.small_files:
-        chosen.update({t.file.file_path: t for t in small})
-        reasons.append(f"{len(small)} small files")
+    crowded = [g for g in _by_partition(small) if len(g) >= policy.small_files]
+    if crowded:
+        chosen.update({t.file.file_path: t for g in crowded for t in g})
+        reasons.append(f"{sum(map(len, crowded))} small files in {len(crowded)} partitions")
     delete_files = {d.file_path for t in tasks for d in t.delete_files}
     needed = {d.file_path for t in tasks if t.file.file_path not in chosen for d in t.delete_files}
     retire = delete_files - needed  # every file they point at is rewritten now
-    merge = len(delete_files - retire) > policy.delete_files
+    kept = [{d.file_path for t in g for d in t.delete_files} - retire for g in _by_partition(tasks)]
+    merge = max(map(len, kept), default=0) > policy.delete_files
     if merge:
         reasons.append(f"{len(delete_files - retire)} delete files")
     return Compaction(list(chosen.values()), retire if (chosen or merge) else set(), merge, reasons)
