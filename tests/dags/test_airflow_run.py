@@ -76,6 +76,13 @@ def test_dags_test_runs_snapshot_quality_and_stream_into_an_exact_sink(
         "SELECT a.uri, COUNT(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id GROUP BY a.uri"
     ))  # fmt: skip
     assert events[f"iceberg://binlake_demo/{database}/orders"] >= 2
+    # ... and its events say how the table is laid out (partitions, sort order) for its readers.
+    extras = airflow.query(
+        "SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri = ?",
+        f"iceberg://binlake_demo/{database}/orders",
+    )
+    assert {json.loads(x)["sort_by"][0] for (x,) in extras} == {"id ASC NULLS FIRST"}
+    assert all(json.loads(x)["partition_by"] == [] for (x,) in extras)
 
     # OpenLineage (Airflow's provider, file transport): MySQL tables in, Iceberg tables out.
     lineage = [e for e in airflow.lineage() if e.get("eventType") == "COMPLETE"]

@@ -9,7 +9,7 @@ table they wrote. A downstream DAG schedules on the table itself::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -25,10 +25,29 @@ def sink_alias(pipeline: str) -> Any:
     return AssetAlias(f"binlake__{pipeline}__sink_tables")
 
 
-def emit(context: Any, pipeline: str, catalog: str, identifiers: Iterable[str], **extra: Any) -> None:
-    """Record that this task updated ``identifiers`` (sink tables, ``namespace.table``)."""
+def emit(
+    context: Any,
+    pipeline: str,
+    catalog: str,
+    identifiers: Iterable[str],
+    per_table: Mapping[str, Mapping[str, Any]] | None = None,
+    **extra: Any,
+) -> None:
+    """Record that this task updated ``identifiers`` (sink tables, ``namespace.table``); each
+    event's extra holds ``extra`` and the table's own ``per_table`` entry (its layout …)."""
     from airflow.sdk import Asset
 
     events = context["outlet_events"][sink_alias(pipeline)]
     for identifier in sorted(set(identifiers)):
-        events.add(Asset(uri=asset_uri(catalog, identifier), name=f"{catalog}.{identifier}"), extra=extra)
+        own = {**extra, **(per_table or {}).get(identifier, {})}
+        events.add(Asset(uri=asset_uri(catalog, identifier), name=f"{catalog}.{identifier}"), extra=own)
+
+
+def layouts(config: Any, identifiers: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Each sink table's partition fields and sort order (``sink/layout.describe``), for its
+    asset events: what a downstream reader filters and joins on."""
+    from binlake.sink.catalog import open_catalog
+    from binlake.sink.layout import describe
+
+    catalog = open_catalog(config)
+    return {i: dict(describe(catalog.load_table(i))) for i in set(identifiers) if catalog.table_exists(i)}

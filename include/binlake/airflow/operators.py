@@ -149,14 +149,15 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
                     for p in plans
                     if any(str(c.chunk.id) in wanted for c in p.chunks)
                 }
-                assets.emit(context, self.pipeline, self.catalog, tables, chunks=len(marks))
+                layouts = assets.layouts(config, tables)
+                assets.emit(context, self.pipeline, self.catalog, tables, layouts, chunks=len(marks))
                 return {"high_watermarks": marks, "tables": sorted(tables)}
             if self.job == "backfill":
                 return self._backfill_summary(store, config.pipeline.name, context)
             self._written = dict.fromkeys((p.table for p in plans), None)
             offset = store.offsets(config.pipeline.name).load(STREAM)
             tables = {sink_name(config, p.table) for p in plans}
-            assets.emit(context, self.pipeline, self.catalog, tables)
+            assets.emit(context, self.pipeline, self.catalog, tables, assets.layouts(config, tables))
             return {"stream_offset": offset.to_dict() if offset else None}
 
     def _backfill_summary(self, store: Any, pipeline: str, context: Any) -> dict[str, Any]:
