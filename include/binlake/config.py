@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from binlake.config_base import Model
+from binlake.config_base import Model, compile_regex
 from binlake.config_jobs import AirflowConfig, BackfillConfig, QualityConfig, VerifyConfig
 from binlake.config_layout import LayoutRule, check_table_properties
 from binlake.config_stream import StreamConfig
@@ -69,14 +69,6 @@ def display_url(uri: str) -> str:
     """``uri`` with its password, if any, masked (for messages, ``plan``, hints)."""
     match = _URL_PASSWORD.match(uri)
     return uri if match is None else uri[: match.start("password")] + "***" + uri[match.end("password") :]
-
-
-def _compile_regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as e:
-        raise ValueError(f"not a valid regular expression ({e})") from e
-    return value
 
 
 Regex = Annotated[str, Field(min_length=1)]
@@ -202,7 +194,7 @@ class SourceConfig(Model):
     @classmethod
     def _check_regexes(cls, values: list[str]) -> list[str]:
         for value in values:
-            _compile_regex(value)
+            compile_regex(value)
         return values
 
     @field_validator("server_id", mode="before")
@@ -312,7 +304,7 @@ class RouteRule(Model):
     @field_validator("source_table")
     @classmethod
     def _check_regex(cls, value: str) -> str:
-        return _compile_regex(value)
+        return compile_regex(value)
 
     @field_validator("sink_table")
     @classmethod
@@ -337,7 +329,7 @@ class TransformRule(Model):
     @field_validator("source_table")
     @classmethod
     def _check_regex(cls, value: str) -> str:
-        return _compile_regex(value)
+        return compile_regex(value)
 
 
 class PipelineConfig(Model):

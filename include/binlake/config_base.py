@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict
+
+
+def compile_regex(value: str) -> str:
+    """``value`` if it compiles as a regular expression (a config's table patterns)."""
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ValueError(f"not a valid regular expression ({e})") from e
+    return value
 
 
 class Model(BaseModel):

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from binlake.config_base import Model
+from binlake.config_base import Model, compile_regex
 
 Transform = Literal["identity", "year", "month", "day", "hour", "bucket", "truncate"]
 _TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
@@ -141,8 +141,8 @@ def known_table_properties() -> set[str]:
     found = {
         value
         for name, value in vars(TableProperties).items()
-        if (name.isupper() and not name.endswith(("_DEFAULT", "_PREFIX")) and isinstance(value, str)
-        and "." in value) or value == "format-version"
+        if name.isupper() and not name.endswith(("_DEFAULT", "_PREFIX")) and isinstance(value, str)
+        and "." in value
     }  # fmt: skip
     return {*found, "write.merge.mode", "format-version"}
 
@@ -196,11 +196,7 @@ class LayoutRule(Model):
     @field_validator("source_table")
     @classmethod
     def _check_regex(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as e:
-            raise ValueError(f"not a valid regular expression: {e}") from None
-        return value
+        return compile_regex(value)
 
     @field_validator("properties")
     @classmethod

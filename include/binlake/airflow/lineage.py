@@ -62,6 +62,7 @@ def pipeline_lineage(config: PipelineConfig, catalog_name: str, written: Mapping
         history = store.schema_history(config.pipeline.name)
         sources = {t: _source_columns(history, t) for t in written}
     catalog = open_catalog(config)
+    counted = any(r is not None for r in written.values())
     inputs, outputs, seen = [], [], set()
     for table in written:
         inputs.append(source_dataset(config, table, sources[table]))
@@ -72,7 +73,6 @@ def pipeline_lineage(config: PipelineConfig, catalog_name: str, written: Mapping
         sink = catalog.load_table(identifier)
         columns = [(f.name, str(f.field_type)) for f in sink.schema().fields]
         total = sum(r or 0 for t, r in written.items() if sink_name(config, t) == identifier)
-        counted = any(r is not None for r in written.values())
         outputs.append(
             sink_dataset(catalog_name, identifier, sink.location(), columns, total if counted else None)
         )

@@ -24,16 +24,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.sorting import NullOrder, SortDirection, SortField, SortOrder
-from pyiceberg.transforms import (
-    BucketTransform,
-    DayTransform,
-    HourTransform,
-    IdentityTransform,
-    MonthTransform,
-    Transform,
-    TruncateTransform,
-    YearTransform,
-)
+from pyiceberg.transforms import BucketTransform, IdentityTransform, Transform, parse_transform
 from pyiceberg.types import NestedField
 
 from binlake.config import PipelineConfig
@@ -92,17 +83,6 @@ def layouts(config: PipelineConfig) -> Callable[[TableId], TableLayout]:
     return lambda table: layout_of(config, table)
 
 
-_TRANSFORMS: dict[str, Callable[[int | None], Transform[Any, Any]]] = {
-    "identity": lambda _: IdentityTransform(),
-    "year": lambda _: YearTransform(),
-    "month": lambda _: MonthTransform(),
-    "day": lambda _: DayTransform(),
-    "hour": lambda _: HourTransform(),
-    "bucket": lambda n: BucketTransform(n or 1),
-    "truncate": lambda w: TruncateTransform(w or 1),
-}
-
-
 def wanted_fields(
     schema: Schema, layout: TableLayout, key: Sequence[str]
 ) -> list[tuple[int, Transform[Any, Any], str]]:
@@ -119,7 +99,10 @@ def wanted_fields(
     found = []
     for term in layout.partition_by:
         source = _column(schema, term.column, f"partition_by `{term}`", layout)
-        transform = _TRANSFORMS[term.transform](term.width)
+        # Iceberg's own spelling of the transform (``bucket[16]``), parsed by pyiceberg
+        transform = parse_transform(
+            term.transform if term.width is None else f"{term.transform}[{term.width}]"
+        )
         if not transform.can_transform(source.field_type):
             raise LayoutError(
                 f"The layout rule {layout.rule!r} partitions by `{term}`, but `{term.column}` holds "
@@ -152,9 +135,10 @@ def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
     what changed, in words (nothing: it had them already)."""
     schema = table.schema()
     wanted = wanted_fields(schema, layout, key)
-    current = [(f.source_id, repr(f.transform)) for f in table.spec().fields]
+    current = {(f.source_id, repr(f.transform)) for f in table.spec().fields}
+    kept = {(s, repr(t)) for s, t, _ in wanted}
     order = sort_order(schema, layout, key)
-    spec_changes = {(s, repr(t)) for s, t, _ in wanted} != set(current)  # fields' order means nothing
+    spec_changes = kept != current  # fields' order means nothing
     # Key columns hold no NULL: their null order is whatever an older release wrote.
     explicit = bool(layout.sort_by)
     # A table without a key, or no longer keyed, keeps the order its files have (no empty one).
@@ -166,7 +150,6 @@ def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
     done = []
     with table.transaction() as tx:
         if spec_changes:
-            kept = {(s, repr(t)) for s, t, _ in wanted}
             with tx.update_spec() as update:
                 for old in table.spec().fields:
                     if (old.source_id, repr(old.transform)) not in kept:
