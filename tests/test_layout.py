@@ -95,6 +95,7 @@ RANKS = {
             "config_file",
             "config_jobs",
             "config_layout",
+            "config_modes",
             "config_stream",
             "config_tls",
             "errors",

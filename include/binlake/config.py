@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from binlake.config_base import Model, compile_regex
 from binlake.config_jobs import AirflowConfig, BackfillConfig, QualityConfig, VerifyConfig
 from binlake.config_layout import LayoutRule, check_table_properties
+from binlake.config_modes import ModeRule
 from binlake.config_stream import StreamConfig
 from binlake.config_tls import TlsConfig
 
@@ -26,6 +27,7 @@ __all__ = [
     "AirflowConfig",
     "BackfillConfig",
     "LayoutRule",
+    "ModeRule",
     "QualityConfig",
     "StreamConfig",
     "TlsConfig",
@@ -286,6 +288,10 @@ class SinkConfig(Model):
     layout: list[LayoutRule] = Field(default_factory=list)
     """Per-table partitioning, sort order and properties (``partition_by: [day(created_at)]``…),
     by ``source_table`` regex: the first rule that matches a table applies."""
+    modes: list[ModeRule] = Field(default_factory=list)
+    """What the sink keeps of each table's changes: its current state (``upsert``) and, beside it,
+    every change as a row (``changelog``), by ``source_table`` regex: the first rule that matches a
+    table applies; a table no rule matches: ``upsert``."""
 
     @field_validator("table_properties")
     @classmethod

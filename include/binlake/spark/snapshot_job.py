@@ -22,6 +22,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from pyiceberg.catalog import Catalog
+
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
@@ -29,6 +31,8 @@ from binlake.planner import discover_tables
 from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.changelog import changelog_name, ensure_changelog
+from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.partition_files import Partitioning
@@ -144,6 +148,7 @@ def _read_pending(
     plans = planned(store, name, tables)
     catalog = open_catalog(config)
     writers = {p.table: IcebergWriter(catalog, sink_name(config, p.table)) for p in plans}
+    changelogs = changelog_writers(config, catalog, writers)
     report.chunks_recovered += reconcile(store, name, plans, writers)
     plans = planned(store, name, tables)
     wanted = set(chunk_ids) if chunk_ids else None
@@ -163,7 +168,8 @@ def _read_pending(
         for wave in range(0, len(groups), wave_size):
             _hold(store, name, held, holder)  # taken, or renewed, before every wave
             try:
-                _run_wave(spark, base, groups[wave : wave + wave_size], store, name, writers, report)
+                wave_groups = groups[wave : wave + wave_size]
+                _run_wave(spark, base, wave_groups, store, name, writers, changelogs, report)
             except TaskError as e:
                 changed = changed_under(config, {t: schemas[t] for t in writers if t in schemas})
                 if changed:
@@ -180,6 +186,21 @@ def _read_pending(
         for identifier in held:
             store.leases(name).release(identifier, holder)
     return {}
+
+
+def changelog_writers(
+    config: PipelineConfig, catalog: Catalog, writers: dict[TableId, IcebergWriter]
+) -> dict[TableId, ChangelogWriter]:
+    """The changelog tables of the tables that keep one (created if missing), each holding the
+    snapshot chunks its upsert table holds (a crash between the two commits)."""
+    found = {}
+    for table, writer in writers.items():
+        name = changelog_name(config, table)
+        if name is not None:
+            ensure_changelog(catalog, name, writer.table)
+            found[table] = ChangelogWriter(catalog, name)
+            found[table].seed(writer.table)
+    return found
 
 
 def _hold(store: StateStore, pipeline: str, identifiers: list[str], holder: Holder) -> None:
@@ -234,6 +255,7 @@ def _run_wave(
     store: StateStore,
     pipeline: str,
     writers: dict[TableId, IcebergWriter],
+    changelogs: dict[TableId, ChangelogWriter],
     report: SnapshotReport,
 ) -> None:
     tables = json.loads(base["tables"])
@@ -256,6 +278,8 @@ def _run_wave(
         result = writers[table].append_files(files, commits, json.dumps(tables[table.name]))
         if result.outcome == "skipped":
             commits = _as_committed(writers[table], commits, files)
+        if table in changelogs:  # the rows just committed, as the changelog's reads
+            changelogs[table].seed(writers[table].table, {c.chunk_id for c in commits})
         store.plans(pipeline).finish_chunks(
             [
                 (table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows)

@@ -37,6 +37,8 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_of
 from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.changelog import changelog_name, changelog_rule, ensure_changelog
+from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import gap_message
@@ -57,7 +59,7 @@ from binlake.stream.backfill import StagedBackfills
 from binlake.stream.failover import BinlogAnchor
 from binlake.stream.metrics import stream_metrics
 from binlake.stream.preflight import preflight
-from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes
+from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes, upserts_only
 from binlake.stream.repairs import StreamRepairs
 from binlake.stream.table_sink import TableSink
 
@@ -182,15 +184,29 @@ def _stream(
                     background_upkeep=True,  # settled before the table's next batch
                 )
             shared = routed(config, schema.table)
-            return TableSink(
+            sink = TableSink(
                 schema, writer, chunk_keys, version, shared, transform_of(config, schema, shared)
             )
+            rule, logged = changelog_rule(config, schema.table), changelog_name(config, schema.table)
+            if rule is not None and logged is not None:
+                ensure_changelog(catalog, logged, writer.table)
+                changelog = writers.get(logged)
+                if not isinstance(changelog, ChangelogWriter) or not _refreshed(changelog):
+                    changelog = writers[logged] = ChangelogWriter(
+                        catalog, logged, config.stream.merge_manifests_at,
+                        keep_snapshots=config.stream.keep_snapshots, background_upkeep=True,
+                    )  # fmt: skip
+                sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
+            return sink
 
         sinks = {s.table.name: sink for s in ready.schemas if (sink := make_sink(s)) is not None}
+        for sink in sinks.values():
+            if sink.changelog is not None:  # a crash between a snapshot's two commits, a rule added later
+                sink.changelog.seed(sink.writer.table)
         start = ready.start
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)
-        held = sorted(sink.writer.identifier for sink in sinks.values())
+        held = sorted(writers)
 
         metrics = stream_metrics(config, store, lambda: len(repairs.held()), fence.epoch)
 
@@ -300,7 +316,7 @@ def _read_changes(
     if found:  # a roll-forward cannot go past a change it cannot replay
         raise StreamError(gap_message(found[0], " A backfill's rows cannot be rolled forward past it."))
     changes = table_changes(envelope)
-    return changes.get(schema.table.name, empty_changes(schema))
+    return upserts_only(changes.get(schema.table.name, empty_changes(schema)))
 
 
 def _hold(

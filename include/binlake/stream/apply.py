@@ -23,7 +23,6 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
@@ -36,10 +35,11 @@ from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.batch_clock import BatchClock
 from binlake.stream.batch_frame import ArrowFrame, BatchFrame, block_counts, first_positions
 from binlake.stream.bucket_merge import BucketPlan, BucketResult, gather
+from binlake.stream.commits import backfill_changelog, batch_changelog, binlog_base, commit_shares
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.patches import complete
-from binlake.stream.records import SEGMENT, empty_changes, gaps, table_changes
+from binlake.stream.records import SEGMENT, empty_changes, gaps, table_changes, upserts_only
 from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.table_sink import PreparedShare, TableSink
@@ -173,7 +173,7 @@ class BatchApplier:
             for parts in by_sink.values():
                 writer = parts[0].sink.writer
                 at = _later(streamed, writer.stream_offset())
-                self._commit(parts, writer.last_batch_id() or 0, at, force=True)
+                commit_shares(parts, writer.last_batch_id() or 0, at, self.complete, force=True)
             units = [u for parts in by_sink.values() for p in parts for u in p.units]
             if units:
                 self.backfills.applied(units)
@@ -228,7 +228,7 @@ class BatchApplier:
             table_started = time.monotonic()
             crash_point("before-commit")
             with clock.phase(f"commit {identifier}"):
-                self._commit(parts, batch_id, end)
+                commit_shares(parts, batch_id, end, self.complete)
             for part in parts:
                 applied[part.name] = part.counts()
             log.info(
@@ -276,6 +276,8 @@ class BatchApplier:
             if self.merge_from is None or n < self.merge_from or name in driver or name in self._held:
                 continue
             if sink is None or not sink.keyed or sink.routed or not merge_on_read(sink.writer.table.metadata):
+                continue
+            if sink.changelog is not None:  # its changes go to the changelog from the driver
                 continue
             done = sink.writer.stream_offset()
             after = done.packed if done is not None else -1
@@ -366,6 +368,9 @@ class BatchApplier:
             return None
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
+        changelog = batch_changelog(sink, rows, end)
+        rows = upserts_only(rows)
+        if sink.keyed:
             keyed = last_per_key(rows, sink.keys)
             upserts, dropped = sink.upserts(keyed, binlog_base(end))
             deletes = (
@@ -373,9 +378,11 @@ class BatchApplier:
                 if dropped.num_rows
                 else keyed.deletes
             )
-            return PreparedShare(name, sink, upserts, sink.key_rows(deletes))
+            return PreparedShare(name, sink, upserts, sink.key_rows(deletes), changelog=changelog)
         whole = net_rows(rows)
-        return PreparedShare(name, sink, sink.rows(whole.inserts), sink.rows(whole.removes))
+        return PreparedShare(
+            name, sink, sink.rows(whole.inserts), sink.rows(whole.removes), changelog=changelog
+        )
 
     def _backfill(
         self,
@@ -408,42 +415,11 @@ class BatchApplier:
                     f"({end})",
                 )
                 return None
-        part = self.backfills.prepare(sink.schema, sink, units, rows, streamed)
-        return PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
-
-    def _commit(
-        self, parts: list[PreparedShare], batch_id: int, end: BinlogOffset, force: bool = False
-    ) -> None:
-        """One commit per sink table, whatever number of (routed) source tables feed it."""
-        sink = parts[0].sink
-        if any(p.sink.keyed != sink.keyed for p in parts):
-            raise BinlakeError(
-                f"The sources routed to {sink.writer.identifier} ({', '.join(p.name for p in parts)}) mix "
-                "tables with and without a primary key, which one sink table cannot hold. Fix: route "
-                "them to different sink tables."
-            )
-        upserts = _concat([p.upserts for p in parts])
-        deletes = _concat([p.deletes for p in parts])
-        clear = [c for p in parts for c in p.clear]
-        merged = parts[0].merged
-        if merged is not None:  # one part: routed sinks merge in the driver
-            keys = merged.all_keys(sink.sink_key_arrow)
-            sink.writer.merge_files(batch_id, merged.files, keys, end)
-        elif sink.keyed:
-            sink.writer.merge_batch(batch_id, upserts, deletes, offset=end, clear=clear, force=force)
-        else:
-            prune = sink.keys[0] if sink.keys and len(parts) == 1 else None
-            sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, self.complete, clear, force)
-
-
-def binlog_base(offset: BinlogOffset) -> str:
-    """The binlog files' base name (``binlog`` of ``binlog.000123``)."""
-    return offset.file.rsplit(".", 1)[0]
+        part = self.backfills.prepare(sink.schema, sink, units, upserts_only(rows), streamed)
+        share = PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
+        share.changelog = backfill_changelog(sink, rows, share, end)
+        return share
 
 
 def _later(a: BinlogOffset, b: BinlogOffset | None) -> BinlogOffset:
     return a if b is None or b <= a else b
-
-
-def _concat(tables: list[pa.Table]) -> pa.Table:
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")

@@ -64,6 +64,8 @@ def complete(
     for i, row in zip(involved, rows, strict=True):
         key = key_of[i]
         if ops[i] == "delete":
+            if masks[i] is not None:  # a changelog's delete shows the row it removes
+                row = filled[i] = _filled(row, state.get(key), masks[i], names, table, keys, key, at[i])
             removed[key] = state.pop(key, None)
             continue
         if masks[i] is not None:
@@ -83,6 +85,29 @@ def complete(
             filled[i] = row
         state[key] = row
     return _replaced(changes, filled, names)
+
+
+def _filled(
+    row: dict[str, Any],
+    old: dict[str, Any] | None,
+    mask: bytes,
+    names: list[str],
+    table: str,
+    keys: Sequence[str],
+    key: tuple[Any, ...],
+    at: int,
+) -> dict[str, Any]:
+    """A deleted row's image with the columns it lacks taken from the row it deletes."""
+    lacking = absent_columns(mask, names)
+    if old is None or any(c not in old for c in lacking):
+        raise IncompleteRowError(
+            f"A delete of {table} (key {dict(zip(keys, key, strict=True))}, binlog position "
+            f"{packed_text(at)}) lacks columns {lacking} (`binlog_row_image` MINIMAL in the writing "
+            "session), and the row's values are neither in this batch nor in the sink: its changelog row "
+            f"cannot show them. Nothing of the batch was written. Fix: set `binlog_row_image = 'FULL'` "
+            f"in that application's sessions and backfill {table} (`binlake backfill --table {table}`)."
+        )
+    return {**row, **{c: old[c] for c in lacking}}
 
 
 def _moved_from(i: int, ops: list[str], at: list[int], idx: list[int], key_of: list[Any]) -> Any:

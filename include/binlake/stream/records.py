@@ -19,7 +19,9 @@ and block of changes, plus the one ``segment`` row each partition ends with.
 
 - ``op``: ``insert`` / ``update`` / ``delete`` for tables with a primary key (the event's kind:
   an insert or update is an upsert of the row, kept apart for ``__data_event_type__``; the new key
-  of a key update is an ``update``); ``insert`` / ``delete`` (whole rows) for tables without.
+  of a key update is an ``update``); ``insert`` / ``delete`` (whole rows) for tables without;
+  ``before``: the before image of an update that kept its key, only for tables with a changelog
+  (``sink/changelog.py``; the upsert path drops them: ``upserts_only``).
 - ``at``: the row's event's offset, packed (``BinlogOffset.packed``): sortable as one integer.
 - ``idx``: order of rows within one event (an update of the key is two rows: delete, upsert).
 - ``ts``: event time, epoch seconds.
@@ -60,6 +62,7 @@ ENVELOPE_SCHEMA = pa.schema(
     ]
 )
 CHANGES = "changes"
+BEFORE = "before"
 SEGMENT = "segment"
 GAP = "gap"
 ROW = "row"
@@ -125,14 +128,16 @@ class _TableBlock:
     then), or undecoded events for the column decoder; ``seal`` packs what is waiting."""
 
     __slots__ = (
-        "absent", "at", "columns", "first", "idx", "key_at", "keyed", "name", "ops", "rows", "schema",
-        "sealed", "ts",
+        "absent", "at", "befores", "columns", "first", "idx", "key_at", "keyed", "name", "ops", "rows",
+        "schema", "sealed", "ts",
     )  # fmt: skip
 
-    def __init__(self, table: CreateTable, chunk_keys: dict[str, str]) -> None:
+    def __init__(self, table: CreateTable, chunk_keys: dict[str, str], befores: bool = False) -> None:
         self.schema = change_schema(table)
         self.name = table.table.name
         self.keyed = bool(table.primary_key)
+        self.befores = befores and self.keyed
+        """Whether updates that keep their key keep their before image (op ``before``)."""
         names = table.column_names
         self.key_at = [names.index(k) for k in key_columns(table, chunk_keys)]
         self.ops: list[str] = []
@@ -157,9 +162,9 @@ class _TableBlock:
 
     def seal(self) -> None:
         if self.columns is not None:
-            ops, at, idx, ts, arrays = self.columns.decode(self.keyed)
+            ops, at, idx, ts, arrays = self.columns.decode(self.keyed, self.befores)
             struct = pa.StructArray.from_arrays(arrays, fields=list(self.schema.field(ROW).type))
-            self.sealed.append((self.first, len(ops), self._pack(ops, at, idx, ts, struct)))
+            self.sealed.append((self.first, _changes(ops), self._pack(ops, at, idx, ts, struct)))
             self.columns = None
         if self.ops:
             absent = None
@@ -168,7 +173,7 @@ class _TableBlock:
                 self.rows = [_present(r) if i in self.absent else r for i, r in enumerate(self.rows)]
             struct = row_struct(list(self.schema.field(ROW).type), self.rows)
             packed = self._pack(self.ops, self.at, self.idx, self.ts, struct, absent)
-            self.sealed.append((self.at[0], len(self.ops), packed))
+            self.sealed.append((self.at[0], _changes(self.ops), packed))
             self.ops, self.at, self.idx, self.ts, self.rows = [], [], [], [], []
             self.absent = {}
 
@@ -196,8 +201,16 @@ class _TableBlock:
 class RecordBuilder:
     """Turns row images of one binlog segment into envelope batches (executor side)."""
 
-    def __init__(self, tables: Iterable[CreateTable], chunk_keys: dict[str, str]) -> None:
-        self._blocks = {table.table: _TableBlock(table, chunk_keys) for table in tables}
+    def __init__(
+        self,
+        tables: Iterable[CreateTable],
+        chunk_keys: dict[str, str],
+        befores: frozenset[TableId] = frozenset(),
+    ) -> None:
+        """``befores``: tables whose updates keep their before images (op ``before``)."""
+        self._blocks = {
+            table.table: _TableBlock(table, chunk_keys, table.table in befores) for table in tables
+        }
         self._pending = 0
         self._envelope: list[list[Any]] = [[] for _ in ENVELOPE_SCHEMA]
         self.rows = 0
@@ -236,6 +249,10 @@ class RecordBuilder:
             return
         n = len(images)
         if op == "delete" and block.keyed:  # only the key counts; a MINIMAL image has nothing else
+            if block.befores:  # … but a changelog shows the whole row: ``stream.patches`` fills it
+                block.absent.update(
+                    (len(block.rows) + j, _mask(image)) for j, image in enumerate(images) if ABSENT in image
+                )
             images = [_present(image) for image in images]
         block.ops.extend(["delete" if op == "delete" else "insert"] * n)
         block.idx.extend(range(0 if op == "delete" else 1, 2 * n, 2))  # like an update's before/after
@@ -252,9 +269,12 @@ class RecordBuilder:
             before, after = images[i], images[i + 1]
             # Keyed: the before image only matters when the key itself changed (delete the old
             # key). Keyless: a row is its own identity: remove the before image, add the after.
-            if not keyed or [before[k] for k in key_at] != [after[k] for k in key_at]:
-                ops.append("delete")
+            changed = not keyed or [before[k] for k in key_at] != [after[k] for k in key_at]
+            if changed or block.befores:
+                ops.append("delete" if changed else BEFORE)
                 idx.append(i)
+                if block.befores and ABSENT in before:
+                    block.absent[len(rows)] = _mask(before)
                 rows.append(_present(before) if keyed else before)
             ops.append("update" if keyed else "insert")
             idx.append(i + 1)
@@ -294,6 +314,19 @@ class RecordBuilder:
     ) -> None:
         for values, value in zip(self._envelope, (table, kind, data, at, rows, ts, file), strict=True):
             values.append(value)
+
+
+def _changes(ops: Sequence[str]) -> int:
+    """Row changes among a block's rows (a before image is part of its update)."""
+    return len(ops) - sum(1 for op in ops if op == BEFORE)
+
+
+def upserts_only(changes: pa.Table) -> pa.Table:
+    """A change table without its ``before`` rows (what the upsert table's merge reads)."""
+    ops = changes.column("op")
+    if not pc.any(pc.equal(ops, BEFORE)).as_py():
+        return changes
+    return changes.filter(pc.not_equal(ops, BEFORE))
 
 
 def _mask(image: tuple[Any, ...]) -> bytes:

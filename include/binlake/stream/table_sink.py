@@ -13,12 +13,14 @@ from binlake.schema.projection import project
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import arrow_schema
-from binlake.sink.row_match import ClearRange
+from binlake.sink.changelog import changelog_rows
+from binlake.sink.changelog_writer import ChangelogWriter
+from binlake.sink.row_match import ClearRange, clear_mask
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
 from binlake.stream.bucket_merge import BucketPlan, BucketResult
 from binlake.stream.last_changes import KeyedChanges
-from binlake.stream.records import key_columns
+from binlake.stream.records import images, key_columns
 
 
 @dataclass
@@ -34,6 +36,10 @@ class TableSink:
     """Whether the sink table is shared by routed sources (rows carry ``_source_table``)."""
     transform: Transform | None = None
     """The table's projection and filter (``schema.transforms``), if a rule matches it."""
+    changelog: ChangelogWriter | None = None
+    """The table's changelog table, if its ``sink.modes`` rule keeps one (``sink/changelog.py``)."""
+    changelog_updates: str = "both"
+    """``both`` images of an update in the changelog, or the ``after`` image alone."""
 
     def __post_init__(self) -> None:
         self.arrow = arrow_schema(self.schema)
@@ -80,6 +86,15 @@ class TableSink:
         stored = self.writer.rows_with_keys(self.key_rows(keys))
         return stored.select([n for n in self.schema.column_names if n in stored.column_names])
 
+    def changelog_rows(self, changes: pa.Table, binlog: str) -> pa.Table:
+        """The changes (before images included) as rows of the changelog table."""
+        kept = self.transform.keep(images(changes).cast(self.arrow)) if self.transform is not None else None
+        return changelog_rows(changes, kept, lambda c: self.rows(images(c)), binlog, self.changelog_updates)
+
+    def in_ranges(self, changes: pa.Table, clear: list[ClearRange]) -> pa.Array:
+        """Which changes are of keys in the ``clear`` ranges (a backfill's)."""
+        return clear_mask(self._routed(images(changes, {c.column for c in clear})), clear)
+
     def key_rows(self, keys: pa.Table) -> pa.Table:
         """Key columns of the source table as the sink table's key columns."""
         return project(self._routed(keys.cast(self.key_arrow)), self.sink_key_arrow)
@@ -102,6 +117,8 @@ class PreparedShare:
     backfilled: int = 0
     merged: BucketResult | None = None
     """The executors' committables (``upserts``/``deletes`` are then empty)."""
+    changelog: pa.Table | None = None
+    """Rows for the changelog table (``sink/changelog.py``), if the table keeps one."""
 
     def counts(self) -> dict[str, int]:
         kind = ("upserts", "deletes") if self.sink.keyed else ("inserts", "deletes")

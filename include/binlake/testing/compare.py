@@ -115,6 +115,24 @@ def _transformed(
     return bag(projected.select(names).to_pylist()), bag(sink)
 
 
+def replay_changelog(rows: list[dict[str, Any]], columns: list[str]) -> Counter[Row]:
+    """The rows a changelog's changes leave (``sink/changelog.py``), replayed in (position, order):
+    ``+I``/``+U`` add a row, ``-U``/``-D`` remove one equal to it (in ``columns``).
+
+    Raises:
+        AssertionError: a ``-U``/``-D`` removes a row the replay does not hold.
+    """
+    state: Counter[Row] = Counter()
+    for change in sorted(rows, key=lambda r: (r["__position__"], r["__order__"])):
+        row = tuple(sorted((c, change.get(c)) for c in columns))
+        if change["__op__"] in ("+I", "+U"):
+            state[row] += 1
+        else:
+            assert state[row] > 0, f"{change['__op__']} of a row the changelog does not hold: {change}"
+            state[row] -= 1
+    return +state
+
+
 def print_comparison(results: list[TableComparison]) -> None:
     width = max((len(r.table) for r in results), default=5)
     print(f"{'table':<{width}}  {'source rows':>11}  {'sink rows':>11}  result")

@@ -85,11 +85,20 @@ def _write(mariadb: PrivateMariaDB, database: str, key: str) -> tuple[BinlogOffs
 
 
 def _changes(
-    source: Any, start: BinlogOffset, end: BinlogOffset, convert: RowConverter, columnar: bool
+    source: Any,
+    start: BinlogOffset,
+    end: BinlogOffset,
+    convert: RowConverter,
+    columnar: bool,
+    whole: bool = False,
 ) -> Any:
+    """``whole``: the table keeps a changelog (whole before images, updates' ``before`` rows)."""
     table = convert.table.table
-    reader = BinlogReader(source, 6311, start, end, {table}, lambda _: convert, lean=True, columnar=columnar)
-    builder = RecordBuilder([convert.table], {})
+    befores = frozenset({table} if whole else ())
+    reader = BinlogReader(
+        source, 6311, start, end, {table}, lambda _: convert, lean=True, columnar=columnar, whole=befores
+    )
+    builder = RecordBuilder([convert.table], {}, befores)
     batches = []
     for event in reader.events():
         builder.add(event)
@@ -120,14 +129,17 @@ def _both(
     return by_rows, by_columns, used
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["lean", "changelog"])
 @pytest.mark.parametrize("key", [" PRIMARY KEY", ""], ids=["keyed", "keyless"])
-def test_columns_decode_to_the_row_decoders_changes(mariadb: PrivateMariaDB, database: str, key: str) -> None:
+def test_columns_decode_to_the_row_decoders_changes(
+    mariadb: PrivateMariaDB, database: str, key: str, whole: bool
+) -> None:
     start, end = _write(mariadb, database, key)
     source = source_config(mariadb, database)
     schema = _schema(mariadb, database)
     rows_convert, columns_convert = RowConverter(schema), RowConverter(schema)
-    by_rows, row_path_used_columns = _changes(source, start, end, rows_convert, columnar=False)
-    by_columns, used = _changes(source, start, end, columns_convert, columnar=True)
+    by_rows, row_path_used_columns = _changes(source, start, end, rows_convert, columnar=False, whole=whole)
+    by_columns, used = _changes(source, start, end, columns_convert, columnar=True, whole=whole)
     assert used  # every column type here is the column decoder's
     assert not row_path_used_columns
     assert by_columns.schema == by_rows.schema
@@ -136,7 +148,15 @@ def test_columns_decode_to_the_row_decoders_changes(mariadb: PrivateMariaDB, dat
     assert by_columns.equals(by_rows)
     assert columns_convert.zero_dates == rows_convert.zero_dates > 0
     ops = by_rows.column("op").to_pylist()
-    if key:  # keyed: the key updates are a delete and an update each, the others an update alone
+    if key and whole:  # a changelog's: each update that kept its key has its before image, whole
+        assert (ops.count("insert"), ops.count("update"), ops.count("delete")) == (10, 5 + 3 + 1, 3 + 10)
+        assert ops.count("before") == 5 + 1
+        befores = by_rows.filter(pa.compute.equal(by_rows.column("op"), "before"))
+        images = befores.column("row").to_pylist()
+        assert sum(any(v is not None for c, v in r.items() if c != "id") for r in images) >= 4  # not lean
+        deletes = by_rows.filter(pa.compute.equal(by_rows.column("op"), "delete")).column("row").to_pylist()
+        assert sum(row["vs"] == "changed" for row in deletes) == 5  # deletes carry the whole row
+    elif key:  # keyed: the key updates are a delete and an update each, the others an update alone
         assert (ops.count("insert"), ops.count("update"), ops.count("delete")) == (10, 5 + 3 + 1, 3 + 10)
     else:  # keyless: every update removes its before image and inserts its after image
         assert (ops.count("insert"), ops.count("delete")) == (10 + 5 + 3 + 1, 5 + 3 + 1 + 10)
@@ -224,7 +244,8 @@ def test_text_values_are_gathered_in_place_and_must_come_in_layout_order() -> No
     coming one after another in the buffer, as row images do."""
     import numpy as np
 
-    from binlake.source.binlog.column_decoder import Spec, _strings
+    from binlake.source.binlog.column_decoder import _strings
+    from binlake.source.binlog.column_specs import Spec
 
     text = b"..\x03abc....\x00..\x02de."
     buffer = np.frombuffer(text, np.uint8)

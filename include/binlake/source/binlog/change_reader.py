@@ -112,6 +112,8 @@ class BinlogReader:
         converters: normalises row images per table (see ``schema.type_mapping``).
         lean: decode only the key of before images and deletes of tables with a primary key (the
             stream's mode: nothing else of them is used); other columns of those images are None.
+        whole: tables whose images are decoded whole even when ``lean`` (a changelog keeps their
+            before images: ``sink/changelog.py``).
         columnar: hand events of tables the column decoder takes over undecoded (``RawRows``),
             for ``stream.records`` to decode a block at a time (``events`` only).
         prepares: XA prepares known to lie before ``start`` (the planning side scanned them), so
@@ -136,10 +138,12 @@ class BinlogReader:
         columnar: bool = False,
         prepares: Sequence[PreparedXa] = (),
         held: Mapping[TableId, BinlogOffset] | None = None,
+        whole: frozenset[TableId] = frozenset(),
     ) -> None:
         self.source = source
         self.held = held or {}
         self.lean = lean
+        self.whole = whole
         self.columnar = columnar
         self.prepares = prepares
         self._xa_group: list[EventRows | Gap] | None = None
@@ -350,7 +354,7 @@ class BinlogReader:
         prepared = locator.find(xid, commit)
         reader = BinlogReader(
             self.source, self.server_id, prepared.start, prepared.end, self.tables, self.converters,
-            lean=self.lean, columnar=self.columnar,
+            lean=self.lean, columnar=self.columnar, whole=self.whole,
         )  # fmt: skip
         for _ in reader.events():
             pass  # a prepared group yields nothing: its rows wait in ``_prepared``
@@ -389,7 +393,12 @@ class BinlogReader:
             if update
             else (event.columns_present_bitmap,)
         )
-        lean = self.lean and bool(convert.table.primary_key) and not isinstance(event, WriteRowsEvent)
+        lean = (
+            self.lean
+            and bool(convert.table.primary_key)
+            and not isinstance(event, WriteRowsEvent)
+            and table not in self.whole
+        )
         if self.columnar and not partial_json:
             from binlake.source.binlog.column_decoder import ColumnDecoder, RawRows
 

@@ -21,82 +21,22 @@ from __future__ import annotations
 import functools
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pymysqlreplication.constants import FIELD_TYPE
 
-from binlake.events import Column, CreateTable
-from binlake.schema.type_mapping import RowConverter, arrow_type, is_bool
-from binlake.source.binlog.column_codecs import decimal_groups, text_encoding
+from binlake.events import CreateTable
+from binlake.schema.type_mapping import RowConverter
+from binlake.source.binlog.column_codecs import decimal_groups
+from binlake.source.binlog.column_specs import Spec, column_spec
 from binlake.source.binlog.row_decoder import TableMapDecoder
 
-#: Widest DECIMAL decoded here: its unscaled value fits in an int64.
-_MAX_PRECISION = 18
-_INTS = {
-    FIELD_TYPE.TINY: 1,
-    FIELD_TYPE.SHORT: 2,
-    FIELD_TYPE.INT24: 3,
-    FIELD_TYPE.LONG: 4,
-    FIELD_TYPE.LONGLONG: 8,
-}
 _NULL = -1
 #: Event kinds as ``ColumnBlock.decode`` tells them apart.
 _DELETE, _INSERT, _UPDATE = 0, 1, 2
 _OP_CODES = {"delete": _DELETE, "insert": _INSERT, "update": _UPDATE}
-
-
-@dataclass(frozen=True)
-class Spec:
-    """How one column is laid out and decoded: ``width`` bytes, or a ``prefix``-byte length and
-    that many bytes."""
-
-    kind: str  # int, bool, float, decimal, date, datetime, timestamp, text, bytes
-    arrow: pa.DataType
-    width: int = 0
-    prefix: int = 0
-    signed: bool = True
-    precision: int = 0
-    scale: int = 0
-    fraction: int = 0  # bytes of a DATETIME2/TIMESTAMP2 fraction
-
-
-def column_spec(column: Column, wire: Any) -> Spec | None:
-    """The spec of one column (``wire``: the table map's column), or None if not decoded here."""
-    t, target = wire.type, arrow_type(column)
-    if t in _INTS:
-        if column.data_type == "bigint" and column.unsigned:
-            return None  # a DECIMAL(20, 0) in Arrow
-        kind = "bool" if is_bool(column) else "int"
-        return Spec(kind, target, width=_INTS[t], signed=not column.unsigned)
-    if t in (FIELD_TYPE.FLOAT, FIELD_TYPE.DOUBLE):
-        return Spec("float", target, width=4 if t == FIELD_TYPE.FLOAT else 8)
-    if t == FIELD_TYPE.NEWDECIMAL:
-        if wire.precision > _MAX_PRECISION:
-            return None
-        size = sum(size for size, _ in decimal_groups(wire.precision, wire.decimals))
-        return Spec("decimal", target, width=size, precision=wire.precision, scale=wire.decimals)
-    if t == FIELD_TYPE.DATE:
-        return Spec("date", target, width=3)
-    if t == FIELD_TYPE.DATETIME2:
-        fraction = (wire.fsp + 1) // 2
-        return Spec("datetime", target, width=5 + fraction, fraction=fraction)
-    if t == FIELD_TYPE.TIMESTAMP2:
-        fraction = (wire.fsp + 1) // 2
-        return Spec("timestamp", target, width=4 + fraction, fraction=fraction)
-    if t in (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.VAR_STRING, FIELD_TYPE.BLOB):
-        if column.data_type == "binary":
-            return None  # the binlog drops BINARY(n)'s trailing zeros: row_decoder pads them
-        prefix = wire.length_size if t == FIELD_TYPE.BLOB else 2 if wire.max_length > 255 else 1
-        encoding = text_encoding(column, wire)
-        if encoding == "utf-8" and target == pa.string():
-            return Spec("text", target, prefix=prefix)
-        if encoding is None and target == pa.binary():
-            return Spec("bytes", target, prefix=prefix)
-    return None
 
 
 Scan = Callable[[bytes, int, "array[int]"], int]
@@ -201,6 +141,10 @@ class ColumnDecoder(TableMapDecoder):
         self.scan: Scan | None = _scanner(self.specs) if self.supported else None
 
 
+#: ``ColumnBlock.decode``'s ops, at, idx, ts and columns.
+Decoded = tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[pa.Array]]
+
+
 class RawRows(NamedTuple):
     """A rows event's data, to be decoded with its block (``EventRows.images`` in columnar mode)."""
 
@@ -238,9 +182,10 @@ class ColumnBlock:
         self.images += count
         return count
 
-    def decode(self, keyed: bool) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, list[pa.Array]]:
+    def decode(self, keyed: bool, befores: bool = False) -> Decoded:
         """The block's row changes: ops, at, idx, ts and one array per column (see
-        ``stream.records``: a keyed update whose key did not change is its after image alone)."""
+        ``stream.records``: a keyed update that kept its key is its after image alone, or with
+        ``befores`` its before image too, as op ``before``)."""
         counts = np.asarray(self._counts, np.int64)
         ops, ats, tss, leans = (np.asarray(v) for v in zip(*self._events, strict=True))
         event_of = np.repeat(np.arange(len(counts)), counts)
@@ -258,11 +203,12 @@ class ColumnBlock:
         ]
         self.converter.zero_dates += int(np.count_nonzero(zero & ~lean))  # lean images: not read
         keep = np.ones(self.images, bool)
-        if keyed:
-            # A keyed update's before image stays only when the key changed: a delete of the old key.
-            befores = np.flatnonzero(update & before)
-            keep[befores] = self._key_changed(columns, befores)
         kinds = np.where(before, "delete", np.where(update & keyed, "update", "insert"))
+        if keyed:  # an update's before image: a delete of the old key, a changelog's ``before``, or gone
+            firsts = np.flatnonzero(update & before)
+            changed = self._key_changed(columns, firsts)
+            kinds[firsts[~changed]] = "before"
+            keep[firsts] = changed | befores
         # Position of the row within its event, as the row path numbers it: an update's images
         # are 0, 1, 2, ... (before, after, ...); an insert's 1, 3, ...; a delete's 0, 2, ...
         idx = np.where(update, index, 2 * index + (op == _INSERT))

@@ -1,0 +1,239 @@
+"""The changelog table: every change of a source table as a row, appended exactly once.
+
+A table whose ``sink.modes`` rule lists ``changelog`` (``config_modes.py``) feeds, beside its upsert
+table, ``<sink table>_changelog``: the sink table's columns (the after image; the before image for
+``-U`` and ``-D``) and these, named as Flink CDC names the kinds of change:
+
+- ``__op__``: ``+I`` (an insert, or a row the snapshot read), ``-U`` / ``+U`` (an update's before
+  and after image), ``-D`` (a delete). An update that changes the key is ``-U`` of the old row and
+  ``+U`` of the new; a row a transform's filter lets in is ``+I``, one it lets out ``-D``.
+- ``__origin__``: ``binlog``, or ``snapshot`` for the rows the initial snapshot read.
+- ``__event_time__``: the binlog event's time (when the statement ran on the source, seconds);
+  a snapshot row: its chunk's read time. The table is partitioned by its day.
+- ``__position__``: the change's binlog position as one sortable number (file number × 2³² +
+  offset); a snapshot row: its chunk's high watermark. ``__binlog_file__``/``__binlog_pos__``: the
+  same for people.
+- ``__order__``: the change's order within its event (a statement's rows share its position).
+
+Sorting by (``__position__``, ``__order__``) replays the source: for each key, ``+I``/``+U`` set the
+row and ``-U``/``-D`` remove it (``testing.compare.replay_changelog``).
+
+Exactly once as the upsert table: the batch's end offset goes into the same commit as its rows
+(``sink/exactly_once.py``), and a replayed batch appends only what lies past it. Snapshot chunks are
+appended with their chunk ids in the snapshot summary, like the upsert table's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import DayTransform, IdentityTransform
+
+from binlake.config import PipelineConfig
+from binlake.config_modes import ModeRule
+from binlake.events import TableId
+from binlake.offsets import POS_MASK, BinlogOffset
+from binlake.sink.catalog import sink_name
+
+OP = "__op__"
+ORIGIN = "__origin__"
+EVENT_TIME = "__event_time__"
+POSITION = "__position__"
+BINLOG_FILE = "__binlog_file__"
+BINLOG_POS = "__binlog_pos__"
+ORDER = "__order__"
+
+METADATA = pa.schema(
+    [
+        (OP, pa.string()),
+        (ORIGIN, pa.string()),
+        (EVENT_TIME, pa.timestamp("us", "UTC")),
+        (POSITION, pa.int64()),
+        (BINLOG_FILE, pa.string()),
+        (BINLOG_POS, pa.int64()),
+        (ORDER, pa.int32()),
+    ]
+)
+INSERT, BEFORE, AFTER, DELETE = "+I", "-U", "+U", "-D"
+
+
+def mode_rule(config: PipelineConfig, table: TableId) -> ModeRule | None:
+    """The first ``sink.modes`` rule whose ``source_table`` matches ``table`` fully."""
+    return next((r for r in config.sink.modes if re.fullmatch(r.source_table, table.name)), None)
+
+
+def changelog_rule(config: PipelineConfig, table: TableId) -> ModeRule | None:
+    """``table``'s mode rule if it keeps a changelog."""
+    rule = mode_rule(config, table)
+    return rule if rule is not None and rule.changelog else None
+
+
+def changelog_name(config: PipelineConfig, table: TableId) -> str | None:
+    """``namespace.table`` of ``table``'s changelog table, if it keeps one."""
+    rule = changelog_rule(config, table)
+    return sink_name(config, table) + rule.changelog_suffix if rule is not None else None
+
+
+def with_changelog(config: PipelineConfig, tables: list[TableId] | set[TableId]) -> frozenset[TableId]:
+    """Those of ``tables`` that keep a changelog (their updates' before images are read)."""
+    return frozenset(t for t in tables if changelog_rule(config, t) is not None)
+
+
+def changelog_schema(sink: Schema) -> Schema:
+    """The changelog's Iceberg schema for a sink table's: its columns, all optional and without
+    identifier fields, then the metadata columns."""
+    fields = [f.model_copy(update={"required": False}) for f in sink.fields]
+    metadata = _metadata_schema().fields
+    top = sink.highest_field_id
+    extra = [f.model_copy(update={"field_id": top + i + 1}) for i, f in enumerate(metadata)]
+    return Schema(*fields, *extra)
+
+
+def _metadata_schema() -> Schema:
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+    with_ids = pa.schema([f.with_metadata({b"PARQUET:field_id": str(i + 1)}) for i, f in enumerate(METADATA)])
+    return pyarrow_to_schema(with_ids)
+
+
+def ensure_changelog(catalog: Catalog, identifier: str, sink: Table) -> Table:
+    """The changelog table of ``sink``: created if missing (partitioned by the day of
+    ``__event_time__``, sorted by position), else given the sink's columns it lacks (a column
+    the source added; columns the source dropped stay, as earlier rows hold them)."""
+    wanted = changelog_schema(sink.schema())
+    try:
+        table = catalog.load_table(identifier)
+    except NoSuchTableError:
+        return _create(catalog, identifier, wanted, sink)
+    have = set(table.schema().column_names)
+    if any(f.name not in have for f in wanted.fields):
+        with table.update_schema() as update:
+            update.union_by_name(wanted)
+    return table
+
+
+def _create(catalog: Catalog, identifier: str, schema: Schema, sink: Table) -> Table:
+    namespace = identifier.rsplit(".", 1)[0]
+    catalog.create_namespace_if_not_exists(namespace)
+    time_id = schema.find_field(EVENT_TIME).field_id
+    spec = PartitionSpec(PartitionField(time_id, 1000, DayTransform(), "event_day"))
+    order = SortOrder(
+        SortField(schema.find_field(POSITION).field_id, IdentityTransform()),
+        SortField(schema.find_field(ORDER).field_id, IdentityTransform()),
+    )
+    codec = sink.properties.get("write.parquet.compression-codec")
+    properties = {"format-version": "2", **({"write.parquet.compression-codec": codec} if codec else {})}
+    return catalog.create_table(
+        identifier, schema, partition_spec=spec, sort_order=order, properties=properties
+    )
+
+
+def changelog_rows(
+    changes: pa.Table,
+    kept: pa.Array | None,
+    to_rows: Callable[[pa.Table], pa.Table],
+    binlog: str,
+    updates: str = "both",
+) -> pa.Table:
+    """One table's changes (``changes``: its change table in binlog order, before images
+    included, ``stream.records``) as changelog rows.
+
+    ``kept``: which changes a transform's filter keeps (None: all); ``to_rows``: changes → rows of
+    the sink table (a transform's projection applied); ``binlog``: the binlog files' base name;
+    ``updates``: ``both`` images of an update or the ``after`` image alone.
+    """
+    ops = _ops(changes, kept, after_only=updates == "after")
+    keep = pc.is_valid(ops)
+    changes, ops = changes.filter(keep), ops.filter(keep)
+    at = changes.column("at").combine_chunks()
+    meta = {
+        OP: ops,
+        ORIGIN: pa.array(["binlog"] * changes.num_rows, pa.string()),
+        EVENT_TIME: pc.multiply(changes.column("ts"), 1_000_000).cast(pa.timestamp("us", "UTC")),
+        POSITION: at,
+        BINLOG_FILE: pa.array([f"{binlog}.{n:06d}" for n in pc.shift_right(at, 32).to_pylist()], pa.string()),
+        BINLOG_POS: pc.bit_wise_and(at, POS_MASK),
+        ORDER: changes.column("idx"),
+    }
+    return _with_metadata(to_rows(changes), meta)
+
+
+def _with_metadata(rows: pa.Table, meta: dict[str, Any]) -> pa.Table:
+    for name, values in meta.items():
+        field = METADATA.field(name)
+        rows = rows.append_column(field, _chunked(values).cast(field.type))
+    return rows
+
+
+def _ops(changes: pa.Table, kept: pa.Array | None, after_only: bool = False) -> pa.Array:
+    """Each change's ``__op__``, from its kind and its partner's: an update's two images share the
+    event's position and ``idx // 2``; when a filter drops one of them, the other is ``+I`` or
+    ``-D``. Null: no row (a filtered image; with ``after_only``, the before image of an update that
+    kept its key — one that changed it is a ``-D`` of the old key and a ``+I`` of the new)."""
+    kind = changes.column("op").to_numpy(zero_copy_only=False)
+    first = np.isin(kind, ["before", "delete"])  # an update's before image, or a delete
+    n = len(kind)
+    alive = np.ones(n, bool) if kept is None else np.asarray(kept.to_numpy(zero_copy_only=False), bool)
+    at = changes.column("at").to_numpy()
+    idx = changes.column("idx").to_numpy().astype(np.int64)
+    pair = np.zeros(n, bool)  # whose partner (the other image of its update) is alive
+    if n:
+        # Rows are in binlog order: a partner is the neighbour with the same position and idx // 2.
+        same_next = (at[1:] == at[:-1]) & (idx[1:] // 2 == idx[:-1] // 2) & first[:-1] & ~first[1:]
+        pair[:-1] |= same_next & alive[1:]
+        pair[1:] |= same_next & alive[:-1]
+    ops = np.where(first, np.where(pair, BEFORE, DELETE), np.where(pair, AFTER, INSERT)).astype(object)
+    if after_only:
+        moved = pair & (kind == "delete")  # a key update's old row, or a keyless update's
+        ops[moved] = DELETE
+        ops[1:][moved[:-1]] = INSERT
+        ops[kind == "before"] = None
+    ops[~alive] = None
+    return pa.array(ops, pa.string())
+
+
+def _chunked(values: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    return values if isinstance(values, pa.ChunkedArray) else pa.chunked_array([values])
+
+
+def read_rows(
+    rows: pa.Table,
+    event_time: int,
+    at: BinlogOffset,
+    origin: str = "snapshot",
+    op: str = INSERT,
+    order: int = 0,
+) -> pa.Table:
+    """Rows read from the source (sink columns) as changelog rows (``+I``: a snapshot chunk's, at
+    its high watermark ``at``; a backfill's ``-D`` of the rows it replaces and ``+I`` of its own)
+    at ``event_time`` (epoch seconds)."""
+    n = rows.num_rows
+    meta = {
+        OP: pa.array([op] * n, pa.string()),
+        ORIGIN: pa.array([origin] * n, pa.string()),
+        EVENT_TIME: pa.array([event_time * 1_000_000] * n, pa.int64()),
+        POSITION: pa.array([at.packed] * n, pa.int64()),
+        BINLOG_FILE: pa.array([at.file] * n, pa.string()),
+        BINLOG_POS: pa.array([at.pos] * n, pa.int64()),
+        ORDER: pa.array(np.full(n, order, np.int32), pa.int32()),
+    }
+    return _with_metadata(rows, meta)
+
+
+def replaced_rows(removed: pa.Table, added: pa.Table, at: BinlogOffset, event_time: int) -> pa.Table:
+    """A backfill's key ranges in the changelog: ``-D`` of the rows the sink held there, then ``+I``
+    of the rows it holds now, at ``at`` (replaying them sets the ranges to what the source holds)."""
+    gone = read_rows(removed, event_time, at, "backfill", DELETE, 0)
+    new = read_rows(added.cast(removed.schema), event_time, at, "backfill", INSERT, 1)
+    return pa.concat_tables([gone, new])

@@ -1,0 +1,214 @@
+"""Appends to a changelog table (``sink/changelog.py``), exactly once.
+
+- **a batch**: the stream's changelog rows, in one append commit that also records the batch's end
+  offset (``IcebergWriter``'s rule: a batch at or before the stored offset is skipped).
+- **snapshot chunks**: the rows the snapshot committed to the upsert table, read back from the
+  files that commit added and appended as ``+I`` reads, with the chunks' ids in the summary (a
+  chunk already there is not appended again). ``seed`` finds the chunks the upsert table holds and
+  the changelog does not — after each snapshot commit, and when a stream starts (a crash between
+  the two commits) — so the changelog never misses a read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntryStatus
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Snapshot
+
+from binlake.errors import BinlakeError
+from binlake.offsets import BinlogOffset
+from binlake.schema.projection import project
+from binlake.sink import exactly_once
+from binlake.sink.changelog import METADATA, ORDER, POSITION, read_rows
+from binlake.sink.exactly_once import CHUNKS_KEY, ChunkCommit, CommitResult, chunk_summary
+from binlake.sink.file_bounds import files_in_ranges
+from binlake.sink.pyiceberg_internals import transaction, write_data_files
+from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.writer import IcebergWriter
+
+log = logging.getLogger(__name__)
+
+#: The snapshot summary key naming the backfill units a commit's rows hold.
+UNITS_KEY = "binlake.backfill-units"
+_REPLAY_ORDER = [(POSITION, "ascending"), (ORDER, "ascending")]
+
+
+class ChangelogSeedError(BinlakeError):
+    """Snapshot chunks of the upsert table cannot be found to be appended to the changelog."""
+
+
+class ChangelogWriter(IcebergWriter):
+    """An ``IcebergWriter`` of a changelog table: append-only."""
+
+    def append_batch(
+        self, batch_id: int, rows: pa.Table, offset: BinlogOffset, units: Sequence[str] = ()
+    ) -> CommitResult:
+        """Append a batch's changelog rows (committed with ``offset``, even when there are none:
+        the table then says it holds the changes up to there); ``units``: the backfill units
+        whose rows are among them."""
+        return self._commit_batch(
+            batch_id, offset, lambda properties: self._append(properties | _units(units), rows)
+        )
+
+    def append_units(self, rows: pa.Table, units: Sequence[str]) -> bool:
+        """Append the rows of backfill units applied between batches (the stream's offset stays),
+        unless a commit holds one of ``units`` already; returns whether it appended."""
+        self.settle()
+        self.table.refresh()
+        if set(units) & self.applied_units():
+            log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
+            return False
+        with transaction(self.table) as tx:
+            self._add_rows(tx, rows, _units(units))
+        return True
+
+    def applied_units(self) -> set[str]:
+        """The backfill units whose rows the table's snapshots hold."""
+        found: set[str] = set()
+        for snapshot in self.table.metadata.snapshots:
+            text = snapshot.summary.additional_properties.get(UNITS_KEY) if snapshot.summary else None
+            found.update(json.loads(text) if text else [])
+        return found
+
+    def _append(self, properties: dict[str, str], rows: pa.Table) -> None:
+        with transaction(self.table) as tx:
+            self._add_rows(tx, rows, properties)
+            tx.set_properties({k: v for k, v in properties.items() if k != UNITS_KEY})
+
+    def _add_rows(self, tx: Transaction, rows: pa.Table, summary: dict[str, str]) -> None:
+        if not rows.num_rows:
+            return
+        metadata = tx.table_metadata
+        rows = project(rows, metadata.schema().as_arrow()).sort_by(_REPLAY_ORDER)
+        files = list(write_data_files(metadata, rows, self.table.io, uuid.uuid4(), itertools.count(0)))
+        with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+            for data_file in files:
+                append.append_data_file(data_file)
+
+    def seed(self, upsert: Table, chunk_ids: set[str] | None = None) -> int:
+        """Append what ``upsert`` holds and this table does not, as ``+I`` reads; returns the rows.
+
+        A changelog that begins after its upsert table's stream did (a rule added later) starts
+        from the upsert table's rows at its stream offset; otherwise each snapshot chunk the
+        upsert table holds and this table does not (only those of ``chunk_ids``, if given) is read
+        back from the files its commit added.
+
+        Raises:
+            ChangelogSeedError: a chunk's commit is gone (its snapshot expired).
+        """
+        self.table.refresh()
+        upsert.refresh()
+        commits = list(_chunk_commits(upsert))
+        streamed = exactly_once.stream_offset(upsert)
+        fresh = self.stream_offset() is None and not self.committed_chunk_commits()
+        if fresh and streamed is not None:
+            return self._seed_state(upsert, streamed, [c for _, chunks in commits for c in chunks])
+        have = {c.chunk_id for c in self.committed_chunk_commits()}
+        rows = 0
+        for snapshot, chunks in commits:
+            ids = {c.chunk_id for c in chunks}
+            if ids <= have or (chunk_ids is not None and not ids & chunk_ids):
+                continue
+            read = _added_rows(upsert, snapshot, self._sink_columns())
+            at = min(c.high_watermark for c in chunks)
+            with transaction(self.table) as tx:
+                self._add_rows(tx, read_rows(read, snapshot.timestamp_ms // 1000, at), chunk_summary(chunks))
+            have |= ids
+            rows += read.num_rows
+        missing = (chunk_ids or set()) - have
+        if missing:
+            raise ChangelogSeedError(
+                f"Could not append snapshot chunks {sorted(missing)} to the changelog {self.identifier}: "
+                f"their commit to {'.'.join(upsert.name())} is no longer among its snapshots (expired). "
+                f"Fix: drop {self.identifier} and run `binlake snapshot` for the table again."
+            )
+        if rows:
+            log.info("appended %d snapshot rows of %s to %s", rows, ".".join(upsert.name()), self.identifier)
+        return rows
+
+    def _seed_state(self, upsert: Table, at: BinlogOffset, chunks: list[ChunkCommit]) -> int:
+        """The upsert table's rows as ``+I`` reads at its stream offset ``at``, one data file at a
+        time, in one commit that records ``at`` and the upsert table's chunks (held already)."""
+        columns, rows = self._sink_columns(), 0
+        now = int(time.time())
+        properties = exactly_once.batch_properties(0, at)
+        with transaction(self.table) as tx:
+            metadata = tx.table_metadata
+            files: list[DataFile] = []
+            for task in upsert.scan().plan_files():
+                scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
+                data = scan.to_table(tasks=[task])
+                reads = project(read_rows(project(data, columns), now, at), metadata.schema().as_arrow())
+                files += write_data_files(metadata, reads, self.table.io, uuid.uuid4(), itertools.count(0))
+                rows += data.num_rows
+            summary = {**properties, **(chunk_summary(chunks) if chunks else {})}
+            with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
+            tx.set_properties(properties)
+        log.info("changelog %s starts from the %d rows of %s at %s", self.identifier, rows,
+                 ".".join(upsert.name()), at)  # fmt: skip
+        return rows
+
+    def _sink_columns(self) -> pa.Schema:
+        """The changelog's columns that come from the sink table."""
+        return pa.schema([f for f in self.table.schema().as_arrow() if f.name not in METADATA.names])
+
+
+def _units(units: Sequence[str]) -> dict[str, str]:
+    return {UNITS_KEY: json.dumps(sorted(units))} if units else {}
+
+
+def rows_in_ranges(table: Table, clear: Sequence[ClearRange]) -> pa.Table:
+    """The rows ``table`` holds in the ``clear`` ranges (what a backfill replaces)."""
+    parts = []
+    for task, _, _ in files_in_ranges(table, clear):
+        data = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=[task])
+        parts.append(data.filter(clear_mask(data, clear)))
+    return pa.concat_tables(parts) if parts else table.schema().as_arrow().empty_table()
+
+
+def _chunk_commits(table: Table) -> Iterator[tuple[Snapshot, list[ChunkCommit]]]:
+    """The table's snapshots that committed snapshot chunks, with the chunks."""
+    for snapshot in table.metadata.snapshots:
+        summary = snapshot.summary
+        raw = summary.additional_properties.get(CHUNKS_KEY) if summary is not None else None
+        if raw is None:
+            continue
+        yield (
+            snapshot,
+            [
+                ChunkCommit(
+                    e["id"],
+                    BinlogOffset.from_dict(e["high"]),
+                    int(e["rows"]),
+                    BinlogOffset.from_dict(e["low"]) if e.get("low") else None,
+                )
+                for e in json.loads(raw)
+            ],
+        )
+
+
+def _added_rows(table: Table, snapshot: Snapshot, columns: pa.Schema) -> pa.Table:
+    """The rows of the data files ``snapshot`` added, in the changelog's sink ``columns``."""
+    parts = []
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+            if entry.status != ManifestEntryStatus.ADDED or entry.snapshot_id != snapshot.snapshot_id:
+                continue
+            if entry.data_file.content != DataFileContent.DATA:
+                continue
+            with table.io.new_input(entry.data_file.file_path).open() as f:
+                parts.append(project(pq.read_table(f), columns))
+    return pa.concat_tables(parts) if parts else columns.empty_table()

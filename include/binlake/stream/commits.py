@@ -1,0 +1,109 @@
+"""A batch's commits to one sink table: its upsert table, and its changelog table first.
+
+The changelog commits first: a crash between the two leaves the changelog ahead, and the rerun
+computes the upsert table's rows from changes after *its* offset (``stream.patches`` completes
+them from the upsert table, which must then not be ahead of them). Each table records its own
+offset in its own commit, so neither applies a change twice (``sink/exactly_once.py``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from binlake.errors import BinlakeError
+from binlake.faults import crash_point
+from binlake.offsets import BinlogOffset
+from binlake.sink.changelog import replaced_rows
+from binlake.sink.changelog_writer import rows_in_ranges
+from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.stream.table_sink import PreparedShare, TableSink
+
+
+def commit_shares(
+    parts: list[PreparedShare], batch_id: int, end: BinlogOffset, complete: bool, force: bool = False
+) -> None:
+    """One commit per sink table, whatever number of (routed) source tables feed it; ``force``:
+    backfill units applied between batches, at an offset the table holds already."""
+    sink = parts[0].sink
+    if any(p.sink.keyed != sink.keyed for p in parts):
+        raise BinlakeError(
+            f"The sources routed to {sink.writer.identifier} ({', '.join(p.name for p in parts)}) mix "
+            "tables with and without a primary key, which one sink table cannot hold. Fix: route "
+            "them to different sink tables."
+        )
+    if _commit_changelog(parts, batch_id, end, force):
+        crash_point("between-commits")
+    upserts = concat([p.upserts for p in parts])
+    deletes = concat([p.deletes for p in parts])
+    clear = [c for p in parts for c in p.clear]
+    merged = parts[0].merged
+    if merged is not None:  # one part: routed sinks merge in the driver
+        keys = merged.all_keys(sink.sink_key_arrow)
+        sink.writer.merge_files(batch_id, merged.files, keys, end)
+    elif sink.keyed:
+        sink.writer.merge_batch(batch_id, upserts, deletes, offset=end, clear=clear, force=force)
+    else:
+        prune = sink.keys[0] if sink.keys and len(parts) == 1 else None
+        sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, complete, clear, force)
+
+
+def _commit_changelog(parts: list[PreparedShare], batch_id: int, end: BinlogOffset, force: bool) -> bool:
+    """Commit the parts' changelog rows, if their sink table keeps a changelog (whether it does)."""
+    writers = {id(p.sink.changelog): p.sink.changelog for p in parts}
+    if writers == {id(None): None}:
+        return False
+    writer = next(iter(writers.values()))
+    if len(writers) > 1 or writer is None:
+        raise BinlakeError(
+            f"The sources routed to {parts[0].sink.writer.identifier} ({', '.join(p.name for p in parts)}) "
+            "do not all keep a changelog, so their shared changelog table would miss changes. Fix: give "
+            "them the same `sink.modes` rule."
+        )
+    rows = concat([p.changelog for p in parts if p.changelog is not None])
+    units = [u.name for p in parts for u in p.units]
+    if force:
+        writer.append_units(rows, units)
+    else:
+        writer.append_batch(batch_id, rows, end, units)
+    return True
+
+
+def batch_changelog(sink: TableSink, changes: pa.Table, end: BinlogOffset) -> pa.Table | None:
+    """The changelog rows of a table's share of a batch: its changes past the changelog's offset
+    (``changes``: after the upsert table's offset, which is never ahead of the changelog's)."""
+    if sink.changelog is None:
+        return None
+    logged = sink.changelog.stream_offset()
+    if logged is not None:
+        changes = changes.filter(pc.greater(changes.column("at"), logged.packed))
+    return sink.changelog_rows(changes, binlog_base(end))
+
+
+def backfill_changelog(
+    sink: TableSink, changes: pa.Table, share: PreparedShare, end: BinlogOffset
+) -> pa.Table | None:
+    """The changelog rows of a share with backfill units: the batch's changes of keys outside the
+    units' ranges, then the ranges replaced (``-D`` of the rows held there, ``+I`` of the new ones:
+    the changes inside them are what the new rows hold)."""
+    if sink.changelog is None:
+        return None
+    clear: list[ClearRange] = share.clear
+    outside = changes.filter(pc.invert(sink.in_ranges(changes, clear))) if clear else changes
+    stream = batch_changelog(sink, outside, end)
+    held = rows_in_ranges(sink.writer.table, clear) if clear else sink.sink_arrow.empty_table()
+    new = share.upserts.filter(clear_mask(share.upserts, clear)) if clear else share.upserts
+    columns = [n for n in sink.sink_arrow.names if n in held.column_names]
+    replaced = replaced_rows(held.select(columns), new.select(columns), end, int(time.time()))
+    return concat([t for t in (stream, replaced) if t is not None])
+
+
+def binlog_base(offset: BinlogOffset) -> str:
+    """The binlog files' base name (``binlog`` of ``binlog.000123``)."""
+    return offset.file.rsplit(".", 1)[0]
+
+
+def concat(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")

@@ -1,0 +1,81 @@
+"""Changelog rows from a change table (``sink/changelog.py``): the kinds of change, as Flink CDC
+names them, when a transform's filter lets a row in or out, and with the after images alone."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pydantic import ValidationError
+
+from binlake.config_modes import ModeRule
+from binlake.sink.changelog import changelog_rows
+from binlake.stream.records import images
+
+ROW = pa.struct([("id", pa.int32()), ("v", pa.int32())])
+# (op, at, idx, row): an insert; an update keeping its key; a key update; a delete
+CHANGES = [
+    ("insert", 100, 1, (1, 5)),
+    ("before", 200, 0, (1, 5)),
+    ("update", 200, 1, (1, 50)),
+    ("delete", 300, 0, (1, 50)),
+    ("update", 300, 1, (2, 50)),
+    ("delete", (1 << 32) + 4, 0, (2, 50)),
+]
+
+
+def _changes() -> pa.Table:
+    ops, at, idx, rows = zip(*CHANGES, strict=True)
+    return pa.table(
+        {
+            "op": pa.array(ops),
+            "at": pa.array(at, pa.int64()),
+            "idx": pa.array(idx, pa.int32()),
+            "ts": pa.array([1_700_000_000] * len(ops), pa.int64()),
+            "row": pa.array([dict(zip(("id", "v"), r, strict=True)) for r in rows], ROW),
+            "absent": pa.nulls(len(ops), pa.binary()),
+        }
+    )
+
+
+def _rows(kept: list[bool] | None = None, updates: str = "both") -> list[tuple[str, int, int, str, int]]:
+    mask = pa.array(kept) if kept is not None else None
+    out = changelog_rows(_changes(), mask, images, "binlog", updates).to_pylist()
+    return [(r["__op__"], r["id"], r["v"], r["__binlog_file__"], r["__binlog_pos__"]) for r in out]
+
+
+def test_each_change_is_a_row_of_its_kind_at_its_position() -> None:
+    assert _rows() == [
+        ("+I", 1, 5, "binlog.000000", 100),
+        ("-U", 1, 5, "binlog.000000", 200),
+        ("+U", 1, 50, "binlog.000000", 200),
+        ("-U", 1, 50, "binlog.000000", 300),  # the key update: the old row out, the new one in
+        ("+U", 2, 50, "binlog.000000", 300),
+        ("-D", 2, 50, "binlog.000001", 4),
+    ]
+    table = changelog_rows(_changes(), None, images, "binlog")
+    assert table.column("__event_time__").type == pa.timestamp("us", "UTC")
+    assert pc.max(table.column("__event_time__")).as_py().timestamp() == 1_700_000_000
+
+
+def test_rows_a_filter_lets_in_or_out_are_inserts_and_deletes() -> None:
+    # v < 10 kept: the update's after image leaves the filter, the key update's both images do
+    kept = [True, True, False, False, False, False]
+    assert _rows(kept) == [("+I", 1, 5, "binlog.000000", 100), ("-D", 1, 5, "binlog.000000", 200)]
+    # only v >= 10 kept: the update lets the row in; the key update moves it; the delete removes it
+    kept = [False, False, True, True, True, True]
+    assert [r[0] for r in _rows(kept)] == ["+I", "-U", "+U", "-D"]
+
+
+def test_after_images_alone() -> None:
+    # the key update: the old key deleted, the new one inserted (an upsert by key stays exact)
+    assert [r[0] for r in _rows(updates="after")] == ["+I", "+U", "-D", "+I", "-D"]
+
+
+def test_a_mode_rule_keeps_the_upsert_table() -> None:
+    assert ModeRule(source_table="a\\.b", mode="upsert").mode == ["upsert"]
+    assert ModeRule(source_table="a\\.b", mode=["upsert", "changelog"]).changelog
+    with pytest.raises(ValidationError, match="must include `upsert`"):
+        ModeRule(source_table="a\\.b", mode="changelog")
+    with pytest.raises(ValidationError, match="listed twice"):
+        ModeRule(source_table="a\\.b", mode=["upsert", "upsert"])

@@ -1,0 +1,178 @@
+"""The changelog table (issue 43): every change as a row beside the upsert table, exactly once
+through kills (before, between and after the two commits) and a schema change; replaying it in
+(position, order) gives the upsert table's rows — which equal the source's — through pyiceberg and
+through DuckDB's own reader."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from binlake.config import PipelineConfig
+from binlake.events import TableId
+from binlake.offsets import BinlogOffset
+from binlake.planner import discover_tables, plan
+from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.changelog import METADATA
+from binlake.spark.snapshot_job import run_snapshot
+from binlake.spark.stream_job import run_stream
+from binlake.testing import duckdb_iceberg
+from binlake.testing.compare import bag, replay_changelog, source_rows
+from binlake.testing.private_server import PrivateMariaDB
+from tests.helpers import assert_sink_equals_source, kill_9_at, stream_config, write_config_file
+
+pytestmark = pytest.mark.slow
+
+SET_UP = [
+    "CREATE TABLE orders (id INT PRIMARY KEY, tenant_id INT NOT NULL, note TEXT, total DECIMAL(10,2))",
+    "INSERT INTO orders SELECT seq, seq % 7, CONCAT('note ', seq), seq / 4 FROM seq_1_to_300",
+    "CREATE TABLE visits (region VARCHAR(10), n INT)",  # no key: duplicates count
+    "INSERT INTO visits SELECT ELT(1 + seq % 3, 'eu', 'us', NULL), seq % 50 FROM seq_1_to_120",
+]
+
+
+def _config(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> PipelineConfig:
+    config = stream_config(
+        mariadb, database, tmp_path, chunk_size=100, chunk_key_columns={f"{database}.visits": "n"}
+    )
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    raw["sink"]["modes"] = [
+        {"source_table": rf"{database}\.(orders|visits)", "mode": ["upsert", "changelog"]}
+    ]
+    return PipelineConfig.model_validate(raw)
+
+
+class _Pause:
+    """Holds the workload between two statements: the source's rows and binlog position then."""
+
+    def __init__(self) -> None:
+        self.asked, self.held, self.go = threading.Event(), threading.Event(), threading.Event()
+
+    def point(self) -> None:
+        if self.asked.is_set():
+            self.held.set()
+            self.go.wait(60)
+            self.asked.clear()
+
+    def state(self, mariadb: PrivateMariaDB, config: PipelineConfig) -> tuple[int, Counter[Any]]:
+        """The orders' rows in their columns then (the test adds one), and the position."""
+        self.go.clear()
+        self.asked.set()
+        assert self.held.wait(60)
+        file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
+        (schema,) = [s for s in discover_tables(config) if s.table.table == "orders"]
+        rows = bag(source_rows(config, schema))
+        self.held.clear()
+        self.go.set()
+        return BinlogOffset(file, int(pos)).packed, rows
+
+
+def _workload(
+    mariadb: PrivateMariaDB, database: str, stop: threading.Event, done: list[int], pause: _Pause
+) -> None:
+    """Inserts, updates (of the key too), deletes, a multi-row transaction, and a column added."""
+    n = 10_000
+    while not stop.is_set():
+        pause.point()
+        n += 1
+        k = n % 300 + 1
+        mariadb.execute(
+            f"UPDATE orders SET total = total + 1, note = CONCAT(note, '+') WHERE id = {k}",
+            f"UPDATE orders SET id = {n} WHERE id = {(k * 17) % 300 + 1}",
+            f"DELETE FROM orders WHERE id = {(k * 13) % 300 + 1}",
+            f"INSERT INTO orders (id, tenant_id, note, total) VALUES ({n + 100_000}, {n % 5}, NULL, 1)",
+            "BEGIN",
+            f"UPDATE orders SET tenant_id = tenant_id + 1 WHERE id BETWEEN {k} AND {k + 5}",
+            f"UPDATE visits SET region = IF(region = 'eu', NULL, 'eu') WHERE n = {k % 50}",
+            "COMMIT",
+            f"INSERT INTO visits (region, n) VALUES ('us', {k % 50})",
+            f"DELETE FROM visits WHERE n = {(k * 3) % 50} LIMIT 1",
+            database=database,
+        )
+        if n == 10_030:
+            mariadb.execute("ALTER TABLE orders ADD COLUMN seen INT", database=database)
+        if n > 10_030:
+            mariadb.execute(f"UPDATE orders SET seen = {n} WHERE id = {k}", database=database)
+        done.append(n)
+
+
+def _changelog(config: PipelineConfig, database: str, table: str) -> Any:
+    return open_catalog(config).load_table(sink_name(config, TableId(database, table)) + "_changelog")
+
+
+def _assert_replays_to_the_upsert_table(config: PipelineConfig, database: str, table: str) -> Counter[str]:
+    catalog = open_catalog(config)
+    upsert = catalog.load_table(sink_name(config, TableId(database, table)))
+    changelog = _changelog(config, database, table)
+    columns = upsert.schema().column_names
+    expected = bag(upsert.scan().to_arrow().to_pylist())
+    rows = changelog.scan().to_arrow().to_pylist()
+    assert replay_changelog(rows, columns) == expected
+    duck = duckdb_iceberg.read(changelog).to_pylist()
+    assert bag(duck) == bag(rows), "DuckDB reads the changelog differently"
+    assert replay_changelog(duck, columns) == expected
+    return Counter(r["__op__"] for r in rows)
+
+
+def _as_of(changelog: Any, position: int, columns: list[str]) -> Counter[Any]:
+    """The rows as of ``position`` by the query docs/sink.md gives, run by DuckDB's own reader."""
+    text = (Path(__file__).parents[2] / "docs" / "sink.md").read_text()
+    query = text.split("<!-- as-of-position -->\n```sql\n", 1)[1].split("```", 1)[0]
+    query = query.replace("$changelog", "?").replace("$position", str(position))
+    rows = duckdb_iceberg.connect().execute(query, [changelog.metadata_location]).to_arrow_table()
+    return bag(rows.select(columns).to_pylist())
+
+
+def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(*SET_UP, database=database)
+    config = _config(mariadb, database, tmp_path)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    orders = _changelog(config, database, "orders")
+    reads = orders.scan().to_arrow()
+    assert reads.num_rows == 300
+    assert set(reads.column("__op__").to_pylist()) == {"+I"}
+    assert set(reads.column("__origin__").to_pylist()) == {"snapshot"}
+    assert [f.name for f in orders.schema().fields[-len(METADATA) :]] == METADATA.names
+    assert [str(f.transform) for f in orders.spec().fields] == ["day"]
+
+    stop, pause = threading.Event(), _Pause()
+    done: list[int] = []
+    states = []
+    writer = threading.Thread(target=_workload, args=(mariadb, database, stop, done, pause))
+    writer.start()
+    try:
+        path = write_config_file(tmp_path, config, mariadb)
+        kill_9_at(path, "before-commit")
+        states.append(pause.state(mariadb, config))
+        kill_9_at(path, "between-commits")
+        states.append(pause.state(mariadb, config))
+        kill_9_at(path, "after-commit")
+        written = len(done)
+    finally:
+        stop.set()
+        writer.join()
+    assert written > 30  # the column was added mid-stream
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+
+    ops = _assert_replays_to_the_upsert_table(config, database, "orders")
+    assert set(ops) == {"+I", "-U", "+U", "-D"}
+    assert set(_assert_replays_to_the_upsert_table(config, database, "visits")) == {"+I", "-U", "+U", "-D"}
+    assert "seen" in _changelog(config, database, "orders").schema().column_names
+    # The table as of positions the source was seen at, by the docs' query (the columns then).
+    for position, rows in states:
+        columns = [name for name, _ in next(iter(rows))]
+        assert _as_of(_changelog(config, database, "orders"), position, columns) == rows
+
+    # A run with nothing new appends nothing (a replayed batch is skipped).
+    before = _changelog(config, database, "orders").scan().to_arrow().num_rows
+    run_stream(config, spark, until_caught_up=True)
+    assert _changelog(config, database, "orders").scan().to_arrow().num_rows == before
