@@ -18,7 +18,8 @@ from binlake.events import CreateTable, SchemaChange, TableId
 from binlake.schema.routes import merged_creation, routed
 from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_identifier
+from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
+from binlake.sink.changelog import changelog_name, ensure_changelog
 from binlake.sink.layout import evolve, layout_of, layouts
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
@@ -63,6 +64,10 @@ def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> No
     for schema in schemas:
         for change in sink_creation(config, schema):
             applier.apply(change)
+        changelog = changelog_name(config, schema.table)
+        if changelog is not None:
+            catalog = applier.catalog
+            ensure_changelog(catalog, changelog, catalog.load_table(sink_name(config, schema.table)))
 
 
 def align_layouts(config: PipelineConfig, schemas: list[CreateTable]) -> None:

@@ -5,6 +5,7 @@ through DuckDB's own reader."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 from pathlib import Path
@@ -35,12 +36,15 @@ SET_UP = [
 ]
 
 
-def _config(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> PipelineConfig:
+def _config(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, behavior: str = "lenient"
+) -> PipelineConfig:
     config = stream_config(
         mariadb, database, tmp_path, chunk_size=100, chunk_key_columns={f"{database}.visits": "n"}
     )
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = mariadb.password
+    raw["pipeline"]["schema_change_behavior"] = behavior  # `evolve` applies a TRUNCATE
     raw["sink"]["modes"] = [
         {"source_table": rf"{database}\.(orders|visits)", "mode": ["upsert", "changelog"]}
     ]
@@ -176,3 +180,59 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     before = _changelog(config, database, "orders").scan().to_arrow().num_rows
     run_stream(config, spark, until_caught_up=True)
     assert _changelog(config, database, "orders").scan().to_arrow().num_rows == before
+
+
+def _session(server: PrivateMariaDB, database: str, setting: str, *statements: str) -> None:
+    with contextlib.closing(server.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute(setting)
+        for statement in statements:
+            cur.execute(statement)
+
+
+def test_a_changelog_added_later_minimal_images_and_a_healed_gap(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(*SET_UP[:2], database=database)
+    config = stream_config(mariadb, database, tmp_path, chunk_size=100)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute("UPDATE orders SET total = 0 WHERE id <= 10", "DELETE FROM orders WHERE id > 290",
+                    database=database)  # fmt: skip
+    run_stream(config, spark, until_caught_up=True)
+
+    # The rule comes later: the changelog starts from the upsert table's rows, at its offset.
+    config = _config(mariadb, database, tmp_path, "evolve")
+    mariadb.execute("UPDATE orders SET note = 'after the rule' WHERE id = 20", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    rows = _changelog(config, database, "orders").scan().to_arrow().to_pylist()
+    assert Counter((r["__origin__"], r["__op__"]) for r in rows) == {
+        ("snapshot", "+I"): 290,
+        ("binlog", "-U"): 1,
+        ("binlog", "+U"): 1,
+    }
+    _assert_replays_to_the_upsert_table(config, database, "orders")
+
+    # MINIMAL images: the changelog's before images and deleted rows come whole all the same.
+    minimal = ["UPDATE orders SET total = total + 1 WHERE id = 30", "DELETE FROM orders WHERE id = 31"]
+    _session(mariadb, database, "SET SESSION binlog_row_image = 'MINIMAL'", *minimal)
+    # A statement-logged update no row event carries: healed by a backfill of its table.
+    _session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'",
+             "UPDATE orders SET tenant_id = tenant_id + 100 WHERE id % 9 = 0")  # fmt: skip
+    mariadb.execute("DELETE FROM orders WHERE id = 45", "UPDATE orders SET note = 'x' WHERE id = 46",
+                    database=database)  # fmt: skip
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    rows = _changelog(config, database, "orders").scan().to_arrow().to_pylist()
+    minimal = [r for r in rows if r["id"] in (30, 31) and r["__origin__"] == "binlog"]
+    assert {(r["__op__"], r["note"]) for r in minimal} >= {("-U", "note 30"), ("-D", "note 31")}
+    assert {r["__op__"] for r in rows if r["__origin__"] == "backfill"} == {"-D", "+I"}
+    _assert_replays_to_the_upsert_table(config, database, "orders")
+
+    # A TRUNCATE removes every row: each a -D in the changelog.
+    before = Counter(r["__op__"] for r in rows)
+    mariadb.execute("TRUNCATE TABLE orders", "INSERT INTO orders VALUES (7, 1, 'new', 2)", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    rows = _changelog(config, database, "orders").scan().to_arrow().to_pylist()
+    assert Counter(r["__op__"] for r in rows) - before == {"-D": 288, "+I": 1}
+    _assert_replays_to_the_upsert_table(config, database, "orders")

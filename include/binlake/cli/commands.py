@@ -70,6 +70,7 @@ def validate_command(args: argparse.Namespace) -> int:
 def plan_command(args: argparse.Namespace) -> int:
     from binlake.planner import plan
     from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.sink.changelog import changelog_name
     from binlake.sink.layout import describe
 
     config = _load(args.config)
@@ -82,6 +83,7 @@ def plan_command(args: argparse.Namespace) -> int:
         {
             **layouts[p.table],
             "table": p.table.name,
+            "changelog": changelog_name(config, p.table),
             "key_column": p.key_column,
             "strategy": p.strategy,
             "reason": p.reason,
@@ -109,6 +111,8 @@ def plan_command(args: argparse.Namespace) -> int:
         print(f"{r['table']} — why: {r['reason']}")
         partitioned = ", ".join(r["partition_by"]) or "not partitioned"
         print(f"{r['table']} — sink layout: {partitioned}; sorted by {', '.join(r['sort_by']) or 'nothing'}")
+        if r["changelog"]:
+            print(f"{r['table']} — every change also in {r['changelog']} (sink.modes: changelog)")
     total = sum(r["chunks"] for r in rows)
     where = display_url(config.pipeline.resolved_state_uri)
     print(f"{len(rows)} tables, {total} chunks, plan stored in {where}")

@@ -30,7 +30,7 @@ from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
-from binlake.sink.changelog import METADATA, ORDER, POSITION, read_rows
+from binlake.sink.changelog import DELETE, METADATA, ORDER, POSITION, read_rows
 from binlake.sink.exactly_once import CHUNKS_KEY, ChunkCommit, CommitResult, chunk_summary
 from binlake.sink.file_bounds import files_in_ranges
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
@@ -39,6 +39,8 @@ from binlake.sink.writer import IcebergWriter
 
 log = logging.getLogger(__name__)
 
+#: The snapshot summary key naming the schema change (``offset#seq``) whose removals a commit holds.
+CHANGE_KEY = "binlake.schema-change"
 #: The snapshot summary key naming the backfill units a commit's rows hold.
 UNITS_KEY = "binlake.backfill-units"
 _REPLAY_ORDER = [(POSITION, "ascending"), (ORDER, "ascending")]
@@ -159,6 +161,29 @@ class ChangelogWriter(IcebergWriter):
             tx.set_properties(properties)
         log.info("changelog %s starts from the %d rows of %s at %s", self.identifier, rows,
                  ".".join(upsert.name()), at)  # fmt: skip
+        return rows
+
+    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str) -> int:
+        """``-D`` of every row ``upsert`` holds, at ``at`` (a TRUNCATE or DROP of the source table,
+        applied to the upsert table next), once: the commit records ``change_id``; returns the rows."""
+        self.settle()
+        self.table.refresh()
+        if any(s.summary and s.summary.additional_properties.get(CHANGE_KEY) == change_id
+               for s in self.table.metadata.snapshots):  # fmt: skip
+            return 0
+        columns, rows, now = self._sink_columns(), 0, int(time.time())
+        with transaction(self.table) as tx:
+            metadata = tx.table_metadata
+            files: list[DataFile] = []
+            for task in upsert.scan().plan_files():
+                scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
+                data = project(scan.to_table(tasks=[task]), columns)
+                gone = project(read_rows(data, now, at, "binlog", DELETE), metadata.schema().as_arrow())
+                files += write_data_files(metadata, gone, self.table.io, uuid.uuid4(), itertools.count(0))
+                rows += data.num_rows
+            with tx.update_snapshot(snapshot_properties={CHANGE_KEY: change_id}).fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
         return rows
 
     def _sink_columns(self) -> pa.Schema:

@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
@@ -36,6 +37,7 @@ from binlake.events import (
     RenameTable,
     SchemaChange,
     TableId,
+    TruncateTable,
     describe_change,
 )
 from binlake.faults import crash_point
@@ -50,6 +52,9 @@ from binlake.source.server.connection import connect
 from binlake.source.server.discovery import TableSelector, discover, server_charsets
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, SchemaVersion, StateStore
 from binlake.stream.server_filled import clocked, meet_server_filled
+
+if TYPE_CHECKING:
+    from binlake.sink.metadata_applier import IcebergMetadataApplier
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +332,23 @@ def _through_transform(
     return sink_changes_through(transform, change, after) if transform is not None else None
 
 
+def _log_removals(
+    config: PipelineConfig, applier: IcebergMetadataApplier, table: TableId, request: SchemaChangeRequest
+) -> None:
+    """The rows a TRUNCATE or DROP of ``table`` removes, as ``-D`` in its changelog, if it keeps one."""
+    from binlake.sink.changelog import changelog_name
+    from binlake.sink.changelog_writer import ChangelogWriter
+
+    name, catalog, identifier = changelog_name(config, table), applier.catalog, applier.identifier(table)
+    if name is not None and catalog.table_exists(name) and catalog.table_exists(identifier):
+        writer = ChangelogWriter(catalog, name)
+        change_id = f"{request.offset}#{request.seq}"
+        removed = writer.remove_all(catalog.load_table(identifier), request.offset, change_id)
+        log.info(
+            "%s: %d rows removed by %s, in its changelog", table, removed, describe_change(request.change)
+        )
+
+
 def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChangeRequest) -> str:
     """The DDL-apply step: make ``request``'s change in the sink under its behaviour, record the outcome.
 
@@ -383,6 +405,8 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         for step in planned:
             # a routed source's creation never replaces the table the other sources share
             step_id = None if shared and isinstance(step, CreateTable) else f"{request.offset}#{request.seq}"
+            if isinstance(step, (TruncateTable, DropTable)):
+                _log_removals(config, applier, step.table, request)
             applier.apply(step, step_id)
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
