@@ -355,9 +355,12 @@ def _maintain_tables(
     config: PipelineConfig, store: StateStore, args: argparse.Namespace, holder: Holder
 ) -> int:
     from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.sink.changelog import changelog_name
     from binlake.sink.maintenance import MaintenanceOptions, maintain
 
-    plans = {sink_name(config, p.table): p for p in store.plans(config.pipeline.name).load()}
+    stored = store.plans(config.pipeline.name).load()
+    plans = {sink_name(config, p.table): p for p in stored}
+    plans |= {name: p for p in stored if (name := changelog_name(config, p.table)) is not None}
     if not plans:
         raise BinlakeError(
             f"Nothing to maintain: pipeline `{config.pipeline.name}` has no planned tables yet. "

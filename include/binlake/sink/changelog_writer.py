@@ -113,9 +113,11 @@ class ChangelogWriter(IcebergWriter):
         upsert.refresh()
         commits = list(_chunk_commits(upsert))
         streamed = exactly_once.stream_offset(upsert)
-        fresh = self.stream_offset() is None and not self.committed_chunk_commits()
-        if fresh and streamed is not None:
-            return self._seed_state(upsert, streamed, [c for _, chunks in commits for c in chunks])
+        logged = self.stream_offset()
+        if logged is None and streamed is not None and not self.committed_chunk_commits():
+            return self.start_from(upsert, streamed, [c for _, chunks in commits for c in chunks])
+        if logged is not None:  # a stream wrote it: every chunk was in before (summaries may be expired)
+            return 0
         have = {c.chunk_id for c in self.committed_chunk_commits()}
         rows = 0
         for snapshot, chunks in commits:
@@ -139,7 +141,7 @@ class ChangelogWriter(IcebergWriter):
             log.info("appended %d snapshot rows of %s to %s", rows, ".".join(upsert.name()), self.identifier)
         return rows
 
-    def _seed_state(self, upsert: Table, at: BinlogOffset, chunks: list[ChunkCommit]) -> int:
+    def start_from(self, upsert: Table, at: BinlogOffset, chunks: list[ChunkCommit]) -> int:
         """The upsert table's rows as ``+I`` reads at its stream offset ``at``, one data file at a
         time, in one commit that records ``at`` and the upsert table's chunks (held already)."""
         columns, rows = self._sink_columns(), 0

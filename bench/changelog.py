@@ -1,0 +1,174 @@
+"""A changelog batch's cost (``sink.modes: [upsert, changelog]``) against an upsert batch of the
+same changes, at a table size and 4× it, in one run.
+
+    .venv/bin/python bench/changelog.py [--rows 500000] [--batches 8] [--changes 10000]
+
+Each batch: ``--changes`` changes of random keys (90 % updates, 10 % deletes), as the stream's
+change table (an update's before and after image). The changelog side turns them into changelog
+rows (``sink/changelog.py``) and appends them exactly once (``ChangelogWriter.append_batch``); the
+upsert side merges the batch's last change per key into the upsert table, in the default layout
+(copy-on-write) and in the O(changes) one (merge-on-read, key index, compaction). Prints one JSON
+object: median seconds per batch per side and size, ``cost_growth_4x`` (median at 4× ÷ at 1×;
+the changelog's goal: ≤ 1.1) and ``changelog_vs_upsert`` (the changelog's median ÷ each upsert
+layout's, same size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from merge import DAYS, LAYOUTS, SCHEMA, TABLE, rows
+from pyiceberg.catalog.sql import SqlCatalog
+
+from binlake.config import StreamConfig
+from binlake.offsets import BinlogOffset
+from binlake.sink.changelog import changelog_rows, ensure_changelog
+from binlake.sink.changelog_writer import ChangelogWriter
+from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.layout import TableLayout
+from binlake.sink.metadata_applier import IcebergMetadataApplier
+from binlake.sink.pyiceberg_internals import cache_immutable_files
+from binlake.sink.writer import IcebergWriter
+from binlake.stream.records import images
+
+UPSERT_LAYOUTS = {
+    "upsert, default (copy-on-write)": None,
+    "upsert, merge-on-read, key index, compaction": "sorted, 8 MiB files, merge-on-read",
+}
+ROW = pa.struct([f.with_nullable(True) for f in SCHEMA])
+
+
+def batches(table_rows: int, changes: int, count: int, step_s: float) -> list[pa.Table]:
+    """``count`` change tables of ``changes`` changes each (``stream.records``' columns)."""
+    rng = random.Random(42)
+    out, at = [], (1 << 32) + 1000  # past where the changelog starts (position 4)
+    for version in range(1, count + 1):
+        keys = rng.sample(range(1, table_rows + 1), changes)
+        updated, deleted = sorted(keys[changes // 10 :]), sorted(keys[: changes // 10])
+        before = rows(updated, rng, version - 1, table_rows, step_s)
+        after = rows(updated, rng, version, table_rows, step_s)
+        gone = rows(deleted, rng, version - 1, table_rows, step_s)
+        n = len(updated)
+        parts = [
+            _changes(["before"] * n, at, [2 * i for i in range(n)], before),
+            _changes(["update"] * n, at, [2 * i + 1 for i in range(n)], after),
+            _changes(["delete"] * len(deleted), at + 1, [2 * i for i in range(len(deleted))], gone),
+        ]
+        table = pa.concat_tables(parts).sort_by([("at", "ascending"), ("idx", "ascending")])
+        out.append(table)
+        at += 1000
+    return out
+
+
+def _changes(ops: list[str], at: int, idx: list[int], images_: pa.Table) -> pa.Table:
+    n = len(ops)
+    return pa.table(
+        {
+            "op": pa.array(ops, pa.string()),
+            "at": pa.array([at] * n, pa.int64()),
+            "idx": pa.array(idx, pa.int32()),
+            "ts": pa.array([1_735_600_000] * n, pa.int64()),
+            "row": pa.StructArray.from_arrays(
+                [c.combine_chunks() for c in images_.columns], fields=list(ROW)
+            ),
+            "absent": pa.nulls(n, pa.binary()),
+        }
+    )
+
+
+def _last_per_key(changes: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The upsert side's input: the after images, and the deleted keys."""
+    ops = changes.column("op")
+    upserts = images(changes.filter(pa.compute.equal(ops, "update")))
+    deletes = images(changes.filter(pa.compute.equal(ops, "delete")), ["id"])
+    return upserts, deletes
+
+
+def run(side: str, table_rows: int, args: argparse.Namespace) -> dict[str, Any]:
+    step_s = DAYS * 86_400 / args.rows
+    work = batches(table_rows, args.changes, args.batches, step_s)
+    with tempfile.TemporaryDirectory(prefix="binlake-bench-") as tmp:
+        warehouse = Path(tmp) / "warehouse"
+        warehouse.mkdir()
+        catalog = SqlCatalog("bench", uri=f"sqlite:///{tmp}/catalog.db", warehouse=f"file://{warehouse}")
+        layout_name = UPSERT_LAYOUTS.get(side)
+        layout = LAYOUTS[layout_name] if layout_name else TableLayout()
+        IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), layout).apply(TABLE)
+        upsert = catalog.load_table("bench.orders")
+        upsert.append(rows(list(range(1, table_rows + 1)), random.Random(7), 0, table_rows, step_s))
+        upsert.refresh()
+        seconds = []
+        if side == "changelog":
+            ensure_changelog(catalog, "bench.orders_changelog", upsert)
+            writer: IcebergWriter = ChangelogWriter(catalog, "bench.orders_changelog")
+            writer.start_from(upsert, BinlogOffset("binlog.000001", 4), [])  # the table's rows, as reads
+        else:
+            indexed = layout_name is not None
+            writer = IcebergWriter(
+                catalog, "bench.orders", key_index_dir=Path(tmp) / "index" if indexed else None,
+                compaction=CompactionPolicy() if indexed else None,
+                keep_snapshots=StreamConfig().keep_snapshots if indexed else 0, background_upkeep=True,
+            )  # fmt: skip
+        for batch, changes in enumerate(work, 1):
+            end = BinlogOffset("binlog.000001", int(changes.column("at")[-1].as_py()) & 0xFFFFFFFF)
+            started = time.monotonic()
+            if isinstance(writer, ChangelogWriter):
+                logged = changelog_rows(changes, None, images, "binlog")
+                writer.append_batch(batch, logged, end)
+            else:
+                upserts, deletes = _last_per_key(changes)
+                writer.merge_batch(batch, upserts, deletes, offset=end)
+            seconds.append(time.monotonic() - started)
+        writer.settle()
+        return {
+            "side": side,
+            "rows": table_rows,
+            "seconds_per_batch": [round(s, 3) for s in seconds],
+            "median_s": round(statistics.median(seconds[1:]), 3),  # the first builds indexes
+        }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--changes", type=int, default=10_000)
+    args = parser.parse_args()
+    cache_immutable_files()  # as binlake's jobs start (spark/entry.py)
+    started = time.monotonic()
+    sides = ["changelog", *UPSERT_LAYOUTS]
+    results = {(side, n): run(side, n, args) for side in sides for n in (args.rows, 4 * args.rows)}
+    growth = {side: round(results[side, 4 * args.rows]["median_s"] / results[side, args.rows]["median_s"], 2)
+              for side in sides}  # fmt: skip
+    versus = {
+        f"{side} @ {n}": round(results["changelog", n]["median_s"] / results[side, n]["median_s"], 3)
+        for side in UPSERT_LAYOUTS
+        for n in (args.rows, 4 * args.rows)
+    }
+    print(
+        json.dumps(
+            {
+                "benchmark": "changelog",
+                "rows": args.rows,
+                "batches": args.batches,
+                "changes_per_batch": args.changes,
+                "goals": {"changelog_cost_growth_4x": 1.1},
+                "cost_growth_4x": growth,
+                "changelog_vs_upsert": versus,
+                "results": list(results.values()),
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
