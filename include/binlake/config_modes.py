@@ -3,6 +3,8 @@
 - ``upsert``: the table's current state (every commit replaces the changed keys' rows).
 - ``changelog``: beside it, an append-only table with one row per change (``sink/changelog.py``).
 
+``soft_delete`` keeps the rows the source deletes in the upsert table, marked (``sink/soft_delete.py``).
+
 The first rule whose ``source_table`` matches a table applies; a table no rule matches is kept as
 ``upsert`` alone.
 """
@@ -36,6 +38,10 @@ class ModeRule(Model):
     writes them, or the after image alone."""
     changelog_suffix: str = Field(default="_changelog", pattern=r"^[A-Za-z0-9_]+$")
     """The changelog table's name: the sink table's, with this added."""
+    soft_delete: bool = False
+    """Keep a row the source deletes in the upsert table, with ``__deleted__`` true and the time
+    and binlog position of its delete (``__deleted_at__``, ``__deleted_position__``); a re-insert
+    of its key makes it live again (``sink/soft_delete.py``). Tables with a primary key only."""
     description: str | None = None
     """What the rule is for (shown by ``plan``)."""
 

@@ -22,6 +22,7 @@ from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
 from binlake.sink.changelog import changelog_name, ensure_changelog
 from binlake.sink.layout import evolve, layout_of, layouts
 from binlake.sink.metadata_applier import IcebergMetadataApplier
+from binlake.sink.soft_delete import ensure_columns, soft_deletes
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import connect
@@ -62,8 +63,16 @@ def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> No
         layouts(config),
     )
     for schema in schemas:
+        if soft_deletes(config, schema.table) and not schema.primary_key:
+            raise BinlakeError(
+                f"Cannot keep soft deletes for {schema.table}: it has no primary key, so a deleted row "
+                "cannot be told from an equal live one. Fix: leave `soft_delete` off for it in its "
+                "`sink.modes` rule (or give the table a primary key)."
+            )
         for change in sink_creation(config, schema):
             applier.apply(change)
+        if soft_deletes(config, schema.table):
+            ensure_columns(applier.catalog.load_table(sink_name(config, schema.table)))
         changelog = changelog_name(config, schema.table)
         if changelog is not None:
             catalog = applier.catalog

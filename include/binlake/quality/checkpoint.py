@@ -29,6 +29,7 @@ from binlake.quality.reconcile import RowCount, expected_rows
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.soft_delete import DELETED, live
 from binlake.sink.writer import IcebergWriter
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import QualityResult, StateStore
@@ -197,6 +198,9 @@ def _frame(writer: IcebergWriter, expectations: list[Expectation]) -> Any:
     columns = needed_columns(expectations, names) or names[:1]
     if SOURCE_TABLE_COLUMN in names and SOURCE_TABLE_COLUMN not in columns:
         columns = [SOURCE_TABLE_COLUMN, *columns]
+    if DELETED in names and DELETED not in columns:  # soft deletes: the checks are of the live rows
+        rows = live(writer.table.scan(selected_fields=(*columns, DELETED)).to_arrow())
+        return rows.drop_columns([DELETED]).to_pandas()
     return writer.table.scan(selected_fields=tuple(columns)).to_arrow().to_pandas()
 
 

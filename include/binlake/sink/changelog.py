@@ -45,6 +45,7 @@ from binlake.config_modes import ModeRule
 from binlake.events import TableId
 from binlake.offsets import POS_MASK, BinlogOffset
 from binlake.sink.catalog import sink_name
+from binlake.sink.soft_delete import COLUMNS as SOFT_DELETE
 
 OP = "__op__"
 ORIGIN = "__origin__"
@@ -85,15 +86,19 @@ def changelog_name(config: PipelineConfig, table: TableId) -> str | None:
     return sink_name(config, table) + rule.changelog_suffix if rule is not None else None
 
 
-def with_changelog(config: PipelineConfig, tables: list[TableId] | set[TableId]) -> frozenset[TableId]:
-    """Those of ``tables`` that keep a changelog (their updates' before images are read)."""
-    return frozenset(t for t in tables if changelog_rule(config, t) is not None)
+def whole_images(config: PipelineConfig, tables: list[TableId] | set[TableId]) -> frozenset[TableId]:
+    """Those of ``tables`` whose before images are read whole: they keep a changelog (which shows
+    them) or soft deletes (which keep the deleted rows)."""
+    rules = {t: mode_rule(config, t) for t in tables}
+    return frozenset(t for t, r in rules.items() if r is not None and (r.changelog or r.soft_delete))
 
 
 def changelog_schema(sink: Schema) -> Schema:
     """The changelog's Iceberg schema for a sink table's: its columns, all optional and without
     identifier fields, then the metadata columns."""
-    fields = [f.model_copy(update={"required": False}) for f in sink.fields]
+    fields = [
+        f.model_copy(update={"required": False}) for f in sink.fields if f.name not in SOFT_DELETE.names
+    ]
     metadata = _metadata_schema().fields
     top = sink.highest_field_id
     extra = [f.model_copy(update={"field_id": top + i + 1}) for i, f in enumerate(metadata)]

@@ -35,6 +35,7 @@ from binlake.sink.exactly_once import CHUNKS_KEY, ChunkCommit, CommitResult, chu
 from binlake.sink.file_bounds import files_in_ranges
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
 from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.soft_delete import live
 from binlake.sink.writer import IcebergWriter
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class ChangelogWriter(IcebergWriter):
             files: list[DataFile] = []
             for task in upsert.scan().plan_files():
                 scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
-                data = scan.to_table(tasks=[task])
+                data = live(scan.to_table(tasks=[task]))
                 reads = project(read_rows(project(data, columns), now, at), metadata.schema().as_arrow())
                 files += write_data_files(metadata, reads, self.table.io, uuid.uuid4(), itertools.count(0))
                 rows += data.num_rows
@@ -179,7 +180,7 @@ class ChangelogWriter(IcebergWriter):
             files: list[DataFile] = []
             for task in upsert.scan().plan_files():
                 scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
-                data = project(scan.to_table(tasks=[task]), columns)
+                data = project(live(scan.to_table(tasks=[task])), columns)
                 gone = project(read_rows(data, now, at, "binlog", DELETE), metadata.schema().as_arrow())
                 files += write_data_files(metadata, gone, self.table.io, uuid.uuid4(), itertools.count(0))
                 rows += data.num_rows

@@ -36,6 +36,7 @@ from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.partition_files import Partitioning
+from binlake.sink.soft_delete import soft_deletes
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
 from binlake.snapshot.chunks import TASKS_PER_SLOT, chunk_groups, planned, reconcile, selected
@@ -233,6 +234,7 @@ def task_options(
         "tables": json.dumps({t.name: table_to_dict(s) for t, s in schemas.items() if t in writers}),
         "locations": json.dumps({t.name: w.table.location() for t, w in writers.items()}),
         "routed": json.dumps([t.name for t in writers if routed(config, t)]),
+        "soft_delete": json.dumps([t.name for t in writers if soft_deletes(config, t)]),
         "transforms": json.dumps(
             {
                 t.name: rule.model_dump(exclude={"source_table"})

@@ -26,6 +26,7 @@ from binlake.schema.transforms import TransformSpec, compile_transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.file_systems import file_system
 from binlake.sink.partition_files import Partitioning
+from binlake.sink.soft_delete import marked_live
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
@@ -149,6 +150,9 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
             file_schema = arrow_schema(transform.sink)
         if routed:  # a shared sink table: each row names its source table
             file_schema = with_source_table(schema.table, file_schema.empty_table()).schema
+        soft = table_name in json.loads(options.get("soft_delete", "[]"))
+        if soft:  # the rows read are live (``sink/soft_delete.py``)
+            file_schema = marked_live(file_schema.empty_table()).schema
         # A backfill stages its files apart from the table's data (``folder``): the stream reads
         # them, and orphan removal (which sweeps ``data/``) leaves them alone until then.
         folder = locations[table_name] + "/" + options.get("folder", "data")
@@ -173,7 +177,8 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
             data = result.data
             if transform is not None:  # the rows the filter keeps, projected (``schema.transforms``)
                 data = transform.project(data.filter(transform.keep(data))).cast(file_schema)
-            writer.write(with_source_table(schema.table, data) if routed else data)
+            data = with_source_table(schema.table, data) if routed else data
+            writer.write(marked_live(data) if soft else data)
             summaries.append(
                 {
                     "chunk_id": str(chunk.id),

@@ -40,6 +40,7 @@ from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.changelog import changelog_name, changelog_rule, ensure_changelog
 from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.soft_delete import ensure_columns, soft_deletes
 from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import gap_message
 from binlake.source.server.connection import connect
@@ -183,20 +184,14 @@ def _stream(
                     config.stream.keep_snapshots,
                     background_upkeep=True,  # settled before the table's next batch
                 )
+            if soft_deletes(config, schema.table):
+                ensure_columns(writer.table)  # a table created mid-stream, a rule added later
             shared = routed(config, schema.table)
             sink = TableSink(
                 schema, writer, chunk_keys, version, shared, transform_of(config, schema, shared)
             )
-            rule, logged = changelog_rule(config, schema.table), changelog_name(config, schema.table)
-            if rule is not None and logged is not None:
-                ensure_changelog(catalog, logged, writer.table)
-                changelog = writers.get(logged)
-                if not isinstance(changelog, ChangelogWriter) or not _refreshed(changelog):
-                    changelog = writers[logged] = ChangelogWriter(
-                        catalog, logged, config.stream.merge_manifests_at,
-                        keep_snapshots=config.stream.keep_snapshots, background_upkeep=True,
-                    )  # fmt: skip
-                sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
+            sink.soft_delete = sink.keyed and soft_deletes(config, schema.table)
+            _add_changelog(config, catalog, sink, writers)
             return sink
 
         sinks = {s.table.name: sink for s in ready.schemas if (sink := make_sink(s)) is not None}
@@ -261,6 +256,25 @@ def _stream(
             writer.upkeep.wait()  # nothing of the stream's runs on once it has stopped
         for identifier in held:
             store.leases(name).release(identifier, fence.lease.holder)
+
+
+def _add_changelog(
+    config: PipelineConfig, catalog: Any, sink: TableSink, writers: dict[str, IcebergWriter]
+) -> None:
+    """Give ``sink`` its changelog table's writer, if its ``sink.modes`` rule keeps one (one writer
+    per changelog table, fresh after a schema change, which may have added columns to it)."""
+    table = sink.schema.table
+    rule, name = changelog_rule(config, table), changelog_name(config, table)
+    if rule is None or name is None:
+        return
+    ensure_changelog(catalog, name, sink.writer.table)
+    changelog = writers.get(name)
+    if not isinstance(changelog, ChangelogWriter) or not _refreshed(changelog):
+        changelog = writers[name] = ChangelogWriter(
+            catalog, name, config.stream.merge_manifests_at,
+            keep_snapshots=config.stream.keep_snapshots, background_upkeep=True,
+        )  # fmt: skip
+    sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
 
 
 #: Catch-ups a run ``until_caught_up`` makes at most to apply the backfills that heal its gaps (a

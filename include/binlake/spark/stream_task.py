@@ -20,7 +20,7 @@ from binlake.errors import BinlakeError
 from binlake.events import TableId, table_from_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
-from binlake.sink.changelog import with_changelog
+from binlake.sink.changelog import whole_images
 from binlake.source.binlog.change_reader import BinlogReader
 from binlake.source.binlog.xa import PreparedXa, Xid
 from binlake.stream.records import RecordBuilder
@@ -51,7 +51,7 @@ def read_segment(
     source = config.source
     tables = {TableId.parse(name): table_from_dict(data) for name, data in json.loads(schemas).items()}
     finish = BinlogOffset(str(end["file"]), int(end["pos"]))
-    whole = with_changelog(config, set(tables))  # a changelog shows updates' before images
+    whole = whole_images(config, set(tables))  # a changelog shows before images, soft deletes keep them
     builder = RecordBuilder(tables.values(), dict(source.chunk_key_columns), whole)
     if not tables:  # every captured table was dropped: only the segment's end to report
         builder.segment(finish, 0)

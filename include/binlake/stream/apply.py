@@ -35,7 +35,13 @@ from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.batch_clock import BatchClock
 from binlake.stream.batch_frame import ArrowFrame, BatchFrame, block_counts, first_positions
 from binlake.stream.bucket_merge import BucketPlan, BucketResult, gather
-from binlake.stream.commits import backfill_changelog, batch_changelog, binlog_base, commit_shares
+from binlake.stream.commits import (
+    backfill_changelog,
+    batch_changelog,
+    binlog_base,
+    commit_shares,
+    soften_backfill,
+)
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.patches import complete
@@ -277,7 +283,7 @@ class BatchApplier:
                 continue
             if sink is None or not sink.keyed or sink.routed or not merge_on_read(sink.writer.table.metadata):
                 continue
-            if sink.changelog is not None:  # its changes go to the changelog from the driver
+            if sink.changelog is not None or sink.soft_delete:  # the driver keeps their deleted rows
                 continue
             done = sink.writer.stream_offset()
             after = done.packed if done is not None else -1
@@ -373,11 +379,12 @@ class BatchApplier:
         if sink.keyed:
             keyed = last_per_key(rows, sink.keys)
             upserts, dropped = sink.upserts(keyed, binlog_base(end))
-            deletes = (
-                pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped])
-                if dropped.num_rows
-                else keyed.deletes
-            )
+            if sink.soft_delete:  # deletes stay as rows, marked; a row the filter drops goes
+                upserts, deletes = sink.softened(upserts, keyed.removed), dropped
+            elif dropped.num_rows:
+                deletes = pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped])
+            else:
+                deletes = keyed.deletes
             return PreparedShare(name, sink, upserts, sink.key_rows(deletes), changelog=changelog)
         whole = net_rows(rows)
         return PreparedShare(
@@ -418,6 +425,8 @@ class BatchApplier:
         part = self.backfills.prepare(sink.schema, sink, units, upserts_only(rows), streamed)
         share = PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
         share.changelog = backfill_changelog(sink, rows, share, end)
+        if sink.soft_delete:
+            soften_backfill(sink, share, part.removed, end)
         return share
 
 

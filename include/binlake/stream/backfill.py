@@ -68,6 +68,8 @@ class BackfillPart:
     clear: list[ClearRange]
     rows: int
     """Backfilled rows written into the cleared ranges."""
+    removed: pa.Table | None = None
+    """Keyed: the change rows of the deletes among ``deletes`` (soft deletes keep their images)."""
 
 
 class StagedBackfills:
@@ -149,7 +151,7 @@ class StagedBackfills:
             touched = pa.concat_tables([upserts.select(names), deletes.cast(upserts.select(names).schema)])
             kept = staged.join(touched, keys=names, join_type="left anti") if touched.num_rows else staged
             upserts = pa.concat_tables([upserts, kept.cast(upserts.schema)])
-            return BackfillPart(units, upserts, deletes, clear, staged.num_rows)
+            return BackfillPart(units, upserts, deletes, clear, staged.num_rows, keyed.removed)
         whole = net_rows(rows)
         inserts, removes = sink.rows(whole.inserts), sink.rows(whole.removes)
         inside = clear_mask(removes, clear)

@@ -19,6 +19,8 @@ from binlake.offsets import BinlogOffset
 from binlake.sink.changelog import replaced_rows
 from binlake.sink.changelog_writer import rows_in_ranges
 from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.soft_delete import live, live_mask, marked_deleted
+from binlake.stream.records import images
 from binlake.stream.table_sink import PreparedShare, TableSink
 
 
@@ -93,11 +95,38 @@ def backfill_changelog(
     clear: list[ClearRange] = share.clear
     outside = changes.filter(pc.invert(sink.in_ranges(changes, clear))) if clear else changes
     stream = batch_changelog(sink, outside, end)
-    held = rows_in_ranges(sink.writer.table, clear) if clear else sink.sink_arrow.empty_table()
+    held = live(rows_in_ranges(sink.writer.table, clear)) if clear else sink.sink_arrow.empty_table()
     new = share.upserts.filter(clear_mask(share.upserts, clear)) if clear else share.upserts
     columns = [n for n in sink.sink_arrow.names if n in held.column_names]
     replaced = replaced_rows(held.select(columns), new.select(columns), end, int(time.time()))
     return concat([t for t in (stream, replaced) if t is not None])
+
+
+def soften_backfill(
+    sink: TableSink, share: PreparedShare, removed: pa.Table | None, end: BinlogOffset
+) -> None:
+    """A soft-delete table's share with backfill units: the deletes the units' roll-forward met
+    (``removed``) and the rows of their ranges the source no longer has stay, marked deleted (at
+    ``end``, now); rows marked before stay as they were."""
+    names = sink.sink_key_arrow.names
+    held = rows_in_ranges(sink.writer.table, share.clear) if share.clear else sink.sink_arrow.empty_table()
+    gone_keys = (
+        sink.key_rows(images(removed, sink.keys))
+        if removed is not None and removed.num_rows
+        else sink.sink_key_arrow.empty_table()
+    )
+    kept = pa.concat_tables([share.upserts.select(names).cast(sink.sink_key_arrow), gone_keys])
+    vanished = held.join(kept, keys=names, join_type="left anti") if held.num_rows else held
+    mask = live_mask(vanished)
+    fresh = vanished.filter(mask) if mask is not None else vanished
+    at = pa.array([end.packed] * fresh.num_rows, pa.int64())
+    marked = marked_deleted(fresh, pa.array([int(time.time())] * fresh.num_rows, pa.int64()), at)
+    before = vanished.filter(pc.invert(mask)) if mask is not None else vanished.slice(0, 0)
+    share.upserts = sink.softened(
+        share.upserts, removed, pa.concat_tables([marked, before.cast(marked.schema)])
+    )
+    if gone_keys.num_rows and share.deletes.num_rows:
+        share.deletes = share.deletes.join(gone_keys, keys=names, join_type="left anti")
 
 
 def binlog_base(offset: BinlogOffset) -> str:

@@ -33,6 +33,8 @@ class KeyedChanges:
     """The upserts' ``records.position``."""
     ops: pa.Array | None = None
     """The upserts' event kinds (``insert`` or ``update``)."""
+    removed: pa.Table | None = None
+    """The deletes' change rows (their before images: whole for soft deletes)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,10 @@ def last_per_key(changes: pa.Table, keys: Sequence[str]) -> KeyedChanges:
     deleted = pc.equal(final.column("op"), "delete")
     kept = final.filter(pc.invert(deleted))
     deletes = images(final.filter(deleted), keys)
-    return KeyedChanges(images(kept), deletes, kept.column("ts"), kept.column("at"), kept.column("op"))
+    removed = final.filter(deleted)
+    return KeyedChanges(
+        images(kept), deletes, kept.column("ts"), kept.column("at"), kept.column("op"), removed
+    )
 
 
 def net_rows(changes: pa.Table) -> RowChanges:

@@ -16,6 +16,7 @@ from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.changelog import changelog_rows
 from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.soft_delete import marked_deleted, marked_live
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
 from binlake.stream.bucket_merge import BucketPlan, BucketResult
@@ -40,6 +41,8 @@ class TableSink:
     """The table's changelog table, if its ``sink.modes`` rule keeps one (``sink/changelog.py``)."""
     changelog_updates: str = "both"
     """``both`` images of an update in the changelog, or the ``after`` image alone."""
+    soft_delete: bool = False
+    """Whether rows the source deletes stay, marked (``sink/soft_delete.py``)."""
 
     def __post_init__(self) -> None:
         self.arrow = arrow_schema(self.schema)
@@ -90,6 +93,22 @@ class TableSink:
         """The changes (before images included) as rows of the changelog table."""
         kept = self.transform.keep(images(changes).cast(self.arrow)) if self.transform is not None else None
         return changelog_rows(changes, kept, lambda c: self.rows(images(c)), binlog, self.changelog_updates)
+
+    def softened(
+        self, upserts: pa.Table, removed: pa.Table | None, vanished: pa.Table | None = None
+    ) -> pa.Table:
+        """A soft-delete table's upserts: ``upserts`` live; the rows of ``removed`` (change rows of
+        deletes, whole images) marked deleted by their events; ``vanished`` (sink rows a backfill
+        found gone from the source, already marked)."""
+        parts = [marked_live(upserts)]
+        if removed is not None and removed.num_rows:
+            if self.transform is not None:  # a row the filter never let in is not in the sink
+                removed = removed.filter(self.transform.keep(images(removed).cast(self.arrow)))
+            gone = self.rows(images(removed))
+            parts.append(marked_deleted(gone, removed.column("ts"), removed.column("at")))
+        if vanished is not None and vanished.num_rows:
+            parts.append(vanished)
+        return pa.concat_tables([project(p, self.sink_arrow) for p in parts])
 
     def in_ranges(self, changes: pa.Table, clear: list[ClearRange]) -> pa.Array:
         """Which changes are of keys in the ``clear`` ranges (a backfill's)."""

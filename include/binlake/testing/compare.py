@@ -20,6 +20,7 @@ from binlake.schema.routes import SOURCE_TABLE_COLUMN, routed
 from binlake.schema.transforms import Transform, transform_of
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.soft_delete import live
 from binlake.source.chunks.bulk_select import text_select_list
 from binlake.source.server.connection import connect
 
@@ -53,7 +54,8 @@ def source_batch(config: PipelineConfig, schema: CreateTable, where: str = "1 = 
 def sink_rows(config: PipelineConfig, table: TableId) -> list[dict[str, Any]]:
     """The rows of the table's Iceberg table."""
     catalog = open_catalog(config)
-    return catalog.load_table(sink_name(config, table)).scan().to_arrow().to_pylist()  # type: ignore[no-any-return]
+    rows = live(catalog.load_table(sink_name(config, table)).scan().to_arrow())
+    return rows.to_pylist()  # type: ignore[no-any-return]
 
 
 def sink_rows_of(config: PipelineConfig, schema: CreateTable) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import select_converter
+from binlake.sink.soft_delete import DELETED, live
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.stream.records import images
 from binlake.verify.canonical import row_hashes
@@ -103,9 +104,11 @@ def sink_sums(
     if pinned.snapshot_id is None:
         return counts, totals
     names = [c.name for c in columns] + ([SOURCE_TABLE_COLUMN] if routed else [])
+    if DELETED in pinned.table.schema().column_names:  # soft deletes: the live rows are the source's
+        names.append(DELETED)
     scan = pinned.table.scan(snapshot_id=pinned.snapshot_id, selected_fields=tuple(names))
     for batch in scan.to_arrow_batch_reader():
-        rows = pa.Table.from_batches([batch])
+        rows = live(pa.Table.from_batches([batch]))
         if routed:
             rows = rows.filter(pc.equal(rows.column(SOURCE_TABLE_COLUMN), schema.table.name))
         if rows.num_rows:
