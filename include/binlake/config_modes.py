@@ -2,6 +2,7 @@
 
 - ``upsert``: the table's current state (every commit replaces the changed keys' rows).
 - ``changelog``: beside it, an append-only table with one row per change (``sink/changelog.py``).
+- ``history``: beside it, one row per version of each key, SCD type 2 (``sink/history.py``).
 
 ``soft_delete`` keeps the rows the source deletes in the upsert table, marked (``sink/soft_delete.py``).
 
@@ -17,7 +18,7 @@ from pydantic import Field, field_validator
 
 from binlake.config_base import Model, compile_regex
 
-Mode = Literal["upsert", "changelog"]
+Mode = Literal["upsert", "changelog", "history"]
 
 
 def _upsert() -> list[Mode]:
@@ -31,13 +32,18 @@ class ModeRule(Model):
     """Regex over ``database.table`` (full match)."""
     mode: list[Mode] = Field(default_factory=_upsert)
     """``upsert`` (the current state) and, beside it, ``changelog``: every change as a row of
-    ``<sink table><changelog_suffix>``, appended exactly once in the same batch (``sink/changelog.py``).
+    ``<sink table><changelog_suffix>``, appended exactly once in the same batch (``sink/changelog.py``),
+    and/or ``history``: one row per version of each key (SCD type 2) in
+    ``<sink table><history_suffix>``, its versions closed and opened in the same batch
+    (``sink/history.py``; tables with a primary key).
     The upsert table stays: the snapshot, backfills and ``verify`` work on it."""
     changelog_updates: Literal["both", "after"] = "both"
     """An update in the changelog: its before image (``-U``) and after image (``+U``), as Flink CDC
     writes them, or the after image alone."""
     changelog_suffix: str = Field(default="_changelog", pattern=r"^[A-Za-z0-9_]+$")
     """The changelog table's name: the sink table's, with this added."""
+    history_suffix: str = Field(default="_history", pattern=r"^[A-Za-z0-9_]+$")
+    """The history table's name: the sink table's, with this added."""
     soft_delete: bool = False
     """Keep a row the source deletes in the upsert table, with ``__deleted__`` true and the time
     and binlog position of its delete (``__deleted_at__``, ``__deleted_position__``); a re-insert
@@ -70,3 +76,7 @@ class ModeRule(Model):
     @property
     def changelog(self) -> bool:
         return "changelog" in self.mode
+
+    @property
+    def history(self) -> bool:
+        return "history" in self.mode

@@ -20,6 +20,7 @@ from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
 from binlake.sink.changelog import changelog_name, ensure_changelog
+from binlake.sink.history import ensure_history, history_name
 from binlake.sink.layout import evolve, layout_of, layouts
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.soft_delete import ensure_columns, soft_deletes
@@ -63,20 +64,23 @@ def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> No
         layouts(config),
     )
     for schema in schemas:
-        if soft_deletes(config, schema.table) and not schema.primary_key:
+        history = history_name(config, schema.table)
+        if (soft_deletes(config, schema.table) or history) and not schema.primary_key:
             raise BinlakeError(
-                f"Cannot keep soft deletes for {schema.table}: it has no primary key, so a deleted row "
-                "cannot be told from an equal live one. Fix: leave `soft_delete` off for it in its "
-                "`sink.modes` rule (or give the table a primary key)."
+                f"Cannot keep soft deletes or a history for {schema.table}: it has no primary key, so "
+                "a row (or a version) cannot be told from an equal one. Fix: leave `soft_delete` and "
+                "`history` off for it in its `sink.modes` rule (or give the table a primary key)."
             )
         for change in sink_creation(config, schema):
             applier.apply(change)
         if soft_deletes(config, schema.table):
             ensure_columns(applier.catalog.load_table(sink_name(config, schema.table)))
-        changelog = changelog_name(config, schema.table)
+        changelog, catalog = changelog_name(config, schema.table), applier.catalog
         if changelog is not None:
-            catalog = applier.catalog
             ensure_changelog(catalog, changelog, catalog.load_table(sink_name(config, schema.table)))
+        if history is not None:
+            sink = catalog.load_table(sink_name(config, schema.table))
+            ensure_history(catalog, history, sink, identifier_columns(sink.schema()))
 
 
 def align_layouts(config: PipelineConfig, schemas: list[CreateTable]) -> None:

@@ -6,6 +6,7 @@ through DuckDB's own reader."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from collections import Counter
 from pathlib import Path
@@ -45,8 +46,9 @@ def _config(
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = mariadb.password
     raw["pipeline"]["schema_change_behavior"] = behavior  # `evolve` applies a TRUNCATE
-    raw["sink"]["modes"] = [
-        {"source_table": rf"{database}\.(orders|visits)", "mode": ["upsert", "changelog"]}
+    raw["sink"]["modes"] = [  # a table without a key has no versions to keep apart: no history
+        {"source_table": rf"{database}\.orders", "mode": ["upsert", "changelog", "history"]},
+        {"source_table": rf"{database}\.visits", "mode": ["upsert", "changelog"]},
     ]
     return PipelineConfig.model_validate(raw)
 
@@ -123,13 +125,45 @@ def _assert_replays_to_the_upsert_table(config: PipelineConfig, database: str, t
     return Counter(r["__op__"] for r in rows)
 
 
-def _as_of(changelog: Any, position: int, columns: list[str]) -> Counter[Any]:
-    """The rows as of ``position`` by the query docs/sink.md gives, run by DuckDB's own reader."""
+def _as_of(table: Any, position: int, columns: list[str], kind: str = "changelog") -> Counter[Any]:
+    """The rows as of ``position`` by the query docs/sink.md gives for a changelog or history
+    table, run by DuckDB's own reader."""
     text = (Path(__file__).parents[2] / "docs" / "sink.md").read_text()
-    query = text.split("<!-- as-of-position -->\n```sql\n", 1)[1].split("```", 1)[0]
-    query = query.replace("$changelog", "?").replace("$position", str(position))
-    rows = duckdb_iceberg.connect().execute(query, [changelog.metadata_location]).to_arrow_table()
+    query = text.split(f"<!-- {kind}-as-of-position -->\n```sql\n", 1)[1].split("```", 1)[0]
+    query = query.replace(f"${kind}", "?").replace("$position", str(position))
+    rows = duckdb_iceberg.connect().execute(query, [table.metadata_location]).to_arrow_table()
     return bag(rows.select(columns).to_pylist())
+
+
+def _history(config: PipelineConfig, database: str) -> Any:
+    return open_catalog(config).load_table(sink_name(config, TableId(database, "orders")) + "_history")
+
+
+def _assert_versions_follow_each_other(history: Any) -> None:
+    """Each key's versions: one after another, each closed where the next opens (or by a delete),
+    only the last one current; DuckDB reads them as pyiceberg does."""
+    rows = history.scan().to_arrow().to_pylist()
+    assert bag(duckdb_iceberg.read(history).to_pylist()) == bag(rows)
+    by_key: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_key.setdefault(row["id"], []).append(row)
+    for versions in by_key.values():
+        versions.sort(key=lambda v: (v["__opened_position__"], v["__opened_order__"]))
+        for earlier, later in itertools.pairwise(versions):
+            assert earlier["__closed_position__"] is not None
+            assert earlier["__closed_position__"] <= later["__opened_position__"]
+            assert not earlier["__current__"]
+        assert sum(v["__current__"] for v in versions) <= 1
+
+
+def _assert_history_is_current(config: PipelineConfig, database: str) -> None:
+    """The history's current versions are the upsert table's rows; versions follow each other."""
+    history = _history(config, database)
+    _assert_versions_follow_each_other(history)
+    upsert = open_catalog(config).load_table(sink_name(config, TableId(database, "orders")))
+    current = history.scan(row_filter="__current__ == True").to_arrow()
+    names = upsert.schema().column_names
+    assert bag(current.select(names).to_pylist()) == bag(upsert.scan().to_arrow().to_pylist())
 
 
 def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
@@ -172,9 +206,12 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     assert set(_assert_replays_to_the_upsert_table(config, database, "visits")) == {"+I", "-U", "+U", "-D"}
     assert "seen" in _changelog(config, database, "orders").schema().column_names
     # The table as of positions the source was seen at, by the docs' query (the columns then).
+    history = _history(config, database)
     for position, rows in states:
         columns = [name for name, _ in next(iter(rows))]
         assert _as_of(_changelog(config, database, "orders"), position, columns) == rows
+        assert _as_of(history, position, columns, "history") == rows
+    _assert_history_is_current(config, database)
 
     # A run with nothing new appends nothing (a replayed batch is skipped).
     before = _changelog(config, database, "orders").scan().to_arrow().num_rows
@@ -211,6 +248,7 @@ def test_a_changelog_added_later_minimal_images_and_a_healed_gap(
         ("binlog", "+U"): 1,
     }
     _assert_replays_to_the_upsert_table(config, database, "orders")
+    _assert_history_is_current(config, database)
 
     # MINIMAL images: the changelog's before images and deleted rows come whole all the same.
     minimal = ["UPDATE orders SET total = total + 1 WHERE id = 30", "DELETE FROM orders WHERE id = 31"]
@@ -227,6 +265,7 @@ def test_a_changelog_added_later_minimal_images_and_a_healed_gap(
     assert {(r["__op__"], r["note"]) for r in minimal} >= {("-U", "note 30"), ("-D", "note 31")}
     assert {r["__op__"] for r in rows if r["__origin__"] == "backfill"} == {"-D", "+I"}
     _assert_replays_to_the_upsert_table(config, database, "orders")
+    _assert_history_is_current(config, database)
 
     # A TRUNCATE removes every row: each a -D in the changelog.
     before = Counter(r["__op__"] for r in rows)
@@ -236,3 +275,4 @@ def test_a_changelog_added_later_minimal_images_and_a_healed_gap(
     rows = _changelog(config, database, "orders").scan().to_arrow().to_pylist()
     assert Counter(r["__op__"] for r in rows) - before == {"-D": 288, "+I": 1}
     _assert_replays_to_the_upsert_table(config, database, "orders")
+    _assert_history_is_current(config, database)

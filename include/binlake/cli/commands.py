@@ -70,7 +70,7 @@ def validate_command(args: argparse.Namespace) -> int:
 def plan_command(args: argparse.Namespace) -> int:
     from binlake.planner import plan
     from binlake.sink.catalog import open_catalog, sink_name
-    from binlake.sink.changelog import changelog_name
+    from binlake.sink.companions import companion_names
     from binlake.sink.layout import describe
 
     config = _load(args.config)
@@ -83,7 +83,7 @@ def plan_command(args: argparse.Namespace) -> int:
         {
             **layouts[p.table],
             "table": p.table.name,
-            "changelog": changelog_name(config, p.table),
+            "keeps": companion_names(config, p.table),
             "key_column": p.key_column,
             "strategy": p.strategy,
             "reason": p.reason,
@@ -111,8 +111,8 @@ def plan_command(args: argparse.Namespace) -> int:
         print(f"{r['table']} — why: {r['reason']}")
         partitioned = ", ".join(r["partition_by"]) or "not partitioned"
         print(f"{r['table']} — sink layout: {partitioned}; sorted by {', '.join(r['sort_by']) or 'nothing'}")
-        if r["changelog"]:
-            print(f"{r['table']} — every change also in {r['changelog']} (sink.modes: changelog)")
+        if r["keeps"]:
+            print(f"{r['table']} — also kept in {', '.join(r['keeps'])} (sink.modes)")
     total = sum(r["chunks"] for r in rows)
     where = display_url(config.pipeline.resolved_state_uri)
     print(f"{len(rows)} tables, {total} chunks, plan stored in {where}")
@@ -355,12 +355,12 @@ def _maintain_tables(
     config: PipelineConfig, store: StateStore, args: argparse.Namespace, holder: Holder
 ) -> int:
     from binlake.sink.catalog import open_catalog, sink_name
-    from binlake.sink.changelog import changelog_name
+    from binlake.sink.companions import companion_names
     from binlake.sink.maintenance import MaintenanceOptions, maintain
 
     stored = store.plans(config.pipeline.name).load()
     plans = {sink_name(config, p.table): p for p in stored}
-    plans |= {name: p for p in stored if (name := changelog_name(config, p.table)) is not None}
+    plans |= {name: p for p in stored for name in companion_names(config, p.table)}
     if not plans:
         raise BinlakeError(
             f"Nothing to maintain: pipeline `{config.pipeline.name}` has no planned tables yet. "

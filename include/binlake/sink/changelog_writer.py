@@ -30,9 +30,10 @@ from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
-from binlake.sink.changelog import DELETE, METADATA, ORDER, POSITION, read_rows
+from binlake.sink.changelog import DELETE, METADATA, read_rows
 from binlake.sink.exactly_once import CHUNKS_KEY, ChunkCommit, CommitResult, chunk_summary
 from binlake.sink.file_bounds import files_in_ranges
+from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
 from binlake.sink.row_match import ClearRange, clear_mask
 from binlake.sink.soft_delete import live
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 CHANGE_KEY = "binlake.schema-change"
 #: The snapshot summary key naming the backfill units a commit's rows hold.
 UNITS_KEY = "binlake.backfill-units"
-_REPLAY_ORDER = [(POSITION, "ascending"), (ORDER, "ascending")]
 
 
 class ChangelogSeedError(BinlakeError):
@@ -54,6 +54,9 @@ class ChangelogSeedError(BinlakeError):
 class ChangelogWriter(IcebergWriter):
     """An ``IcebergWriter`` of a changelog table: append-only."""
 
+    metadata_names: tuple[str, ...] = tuple(METADATA.names)
+    """The table's own columns (the others are the sink table's)."""
+
     def append_batch(
         self, batch_id: int, rows: pa.Table, offset: BinlogOffset, units: Sequence[str] = ()
     ) -> CommitResult:
@@ -61,7 +64,7 @@ class ChangelogWriter(IcebergWriter):
         the table then says it holds the changes up to there); ``units``: the backfill units
         whose rows are among them."""
         return self._commit_batch(
-            batch_id, offset, lambda properties: self._append(properties | _units(units), rows)
+            batch_id, offset, lambda properties: self._append(properties | units_summary(units), rows)
         )
 
     def append_units(self, rows: pa.Table, units: Sequence[str]) -> bool:
@@ -73,7 +76,7 @@ class ChangelogWriter(IcebergWriter):
             log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
             return False
         with transaction(self.table) as tx:
-            self._add_rows(tx, rows, _units(units))
+            self._add_rows(tx, rows, units_summary(units))
         return True
 
     def applied_units(self) -> set[str]:
@@ -93,7 +96,7 @@ class ChangelogWriter(IcebergWriter):
         if not rows.num_rows:
             return
         metadata = tx.table_metadata
-        rows = project(rows, metadata.schema().as_arrow()).sort_by(_REPLAY_ORDER)
+        rows = sorted_rows(project(rows, metadata.schema().as_arrow()), metadata, [])
         files = list(write_data_files(metadata, rows, self.table.io, uuid.uuid4(), itertools.count(0)))
         with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
             for data_file in files:
@@ -128,7 +131,9 @@ class ChangelogWriter(IcebergWriter):
             read = _added_rows(upsert, snapshot, self._sink_columns())
             at = min(c.high_watermark for c in chunks)
             with transaction(self.table) as tx:
-                self._add_rows(tx, read_rows(read, snapshot.timestamp_ms // 1000, at), chunk_summary(chunks))
+                self._add_rows(
+                    tx, self._as_reads(read, snapshot.timestamp_ms // 1000, at), chunk_summary(chunks)
+                )
             have |= ids
             rows += read.num_rows
         missing = (chunk_ids or set()) - have
@@ -154,7 +159,7 @@ class ChangelogWriter(IcebergWriter):
             for task in upsert.scan().plan_files():
                 scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
                 data = live(scan.to_table(tasks=[task]))
-                reads = project(read_rows(project(data, columns), now, at), metadata.schema().as_arrow())
+                reads = project(self._as_reads(project(data, columns), now, at), metadata.schema().as_arrow())
                 files += write_data_files(metadata, reads, self.table.io, uuid.uuid4(), itertools.count(0))
                 rows += data.num_rows
             summary = {**properties, **(chunk_summary(chunks) if chunks else {})}
@@ -189,12 +194,16 @@ class ChangelogWriter(IcebergWriter):
                     append.append_data_file(data_file)
         return rows
 
+    def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
+        """Rows read from the source (sink columns) as this table's rows: ``+I`` reads."""
+        return read_rows(rows, event_time, at)
+
     def _sink_columns(self) -> pa.Schema:
         """The changelog's columns that come from the sink table."""
-        return pa.schema([f for f in self.table.schema().as_arrow() if f.name not in METADATA.names])
+        return pa.schema([f for f in self.table.schema().as_arrow() if f.name not in self.metadata_names])
 
 
-def _units(units: Sequence[str]) -> dict[str, str]:
+def units_summary(units: Sequence[str]) -> dict[str, str]:
     return {UNITS_KEY: json.dumps(sorted(units))} if units else {}
 
 

@@ -31,8 +31,8 @@ from binlake.planner import discover_tables
 from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.changelog import changelog_name, ensure_changelog
 from binlake.sink.changelog_writer import ChangelogWriter
+from binlake.sink.companions import companion_writers
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.partition_files import Partitioning
@@ -191,16 +191,16 @@ def _read_pending(
 
 def changelog_writers(
     config: PipelineConfig, catalog: Catalog, writers: dict[TableId, IcebergWriter]
-) -> dict[TableId, ChangelogWriter]:
-    """The changelog tables of the tables that keep one (created if missing), each holding the
-    snapshot chunks its upsert table holds (a crash between the two commits)."""
+) -> dict[TableId, list[ChangelogWriter]]:
+    """The changelog and history tables of the tables that keep them (created if missing), each
+    holding the snapshot chunks its upsert table holds (a crash between the commits)."""
     found = {}
     for table, writer in writers.items():
-        name = changelog_name(config, table)
-        if name is not None:
-            ensure_changelog(catalog, name, writer.table)
-            found[table] = ChangelogWriter(catalog, name)
-            found[table].seed(writer.table)
+        companions = companion_writers(config, catalog, table, writer.table)
+        for companion in companions:
+            companion.seed(writer.table)
+        if companions:
+            found[table] = companions
     return found
 
 
@@ -257,7 +257,7 @@ def _run_wave(
     store: StateStore,
     pipeline: str,
     writers: dict[TableId, IcebergWriter],
-    changelogs: dict[TableId, ChangelogWriter],
+    changelogs: dict[TableId, list[ChangelogWriter]],
     report: SnapshotReport,
 ) -> None:
     tables = json.loads(base["tables"])
@@ -280,8 +280,8 @@ def _run_wave(
         result = writers[table].append_files(files, commits, json.dumps(tables[table.name]))
         if result.outcome == "skipped":
             commits = _as_committed(writers[table], commits, files)
-        if table in changelogs:  # the rows just committed, as the changelog's reads
-            changelogs[table].seed(writers[table].table, {c.chunk_id for c in commits})
+        for companion in changelogs.get(table, []):  # the rows just committed, as reads
+            companion.seed(writers[table].table, {c.chunk_id for c in commits})
         store.plans(pipeline).finish_chunks(
             [
                 (table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows)

@@ -36,10 +36,13 @@ from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_of
+from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.changelog import changelog_name, changelog_rule, ensure_changelog
 from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.history import ensure_history, history_name
+from binlake.sink.history_writer import HistoryWriter
 from binlake.sink.soft_delete import ensure_columns, soft_deletes
 from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import gap_message
@@ -192,12 +195,14 @@ def _stream(
             )
             sink.soft_delete = sink.keyed and soft_deletes(config, schema.table)
             _add_changelog(config, catalog, sink, writers)
+            _add_history(config, catalog, sink, writers)
             return sink
 
         sinks = {s.table.name: sink for s in ready.schemas if (sink := make_sink(s)) is not None}
         for sink in sinks.values():
-            if sink.changelog is not None:  # a crash between a snapshot's two commits, a rule added later
-                sink.changelog.seed(sink.writer.table)
+            for companion in (sink.changelog, sink.history):  # a crash between a snapshot's commits,
+                if companion is not None:  # a rule added later
+                    companion.seed(sink.writer.table)
         start = ready.start
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)
@@ -275,6 +280,24 @@ def _add_changelog(
             keep_snapshots=config.stream.keep_snapshots, background_upkeep=True,
         )  # fmt: skip
     sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
+
+
+def _add_history(
+    config: PipelineConfig, catalog: Any, sink: TableSink, writers: dict[str, IcebergWriter]
+) -> None:
+    """Give ``sink`` its history table's writer, if its ``sink.modes`` rule keeps one."""
+    name = history_name(config, sink.schema.table)
+    if name is None or not sink.keyed:
+        return
+    keys = identifier_columns(sink.writer.table.schema())
+    ensure_history(catalog, name, sink.writer.table, keys)
+    history = writers.get(name)
+    if not isinstance(history, HistoryWriter) or not _refreshed(history):
+        history = writers[name] = HistoryWriter(
+            catalog, name, keys, config.stream.merge_manifests_at,
+            keep_snapshots=config.stream.keep_snapshots, background_upkeep=True,
+        )  # fmt: skip
+    sink.history = history
 
 
 #: Catch-ups a run ``until_caught_up`` makes at most to apply the backfills that heal its gaps (a

@@ -374,7 +374,8 @@ class BatchApplier:
             return None
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
-        changelog = batch_changelog(sink, rows, end)
+        changelog = batch_changelog(sink, sink.changelog, rows, end)
+        history = batch_changelog(sink, sink.history, rows, end)
         rows = upserts_only(rows)
         if sink.keyed:
             keyed = last_per_key(rows, sink.keys)
@@ -385,11 +386,12 @@ class BatchApplier:
                 deletes = pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped])
             else:
                 deletes = keyed.deletes
-            return PreparedShare(name, sink, upserts, sink.key_rows(deletes), changelog=changelog)
+            return PreparedShare(
+                name, sink, upserts, sink.key_rows(deletes), changelog=changelog, history=history
+            )
         whole = net_rows(rows)
-        return PreparedShare(
-            name, sink, sink.rows(whole.inserts), sink.rows(whole.removes), changelog=changelog
-        )
+        inserts, removes = sink.rows(whole.inserts), sink.rows(whole.removes)
+        return PreparedShare(name, sink, inserts, removes, changelog=changelog, history=history)
 
     def _backfill(
         self,
@@ -424,7 +426,8 @@ class BatchApplier:
                 return None
         part = self.backfills.prepare(sink.schema, sink, units, upserts_only(rows), streamed)
         share = PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
-        share.changelog = backfill_changelog(sink, rows, share, end)
+        share.changelog = backfill_changelog(sink, sink.changelog, rows, share, end)
+        share.history = backfill_changelog(sink, sink.history, rows, share, end)
         if sink.soft_delete:
             soften_backfill(sink, share, part.removed, end)
         return share

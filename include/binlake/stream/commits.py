@@ -17,11 +17,14 @@ from binlake.errors import BinlakeError
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.sink.changelog import replaced_rows
-from binlake.sink.changelog_writer import rows_in_ranges
+from binlake.sink.changelog_writer import ChangelogWriter, rows_in_ranges
 from binlake.sink.row_match import ClearRange, clear_mask
 from binlake.sink.soft_delete import live, live_mask, marked_deleted
 from binlake.stream.records import images
 from binlake.stream.table_sink import PreparedShare, TableSink
+
+#: The tables a sink table may keep beside it (``TableSink`` and ``PreparedShare`` attributes).
+COMPANIONS = ("changelog", "history")
 
 
 def commit_shares(
@@ -36,7 +39,7 @@ def commit_shares(
             "tables with and without a primary key, which one sink table cannot hold. Fix: route "
             "them to different sink tables."
         )
-    if _commit_changelog(parts, batch_id, end, force):
+    if _commit_companions(parts, batch_id, end, force):
         crash_point("between-commits")
     upserts = concat([p.upserts for p in parts])
     deletes = concat([p.deletes for p in parts])
@@ -52,49 +55,60 @@ def commit_shares(
         sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, complete, clear, force)
 
 
-def _commit_changelog(parts: list[PreparedShare], batch_id: int, end: BinlogOffset, force: bool) -> bool:
-    """Commit the parts' changelog rows, if their sink table keeps a changelog (whether it does)."""
-    writers = {id(p.sink.changelog): p.sink.changelog for p in parts}
-    if writers == {id(None): None}:
-        return False
-    writer = next(iter(writers.values()))
-    if len(writers) > 1 or writer is None:
-        raise BinlakeError(
-            f"The sources routed to {parts[0].sink.writer.identifier} ({', '.join(p.name for p in parts)}) "
-            "do not all keep a changelog, so their shared changelog table would miss changes. Fix: give "
-            "them the same `sink.modes` rule."
-        )
-    rows = concat([p.changelog for p in parts if p.changelog is not None])
-    units = [u.name for p in parts for u in p.units]
-    if force:
-        writer.append_units(rows, units)
-    else:
-        writer.append_batch(batch_id, rows, end, units)
-    return True
+def _commit_companions(parts: list[PreparedShare], batch_id: int, end: BinlogOffset, force: bool) -> bool:
+    """Commit the parts' changelog and history rows, to the tables their sink table keeps
+    (whether it keeps any)."""
+    committed = False
+    for kind in COMPANIONS:
+        writers = {id(getattr(p.sink, kind)): getattr(p.sink, kind) for p in parts}
+        if writers == {id(None): None}:
+            continue
+        writer = next(iter(writers.values()))
+        if len(writers) > 1 or writer is None:
+            raise BinlakeError(
+                f"The sources routed to {parts[0].sink.writer.identifier} "
+                f"({', '.join(p.name for p in parts)}) do not all keep a {kind} table, so their shared "
+                "one would miss changes. Fix: give them the same `sink.modes` rule."
+            )
+        rows = concat([getattr(p, kind) for p in parts if getattr(p, kind) is not None])
+        units = [u.name for p in parts for u in p.units]
+        if force:
+            writer.append_units(rows, units)
+        else:
+            writer.append_batch(batch_id, rows, end, units)
+        committed = True
+    return committed
 
 
-def batch_changelog(sink: TableSink, changes: pa.Table, end: BinlogOffset) -> pa.Table | None:
-    """The changelog rows of a table's share of a batch: its changes past the changelog's offset
-    (``changes``: after the upsert table's offset, which is never ahead of the changelog's)."""
-    if sink.changelog is None:
+def batch_changelog(
+    sink: TableSink, writer: ChangelogWriter | None, changes: pa.Table, end: BinlogOffset
+) -> pa.Table | None:
+    """The changelog rows of a table's share of a batch for ``writer`` (its changelog or history
+    table): its changes past that table's offset (``changes``: after the upsert table's offset,
+    which is never ahead of it)."""
+    if writer is None:
         return None
-    logged = sink.changelog.stream_offset()
+    logged = writer.stream_offset()
     if logged is not None:
         changes = changes.filter(pc.greater(changes.column("at"), logged.packed))
     return sink.changelog_rows(changes, binlog_base(end))
 
 
 def backfill_changelog(
-    sink: TableSink, changes: pa.Table, share: PreparedShare, end: BinlogOffset
+    sink: TableSink,
+    writer: ChangelogWriter | None,
+    changes: pa.Table,
+    share: PreparedShare,
+    end: BinlogOffset,
 ) -> pa.Table | None:
-    """The changelog rows of a share with backfill units: the batch's changes of keys outside the
-    units' ranges, then the ranges replaced (``-D`` of the rows held there, ``+I`` of the new ones:
-    the changes inside them are what the new rows hold)."""
-    if sink.changelog is None:
+    """The changelog rows of a share with backfill units, for ``writer``: the batch's changes of
+    keys outside the units' ranges, then the ranges replaced (``-D`` of the rows held there, ``+I``
+    of the new ones: the changes inside them are what the new rows hold)."""
+    if writer is None:
         return None
     clear: list[ClearRange] = share.clear
     outside = changes.filter(pc.invert(sink.in_ranges(changes, clear))) if clear else changes
-    stream = batch_changelog(sink, outside, end)
+    stream = batch_changelog(sink, writer, outside, end)
     held = live(rows_in_ranges(sink.writer.table, clear)) if clear else sink.sink_arrow.empty_table()
     new = share.upserts.filter(clear_mask(share.upserts, clear)) if clear else share.upserts
     columns = [n for n in sink.sink_arrow.names if n in held.column_names]

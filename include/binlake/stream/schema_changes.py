@@ -335,18 +335,18 @@ def _through_transform(
 def _log_removals(
     config: PipelineConfig, applier: IcebergMetadataApplier, table: TableId, request: SchemaChangeRequest
 ) -> None:
-    """The rows a TRUNCATE or DROP of ``table`` removes, as ``-D`` in its changelog, if it keeps one."""
-    from binlake.sink.changelog import changelog_name
-    from binlake.sink.changelog_writer import ChangelogWriter
+    """The rows a TRUNCATE or DROP of ``table`` removes: ``-D`` in its changelog, their versions
+    closed in its history, if it keeps them."""
+    from binlake.sink.companions import companion_writers
 
-    name, catalog, identifier = changelog_name(config, table), applier.catalog, applier.identifier(table)
-    if name is not None and catalog.table_exists(name) and catalog.table_exists(identifier):
-        writer = ChangelogWriter(catalog, name)
-        change_id = f"{request.offset}#{request.seq}"
-        removed = writer.remove_all(catalog.load_table(identifier), request.offset, change_id)
-        log.info(
-            "%s: %d rows removed by %s, in its changelog", table, removed, describe_change(request.change)
-        )
+    catalog, identifier = applier.catalog, applier.identifier(table)
+    if not catalog.table_exists(identifier):
+        return
+    upsert = catalog.load_table(identifier)
+    for writer in companion_writers(config, catalog, table, upsert):
+        removed = writer.remove_all(upsert, request.offset, f"{request.offset}#{request.seq}")
+        what = describe_change(request.change)
+        log.info("%s: %d rows removed by %s, in %s", table, removed, what, writer.identifier)
 
 
 def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChangeRequest) -> str:

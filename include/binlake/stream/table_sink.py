@@ -15,6 +15,7 @@ from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.changelog import changelog_rows
 from binlake.sink.changelog_writer import ChangelogWriter
+from binlake.sink.history_writer import HistoryWriter
 from binlake.sink.row_match import ClearRange, clear_mask
 from binlake.sink.soft_delete import marked_deleted, marked_live
 from binlake.sink.writer import IcebergWriter
@@ -39,6 +40,8 @@ class TableSink:
     """The table's projection and filter (``schema.transforms``), if a rule matches it."""
     changelog: ChangelogWriter | None = None
     """The table's changelog table, if its ``sink.modes`` rule keeps one (``sink/changelog.py``)."""
+    history: HistoryWriter | None = None
+    """The table's history table (SCD2), if its ``sink.modes`` rule keeps one (``sink/history.py``)."""
     changelog_updates: str = "both"
     """``both`` images of an update in the changelog, or the ``after`` image alone."""
     soft_delete: bool = False
@@ -138,6 +141,8 @@ class PreparedShare:
     """The executors' committables (``upserts``/``deletes`` are then empty)."""
     changelog: pa.Table | None = None
     """Rows for the changelog table (``sink/changelog.py``), if the table keeps one."""
+    history: pa.Table | None = None
+    """Changelog rows for the history table (``sink/history.py``), if the table keeps one."""
 
     def counts(self) -> dict[str, int]:
         kind = ("upserts", "deletes") if self.sink.keyed else ("inserts", "deletes")

@@ -1,0 +1,37 @@
+"""The tables a sink table may keep beside it: its changelog (``sink/changelog.py``) and its
+history (``sink/history.py``), as ``sink.modes`` rules ask."""
+
+from __future__ import annotations
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from binlake.config import PipelineConfig
+from binlake.events import TableId
+from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.changelog import changelog_name, ensure_changelog
+from binlake.sink.changelog_writer import ChangelogWriter
+from binlake.sink.history import ensure_history, history_name
+from binlake.sink.history_writer import HistoryWriter
+
+
+def companion_names(config: PipelineConfig, table: TableId) -> list[str]:
+    """``namespace.table`` of the changelog and history tables ``table`` keeps."""
+    return [n for n in (changelog_name(config, table), history_name(config, table)) if n is not None]
+
+
+def companion_writers(
+    config: PipelineConfig, catalog: Catalog, table: TableId, upsert: Table
+) -> list[ChangelogWriter]:
+    """Writers of the changelog and history tables ``table`` keeps (created if missing)."""
+    found: list[ChangelogWriter] = []
+    name = changelog_name(config, table)
+    if name is not None:
+        ensure_changelog(catalog, name, upsert)
+        found.append(ChangelogWriter(catalog, name))
+    name = history_name(config, table)
+    if name is not None:
+        keys = identifier_columns(upsert.schema())
+        ensure_history(catalog, name, upsert, keys)
+        found.append(HistoryWriter(catalog, name, keys))
+    return found

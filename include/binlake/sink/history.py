@@ -1,0 +1,148 @@
+"""The history table (SCD type 2): one row per version of each key.
+
+A table whose ``sink.modes`` rule lists ``history`` (``config_modes.py``) feeds, beside its upsert
+table, ``<sink table>_history``: the sink table's columns (the version's values) and
+
+- ``__valid_from__`` / ``__valid_to__``: when the version began and ended (the binlog event times
+  of the changes that made and ended it; a snapshot row: its chunk's read time); ``__valid_to__``
+  is null while the version is current;
+- ``__current__``: whether it is the key's current version (a deleted key has none);
+- ``__opened_position__`` / ``__opened_order__``: the change that made it (binlog position as in
+  the changelog, and its order within the event) — with the key, the row's identity;
+- ``__closed_position__``: the change that ended it (null while current).
+
+The table as of a binlog position P holds the versions opened at or before P and not closed by
+then: ``__opened_position__ <= P AND (__closed_position__ IS NULL OR __closed_position__ > P)``.
+
+A batch's versions come from its changelog rows (``sink/changelog.py``, computed whether or not a
+changelog table is kept): ``+I``/``+U`` open a version, ``-U``/``-D`` close the key's open one;
+the key's current version before the batch is read from the table (by its key's file bounds) and
+closed in the same commit that opens the new ones. Exactly once as every sink table: the commit
+records the batch's end offset (``sink/exactly_once.py``). Tables without a primary key have no
+versions to tell apart: ``plan`` refuses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.sorting import SortField, SortOrder
+from pyiceberg.transforms import IdentityTransform
+
+from binlake.config import PipelineConfig
+from binlake.events import TableId
+from binlake.sink.catalog import sink_name
+from binlake.sink.changelog import EVENT_TIME, OP, ORDER, POSITION, mode_rule
+from binlake.sink.soft_delete import COLUMNS as SOFT_DELETE
+
+VALID_FROM = "__valid_from__"
+VALID_TO = "__valid_to__"
+CURRENT = "__current__"
+OPENED = "__opened_position__"
+OPENED_ORDER = "__opened_order__"
+CLOSED = "__closed_position__"
+_TIME = pa.timestamp("us", "UTC")
+METADATA = pa.schema(
+    [
+        (VALID_FROM, _TIME),
+        (VALID_TO, _TIME),
+        (CURRENT, pa.bool_()),
+        pa.field(OPENED, pa.int64(), nullable=False),
+        pa.field(OPENED_ORDER, pa.int32(), nullable=False),
+        (CLOSED, pa.int64()),
+    ]
+)
+
+
+def history_name(config: PipelineConfig, table: TableId) -> str | None:
+    """``namespace.table`` of ``table``'s history table, if it keeps one."""
+    rule = mode_rule(config, table)
+    return sink_name(config, table) + rule.history_suffix if rule is not None and rule.history else None
+
+
+def history_schema(sink: Schema, keys: Sequence[str]) -> Schema:
+    """The history table's schema for a sink table's: its columns (the key's required, the rest
+    optional), then the metadata; identified by the key and the change that opened the version."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+    kept = [f for f in sink.fields if f.name not in SOFT_DELETE.names]
+    fields = [f.model_copy(update={"required": f.name in keys}) for f in kept]
+    ids = pa.schema([f.with_metadata({b"PARQUET:field_id": str(i + 1)}) for i, f in enumerate(METADATA)])
+    top = sink.highest_field_id
+    extra = [
+        f.model_copy(update={"field_id": top + i + 1}) for i, f in enumerate(pyarrow_to_schema(ids).fields)
+    ]
+    by_name = {f.name: f.field_id for f in [*fields, *extra]}
+    identity = [by_name[k] for k in [*keys, OPENED, OPENED_ORDER]]
+    return Schema(*fields, *extra, identifier_field_ids=identity)
+
+
+def ensure_history(catalog: Catalog, identifier: str, sink: Table, keys: Sequence[str]) -> Table:
+    """The history table of ``sink``: created if missing (sorted by key, then by when each version
+    began), else given the sink's columns it lacks."""
+    wanted = history_schema(sink.schema(), keys)
+    try:
+        table = catalog.load_table(identifier)
+    except NoSuchTableError:
+        catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+        order = SortOrder(
+            *(
+                SortField(wanted.find_field(k).field_id, IdentityTransform())
+                for k in [*keys, OPENED, OPENED_ORDER]
+            )
+        )
+        return catalog.create_table(identifier, wanted, sort_order=order, properties={"format-version": "2"})
+    have = set(table.schema().column_names)
+    missing = [f for f in wanted.fields if f.name not in have]
+    if missing:
+        with table.update_schema() as update:
+            update.union_by_name(Schema(*missing))
+    return table
+
+
+def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], columns: Sequence[str]) -> pa.Table:
+    """The history rows a batch writes: the versions its changes open (closed again within it or
+    current), and the key's versions current before it (``current``) that they close.
+
+    ``changes``: changelog rows (sink columns and ``sink/changelog.py``'s metadata) in replay
+    order; ``columns``: the sink columns a version holds.
+    """
+    open_: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in current.to_pylist():
+        open_[tuple(row[k] for k in keys)] = row
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for change in changes.to_pylist():
+        key = tuple(change[k] for k in keys)
+        version = open_.pop(key, None)
+        if version is not None:  # ended by this change (an after image alone ends it too)
+            version.update({VALID_TO: change[EVENT_TIME], CURRENT: False, CLOSED: change[POSITION]})
+            out[(*key, version[OPENED], version[OPENED_ORDER])] = version
+        if change[OP] in ("+I", "+U"):
+            opened = {c: change.get(c) for c in columns}
+            opened.update({VALID_FROM: change[EVENT_TIME], VALID_TO: None, CURRENT: True,
+                           OPENED: change[POSITION], OPENED_ORDER: change[ORDER], CLOSED: None})  # fmt: skip
+            open_[key] = opened
+            out[(*key, change[POSITION], change[ORDER])] = opened
+    return pa.Table.from_pylist(list(out.values()))
+
+
+def opened_rows(rows: pa.Table, event_time: int, position: int) -> pa.Table:
+    """Rows read from the source (a snapshot chunk's) as current versions opened at ``position``."""
+    n = rows.num_rows
+    meta = {
+        VALID_FROM: pa.array([event_time * 1_000_000] * n, pa.int64()).cast(_TIME),
+        VALID_TO: pa.nulls(n, _TIME),
+        CURRENT: pa.array([True] * n, pa.bool_()),
+        OPENED: pa.array([position] * n, pa.int64()),
+        OPENED_ORDER: pa.array([0] * n, pa.int32()),
+        CLOSED: pa.nulls(n, pa.int64()),
+    }
+    for name, values in meta.items():
+        rows = rows.append_column(METADATA.field(name), values)
+    return rows

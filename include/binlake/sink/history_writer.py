@@ -1,0 +1,121 @@
+"""Writes a history table (``sink/history.py``), exactly once.
+
+A batch's commit closes the versions its changes end and adds those they open, in one merge on
+the table's identity (the key and the change that opened the version) that also records the
+batch's end offset. Seeding (snapshot chunks, or the upsert table's rows for a history added to a
+running pipeline) is the changelog's (``ChangelogWriter``), with the rows as current versions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from binlake.offsets import BinlogOffset
+from binlake.schema.projection import project
+from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.changelog_writer import CHANGE_KEY, UNITS_KEY, ChangelogWriter, units_summary
+from binlake.sink.exactly_once import CommitResult
+from binlake.sink.history import CLOSED, CURRENT, METADATA, VALID_TO, opened_rows, versions
+from binlake.sink.pyiceberg_internals import transaction
+
+log = logging.getLogger(__name__)
+
+
+class HistoryWriter(ChangelogWriter):
+    """Writes the versions of one history table; ``keys``: the sink table's key columns."""
+
+    metadata_names = tuple(METADATA.names)
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        identifier: str,
+        keys: Sequence[str],
+        merge_manifests_at: int = 0,
+        keep_snapshots: int = 0,
+        background_upkeep: bool = False,
+    ) -> None:
+        super().__init__(
+            catalog, identifier, merge_manifests_at, keep_snapshots=keep_snapshots,
+            background_upkeep=background_upkeep,
+        )  # fmt: skip
+        self.keys = list(keys)
+
+    def append_batch(
+        self, batch_id: int, rows: pa.Table, offset: BinlogOffset, units: Sequence[str] = ()
+    ) -> CommitResult:
+        """Close and open the versions a batch's changelog rows (``rows``) make, with ``offset``."""
+        return self._commit_batch(
+            batch_id, offset, lambda properties: self._versions(properties | units_summary(units), rows)
+        )
+
+    def append_units(self, rows: pa.Table, units: Sequence[str]) -> bool:
+        """The versions of backfill units applied between batches, unless they are in already."""
+        self.settle()
+        self.table.refresh()
+        if set(units) & self.applied_units():
+            log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
+            return False
+        self._versions(units_summary(units), rows)
+        return True
+
+    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str) -> int:
+        """Close every current version at ``at`` (a TRUNCATE or DROP of the source table), once."""
+        self.settle()
+        self.table.refresh()
+        if any(s.summary and s.summary.additional_properties.get(CHANGE_KEY) == change_id
+               for s in self.table.metadata.snapshots):  # fmt: skip
+            return 0
+        current = self.table.scan(row_filter=f"{CURRENT} == True").to_arrow()
+        closed = _closed(current, int(time.time()), at.packed)
+        self._merge_rows({CHANGE_KEY: change_id}, closed)
+        return int(closed.num_rows)
+
+    def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
+        return opened_rows(rows, event_time, at.packed)
+
+    def _versions(self, properties: dict[str, str], changes: pa.Table) -> None:
+        keys = changes.select(self.keys).group_by(self.keys).aggregate([]) if changes.num_rows else None
+        current = self.current(keys) if keys is not None and keys.num_rows else self._empty()
+        rows = versions(changes, current, self.keys, self._sink_columns().names) if changes.num_rows else None
+        self._merge_rows(properties, rows)
+
+    def _merge_rows(self, properties: dict[str, str], rows: pa.Table | None) -> None:
+        """One commit replacing the versions of ``rows`` by identity (adding the new ones), with
+        ``properties`` in its summary (and, but for the summary's own keys, the table's)."""
+        kept = {k: v for k, v in properties.items() if k not in (UNITS_KEY, CHANGE_KEY)}
+        if rows is None or not rows.num_rows:
+            with transaction(self.table) as tx:
+                tx.set_properties(kept)
+            return
+        schema = self.table.schema()
+        rows = project(rows, schema.as_arrow())
+        identity = identifier_columns(schema)
+        self._merge(properties, rows, rows.select(identity), identity)
+
+    def current(self, keys: pa.Table) -> pa.Table:
+        """The current versions of these keys (the table's key columns)."""
+        found = self.rows_with_keys(keys)
+        return found.filter(pc.fill_null(found.column(CURRENT), False))
+
+    def _empty(self) -> pa.Table:
+        return self.table.schema().as_arrow().empty_table()
+
+
+def _closed(current: pa.Table, now: int, position: int) -> pa.Table:
+    n = current.num_rows
+    ends = {
+        VALID_TO: pa.array([now * 1_000_000] * n, pa.int64()).cast(METADATA.field(VALID_TO).type),
+        CURRENT: pa.array([False] * n, pa.bool_()),
+        CLOSED: pa.array([position] * n, pa.int64()),
+    }
+    for name, values in ends.items():
+        current = current.set_column(current.schema.get_field_index(name), METADATA.field(name), values)
+    return current
