@@ -5,7 +5,7 @@ same changes, at a table size and 4× it, in one run.
 
 Each batch: ``--changes`` changes of random keys (90 % updates, 10 % deletes), as the stream's
 change table (an update's before and after image). The changelog side turns them into changelog
-rows (``sink/changelog.py``) and appends them exactly once (``ChangelogWriter.append_batch``); the
+rows (``sink/history/changelog.py``) and appends them exactly once (``ChangelogWriter.append_batch``); the
 upsert side merges the batch's last change per key into the upsert table, in the default layout
 (copy-on-write) and in the O(changes) one (merge-on-read, key index, compaction). Prints one JSON
 object: median seconds per batch per side and size, ``cost_growth_4x`` (median at 4× ÷ at 1×;
@@ -30,9 +30,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.config import StreamConfig
 from binlake.offsets import BinlogOffset
-from binlake.sink.changelog import changelog_rows, ensure_changelog
-from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.history.changelog import changelog_rows, ensure_changelog
+from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.layout import TableLayout
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.pyiceberg_internals import cache_immutable_files

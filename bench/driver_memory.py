@@ -3,7 +3,7 @@
     .venv/bin/python bench/driver_memory.py [--small 100000] [--large 1000000] [--modes executors,driver]
 
 Issue 22's goal: the driver's peak RSS within 1.2x between the two batches, when a merge-on-read
-table's share is merged on the executors (``stream/bucket_merge.py``): only files, keys and counts
+table's share is merged on the executors (``stream/shares/bucket_merge.py``): only files, keys and counts
 come to the driver. Each batch runs in a fresh process (peak RSS is a process's lifetime high),
 on one private MariaDB: the changes (``bench/stream.py``'s mix: inserts, updates, deletes) are
 written first, then ``binlake stream --until-caught-up`` reads them as one batch

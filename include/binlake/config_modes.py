@@ -1,10 +1,11 @@
 """What the sink keeps of a table's changes, per table: ``sink.modes`` rules.
 
 - ``upsert``: the table's current state (every commit replaces the changed keys' rows).
-- ``changelog``: beside it, an append-only table with one row per change (``sink/changelog.py``).
-- ``history``: beside it, one row per version of each key, SCD type 2 (``sink/history.py``).
+- ``changelog``: beside it, an append-only table with one row per change (``sink/history/changelog.py``).
+- ``history``: beside it, one row per version of each key, SCD type 2 (``sink/history/scd2.py``).
 
-``soft_delete`` keeps the rows the source deletes in the upsert table, marked (``sink/soft_delete.py``).
+``soft_delete`` keeps the rows the source deletes in the upsert table, marked
+(``sink/history/soft_delete.py``).
 
 The first rule whose ``source_table`` matches a table applies; a table no rule matches is kept as
 ``upsert`` alone.
@@ -32,10 +33,11 @@ class ModeRule(Model):
     """Regex over ``database.table`` (full match)."""
     mode: list[Mode] = Field(default_factory=_upsert)
     """``upsert`` (the current state) and, beside it, ``changelog``: every change as a row of
-    ``<sink table><changelog_suffix>``, appended exactly once in the same batch (``sink/changelog.py``),
+    ``<sink table><changelog_suffix>``, appended exactly once in the same batch
+    (``sink/history/changelog.py``),
     and/or ``history``: one row per version of each key (SCD type 2) in
     ``<sink table><history_suffix>``, its versions closed and opened in the same batch
-    (``sink/history.py``; tables with a primary key).
+    (``sink/history/scd2.py``; tables with a primary key).
     The upsert table stays: the snapshot, backfills and ``verify`` work on it."""
     changelog_updates: Literal["both", "after"] = "both"
     """An update in the changelog: its before image (``-U``) and after image (``+U``), as Flink CDC
@@ -47,7 +49,7 @@ class ModeRule(Model):
     soft_delete: bool = False
     """Keep a row the source deletes in the upsert table, with ``__deleted__`` true and the time
     and binlog position of its delete (``__deleted_at__``, ``__deleted_position__``); a re-insert
-    of its key makes it live again (``sink/soft_delete.py``). Tables with a primary key only."""
+    of its key makes it live again (``sink/history/soft_delete.py``). Tables with a primary key only."""
     description: str | None = None
     """What the rule is for (shown by ``plan``)."""
 

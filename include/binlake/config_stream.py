@@ -40,7 +40,8 @@ class StreamConfig(Model):
     batch at a time."""
     executor_merge_from: int | None = Field(default=20_000, ge=0)
     """A merge-on-read keyed table's share of a batch from this many changes is merged on the
-    executors (``stream/bucket_merge.py``): only files and keys reach the driver (0: always; null: never)."""
+    executors (``stream/shares/bucket_merge.py``): only files and keys reach the driver (0: always;
+    null: never)."""
     schema_change_applier: Literal["inline", "external"] = "inline"
     """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
     (the stream records it and waits: Airflow's DDL DAG applies it)."""

@@ -19,11 +19,11 @@ from binlake.schema.routes import merged_creation, routed
 from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
-from binlake.sink.changelog import changelog_name, ensure_changelog
-from binlake.sink.history import ensure_history, history_name
+from binlake.sink.history.changelog import changelog_name, ensure_changelog
+from binlake.sink.history.scd2 import ensure_history, history_name
+from binlake.sink.history.soft_delete import ensure_columns, soft_deletes
 from binlake.sink.layout import evolve, layout_of, layouts
 from binlake.sink.metadata_applier import IcebergMetadataApplier
-from binlake.sink.soft_delete import ensure_columns, soft_deletes
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import connect

@@ -1,4 +1,4 @@
-"""Changelog rows from a change table (``sink/changelog.py``): the kinds of change, as Flink CDC
+"""Changelog rows from a change table (``sink/history/changelog.py``): the kinds of change, as Flink CDC
 names them, when a transform's filter lets a row in or out, and with the after images alone."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from binlake.config_modes import ModeRule
-from binlake.sink.changelog import changelog_rows
+from binlake.sink.history.changelog import changelog_rows
 from binlake.stream.records import images
 
 ROW = pa.struct([("id", pa.int32()), ("v", pa.int32())])

@@ -1,10 +1,17 @@
-"""Soft-delete marks (``sink/soft_delete.py``): live and deleted rows, and what readers keep."""
+"""Soft-delete marks (``sink/history/soft_delete.py``): live and deleted rows, and what readers keep."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from binlake.sink.soft_delete import DELETED, DELETED_AT, DELETED_POSITION, live, marked_deleted, marked_live
+from binlake.sink.history.soft_delete import (
+    DELETED,
+    DELETED_AT,
+    DELETED_POSITION,
+    live,
+    marked_deleted,
+    marked_live,
+)
 
 
 def test_marks_and_the_live_rows() -> None:

@@ -19,7 +19,7 @@ from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables, plan
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.changelog import METADATA
+from binlake.sink.history.changelog import METADATA
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing import duckdb_iceberg

@@ -114,7 +114,7 @@ def test_snapshot_and_stream_on_a_standalone_cluster(
         database=database,
     )
     raw = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work", chunk_size=1000)
-    # Merge-on-read, every batch merged on the cluster's executors (stream.bucket_merge): their
+    # Merge-on-read, every batch merged on the cluster's executors (stream.shares.bucket_merge): their
     # files and keys travel back to the driver from other processes than the driver's.
     raw["sink"] = {"table_properties": {"write.merge.mode": "merge-on-read"}}
     raw["stream"] = {"executor_merge_from": 0}

@@ -16,7 +16,7 @@ from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.soft_delete import DELETED, DELETED_AT, DELETED_POSITION
+from binlake.sink.history.soft_delete import DELETED, DELETED_AT, DELETED_POSITION
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.private_server import PrivateMariaDB

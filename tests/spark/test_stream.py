@@ -49,7 +49,7 @@ def head(server: PrivateMariaDB) -> Any:
 
 
 #: Merge modes of the sink tables; ``executors``: merge-on-read, every batch merged in key buckets
-#: on the executors (``stream.bucket_merge``) instead of only the large ones.
+#: on the executors (``stream.shares.bucket_merge``) instead of only the large ones.
 MODES = ["copy-on-write", "merge-on-read", "executors"]
 
 

@@ -16,9 +16,9 @@ from binlake.source.binlog.row_decoder import ABSENT
 from binlake.state.store import StateStore
 from binlake.stream.apply import BatchApplier
 from binlake.stream.batch_frame import ArrowFrame
-from binlake.stream.bucket_merge import key_buckets
 from binlake.stream.records import ENVELOPE_SCHEMA, RecordBuilder, images, table_changes
-from binlake.stream.table_sink import TableSink
+from binlake.stream.shares.bucket_merge import key_buckets
+from binlake.stream.shares.table_sink import TableSink
 from tests.sink.helpers import content, create, make_catalog
 
 T = TableId("db", "t")

@@ -13,8 +13,8 @@ from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.event_rows import EventRows
 from binlake.stream.envelope import SPARK_SCHEMA
-from binlake.stream.last_changes import last_per_key, net_rows
 from binlake.stream.records import ENVELOPE_SCHEMA, SEGMENT, RecordBuilder, change_schema, table_changes
+from binlake.stream.shares.last_changes import last_per_key, net_rows
 
 T = TableId("db", "t")
 KEYED = CreateTable(T, (Column("id", "int", "int", False), Column("v", "varchar", "varchar(10)")), ("id",))

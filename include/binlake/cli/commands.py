@@ -70,7 +70,7 @@ def validate_command(args: argparse.Namespace) -> int:
 def plan_command(args: argparse.Namespace) -> int:
     from binlake.planner import plan
     from binlake.sink.catalog import open_catalog, sink_name
-    from binlake.sink.companions import companion_names
+    from binlake.sink.history.companions import companion_names
     from binlake.sink.layout import describe
 
     config = _load(args.config)
@@ -355,7 +355,7 @@ def _maintain_tables(
     config: PipelineConfig, store: StateStore, args: argparse.Namespace, holder: Holder
 ) -> int:
     from binlake.sink.catalog import open_catalog, sink_name
-    from binlake.sink.companions import companion_names
+    from binlake.sink.history.companions import companion_names
     from binlake.sink.maintenance import MaintenanceOptions, maintain
 
     stored = store.plans(config.pipeline.name).load()

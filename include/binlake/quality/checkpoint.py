@@ -29,7 +29,7 @@ from binlake.quality.reconcile import RowCount, expected_rows
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.soft_delete import DELETED, live
+from binlake.sink.history.soft_delete import DELETED, live
 from binlake.sink.writer import IcebergWriter
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import QualityResult, StateStore

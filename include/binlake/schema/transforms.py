@@ -17,7 +17,8 @@ emits them; ``+U`` for an updated one, including an update that moved the row in
 gave it its key). Deleted rows leave the sink, so ``-D`` and ``-U`` never appear.
 
 Where it runs: the snapshot's and backfills' tasks (``spark.snapshot_task``), the stream's merges
-(``stream.table_sink``, ``stream.bucket_merge``: a last upsert the filter drops deletes its key),
+(``stream.shares.table_sink``, ``stream.shares.bucket_merge``: a last upsert the filter drops
+deletes its key),
 the quality row count (the server counts ``WHERE`` the filter) and ``verify`` (the server sums its
 own evaluation of the projection; the roll-forward goes through this one).
 

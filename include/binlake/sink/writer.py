@@ -196,7 +196,7 @@ class IcebergWriter:
         self, batch_id: int, files: Sequence[DataFile], keys: pa.Table, offset: BinlogOffset
     ) -> CommitResult:
         """A merge-on-read batch whose new rows are written already (``files``, one row per
-        upserted key, by the stream's executors: ``stream.bucket_merge``); ``keys``: every key
+        upserted key, by the stream's executors: ``stream.shares.bucket_merge``); ``keys``: every key
         of the batch, upserted or deleted, whose stored rows go."""
         key_columns = self._key_columns()
         return self._commit_batch(

@@ -31,12 +31,12 @@ from binlake.planner import discover_tables
 from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.changelog_writer import ChangelogWriter
-from binlake.sink.companions import companion_writers
 from binlake.sink.exactly_once import ChunkCommit
+from binlake.sink.history.changelog_writer import ChangelogWriter
+from binlake.sink.history.companions import companion_writers
+from binlake.sink.history.soft_delete import soft_deletes
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.partition_files import Partitioning
-from binlake.sink.soft_delete import soft_deletes
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
 from binlake.snapshot.chunks import TASKS_PER_SLOT, chunk_groups, planned, reconcile, selected

@@ -25,8 +25,8 @@ from binlake.schema.routes import with_source_table
 from binlake.schema.transforms import TransformSpec, compile_transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.file_systems import file_system
+from binlake.sink.history.soft_delete import marked_live
 from binlake.sink.partition_files import Partitioning
-from binlake.sink.soft_delete import marked_live
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
@@ -151,7 +151,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         if routed:  # a shared sink table: each row names its source table
             file_schema = with_source_table(schema.table, file_schema.empty_table()).schema
         soft = table_name in json.loads(options.get("soft_delete", "[]"))
-        if soft:  # the rows read are live (``sink/soft_delete.py``)
+        if soft:  # the rows read are live (``sink/history/soft_delete.py``)
             file_schema = marked_live(file_schema.empty_table()).schema
         # A backfill stages its files apart from the table's data (``folder``): the stream reads
         # them, and orphan removal (which sweeps ``data/``) leaves them alone until then.

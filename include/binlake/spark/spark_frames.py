@@ -11,8 +11,8 @@ import pyarrow as pa
 from pyspark.sql import functions
 
 from binlake.stream.batch_frame import ArrowFrame
-from binlake.stream.bucket_merge import SPLIT_DDL, BucketPlan, BucketResult, merge_parts, split_blocks
 from binlake.stream.records import CHANGES
+from binlake.stream.shares.bucket_merge import SPLIT_DDL, BucketPlan, BucketResult, merge_parts, split_blocks
 
 
 class CollectedFrame(ArrowFrame):

@@ -38,12 +38,12 @@ from binlake.schema.routes import routed
 from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.changelog import changelog_name, changelog_rule, ensure_changelog
-from binlake.sink.changelog_writer import ChangelogWriter
 from binlake.sink.compaction import CompactionPolicy
-from binlake.sink.history import ensure_history, history_name
-from binlake.sink.history_writer import HistoryWriter
-from binlake.sink.soft_delete import ensure_columns, soft_deletes
+from binlake.sink.history.changelog import changelog_name, changelog_rule, ensure_changelog
+from binlake.sink.history.changelog_writer import ChangelogWriter
+from binlake.sink.history.scd2 import ensure_history, history_name
+from binlake.sink.history.scd2_writer import HistoryWriter
+from binlake.sink.history.soft_delete import ensure_columns, soft_deletes
 from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import gap_message
 from binlake.source.server.connection import connect
@@ -65,7 +65,7 @@ from binlake.stream.metrics import stream_metrics
 from binlake.stream.preflight import preflight
 from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes, upserts_only
 from binlake.stream.repairs import StreamRepairs
-from binlake.stream.table_sink import TableSink
+from binlake.stream.shares.table_sink import TableSink
 
 __all__ = ["StreamError", "StreamReport", "print_backfill", "print_batch", "run_stream"]
 

@@ -20,7 +20,7 @@ from binlake.errors import BinlakeError
 from binlake.events import TableId, table_from_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import RowConverter
-from binlake.sink.changelog import whole_images
+from binlake.sink.history.changelog import whole_images
 from binlake.source.binlog.change_reader import BinlogReader
 from binlake.source.binlog.xa import PreparedXa, Xid
 from binlake.stream.records import RecordBuilder

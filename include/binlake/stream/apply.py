@@ -8,7 +8,7 @@ batch's end offset. Then the state store records the batch and moves the stream'
 
 The batch is read in parts (``stream.batch_frame``): its head (segment ends, gaps, counts) always;
 the changes of the tables merged here; and, for large shares of merge-on-read tables with a key,
-only the committables of their merge on the executors (``stream.bucket_merge``), whose files the
+only the committables of their merge on the executors (``stream.shares.bucket_merge``), whose files the
 same commit adds.
 """
 
@@ -34,21 +34,21 @@ from binlake.state.store import StateStore, StreamBatch
 from binlake.stream.backfill import StagedBackfills, lowest_high
 from binlake.stream.batch_clock import BatchClock
 from binlake.stream.batch_frame import ArrowFrame, BatchFrame, block_counts, first_positions
-from binlake.stream.bucket_merge import BucketPlan, BucketResult, gather
-from binlake.stream.commits import (
+from binlake.stream.emit_filter import SnapshotFilter
+from binlake.stream.records import SEGMENT, empty_changes, gaps, table_changes, upserts_only
+from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
+from binlake.stream.schema_changes import SchemaTracker
+from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult, gather
+from binlake.stream.shares.commits import (
     backfill_changelog,
     batch_changelog,
     binlog_base,
     commit_shares,
     soften_backfill,
 )
-from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.last_changes import last_per_key, net_rows
-from binlake.stream.patches import complete
-from binlake.stream.records import SEGMENT, empty_changes, gaps, table_changes, upserts_only
-from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
-from binlake.stream.schema_changes import SchemaTracker
-from binlake.stream.table_sink import PreparedShare, TableSink
+from binlake.stream.shares.last_changes import last_per_key, net_rows
+from binlake.stream.shares.patches import complete
+from binlake.stream.shares.table_sink import PreparedShare, TableSink
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class BatchApplier:
         ``stream.failover``)."""
         self.merge_from = merge_from
         """Changes of a merge-on-read table in one batch from which the executors merge them
-        (``stream.bucket_merge``; None: never)."""
+        (``stream.shares.bucket_merge``; None: never)."""
 
     def merges_on_executors(self) -> bool:
         """Whether a sink table of the pipeline may have its share merged on the executors (else a

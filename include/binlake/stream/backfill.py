@@ -37,9 +37,9 @@ from binlake.sink.file_systems import file_system
 from binlake.sink.row_match import ClearRange, clear_mask, row_counts, take_rows
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
-from binlake.stream.last_changes import last_per_key, net_rows
-from binlake.stream.patches import complete
 from binlake.stream.records import empty_changes, values
+from binlake.stream.shares.last_changes import last_per_key, net_rows
+from binlake.stream.shares.patches import complete
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class StagedBackfills:
         """The table's commit: the units' rows rolled forward, plus the batch's ``changes``.
 
         Args:
-            sink: the table's ``stream.table_sink.TableSink``.
+            sink: the table's ``stream.shares.table_sink.TableSink``.
             changes: the batch's changes of the table the stream applies anyway (after its own
                 filters), all after ``streamed``.
             streamed: where the sink holds every change of the table up to (None: nowhere yet).

@@ -2,7 +2,7 @@
 
 ``head`` brings the rows the driver always needs (segment ends, gaps, and each block's table and
 count, without its data); ``changes`` the blocks of the tables the driver merges itself; ``merge``
-runs ``stream.bucket_merge`` for the others and brings back their committables. The Spark form
+runs ``stream.shares.bucket_merge`` for the others and brings back their committables. The Spark form
 (``spark.spark_frames``) keeps the batch cached on the executors between the three; ``ArrowFrame``
 holds a batch given as Arrow (tests, and callers without Spark) and runs the same steps in-process.
 """
@@ -15,8 +15,8 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from binlake.stream.bucket_merge import BucketPlan, BucketResult, merge_locally
 from binlake.stream.records import CHANGES
+from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult, merge_locally
 
 
 class BatchFrame(Protocol):

@@ -21,7 +21,7 @@ and block of changes, plus the one ``segment`` row each partition ends with.
   an insert or update is an upsert of the row, kept apart for ``__data_event_type__``; the new key
   of a key update is an ``update``); ``insert`` / ``delete`` (whole rows) for tables without;
   ``before``: the before image of an update that kept its key, only for tables with a changelog
-  (``sink/changelog.py``; the upsert path drops them: ``upserts_only``).
+  (``sink/history/changelog.py``; the upsert path drops them: ``upserts_only``).
 - ``at``: the row's event's offset, packed (``BinlogOffset.packed``): sortable as one integer.
 - ``idx``: order of rows within one event (an update of the key is two rows: delete, upsert).
 - ``ts``: event time, epoch seconds.
@@ -30,7 +30,7 @@ and block of changes, plus the one ``segment`` row each partition ends with.
   a key update is a delete of the old key and an ``update`` of the new row.
 - ``absent``: null for a complete row; else a bitmask (bit i: column i) of the columns an update's
   row image did not carry (``binlog_row_image`` NOBLOB/MINIMAL): they keep the row's previous
-  values, which the driver takes from the sink (``stream.patches``).
+  values, which the driver takes from the sink (``stream.shares.patches``).
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ class RecordBuilder:
             return
         n = len(images)
         if op == "delete" and block.keyed:  # only the key counts; a MINIMAL image has nothing else
-            if block.befores:  # … but a changelog shows the whole row: ``stream.patches`` fills it
+            if block.befores:  # … but a changelog shows the whole row: ``stream.shares.patches`` fills it
                 block.absent.update(
                     (len(block.rows) + j, _mask(image)) for j, image in enumerate(images) if ABSENT in image
                 )

@@ -337,7 +337,7 @@ def _log_removals(
 ) -> None:
     """The rows a TRUNCATE or DROP of ``table`` removes: ``-D`` in its changelog, their versions
     closed in its history, if it keeps them."""
-    from binlake.sink.companions import companion_writers
+    from binlake.sink.history.companions import companion_writers
 
     catalog, identifier = applier.catalog, applier.identifier(table)
     if not catalog.table_exists(identifier):

@@ -20,7 +20,7 @@ from binlake.schema.routes import SOURCE_TABLE_COLUMN, routed
 from binlake.schema.transforms import Transform, transform_of
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.soft_delete import live
+from binlake.sink.history.soft_delete import live
 from binlake.source.chunks.bulk_select import text_select_list
 from binlake.source.server.connection import connect
 
@@ -118,7 +118,7 @@ def _transformed(
 
 
 def replay_changelog(rows: list[dict[str, Any]], columns: list[str]) -> Counter[Row]:
-    """The rows a changelog's changes leave (``sink/changelog.py``), replayed in (position, order):
+    """The rows a changelog's changes leave (``sink/history/changelog.py``), replayed in (position, order):
     ``+I``/``+U`` add a row, ``-U``/``-D`` remove one equal to it (in ``columns``).
 
     Raises:

@@ -28,7 +28,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import select_converter
-from binlake.sink.soft_delete import DELETED, live
+from binlake.sink.history.soft_delete import DELETED, live
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.stream.records import images
 from binlake.verify.canonical import row_hashes

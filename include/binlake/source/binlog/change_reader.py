@@ -113,7 +113,7 @@ class BinlogReader:
         lean: decode only the key of before images and deletes of tables with a primary key (the
             stream's mode: nothing else of them is used); other columns of those images are None.
         whole: tables whose images are decoded whole even when ``lean`` (a changelog keeps their
-            before images: ``sink/changelog.py``).
+            before images: ``sink/history/changelog.py``).
         columnar: hand events of tables the column decoder takes over undecoded (``RawRows``),
             for ``stream.records`` to decode a block at a time (``events`` only).
         prepares: XA prepares known to lie before ``start`` (the planning side scanned them), so

@@ -13,16 +13,16 @@ from binlake.schema.projection import project
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import arrow_schema
-from binlake.sink.changelog import changelog_rows
-from binlake.sink.changelog_writer import ChangelogWriter
-from binlake.sink.history_writer import HistoryWriter
+from binlake.sink.history.changelog import changelog_rows
+from binlake.sink.history.changelog_writer import ChangelogWriter
+from binlake.sink.history.scd2_writer import HistoryWriter
+from binlake.sink.history.soft_delete import marked_deleted, marked_live
 from binlake.sink.row_match import ClearRange, clear_mask
-from binlake.sink.soft_delete import marked_deleted, marked_live
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
-from binlake.stream.bucket_merge import BucketPlan, BucketResult
-from binlake.stream.last_changes import KeyedChanges
 from binlake.stream.records import images, key_columns
+from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult
+from binlake.stream.shares.last_changes import KeyedChanges
 
 
 @dataclass
@@ -39,13 +39,13 @@ class TableSink:
     transform: Transform | None = None
     """The table's projection and filter (``schema.transforms``), if a rule matches it."""
     changelog: ChangelogWriter | None = None
-    """The table's changelog table, if its ``sink.modes`` rule keeps one (``sink/changelog.py``)."""
+    """The table's changelog table, if its ``sink.modes`` rule keeps one (``sink/history/changelog.py``)."""
     history: HistoryWriter | None = None
-    """The table's history table (SCD2), if its ``sink.modes`` rule keeps one (``sink/history.py``)."""
+    """The table's history table (SCD2), if its ``sink.modes`` rule keeps one (``sink/history/scd2.py``)."""
     changelog_updates: str = "both"
     """``both`` images of an update in the changelog, or the ``after`` image alone."""
     soft_delete: bool = False
-    """Whether rows the source deletes stay, marked (``sink/soft_delete.py``)."""
+    """Whether rows the source deletes stay, marked (``sink/history/soft_delete.py``)."""
 
     def __post_init__(self) -> None:
         self.arrow = arrow_schema(self.schema)
@@ -61,7 +61,7 @@ class TableSink:
 
     def bucket_plan(self, after: int, binlog: str = "binlog") -> BucketPlan:
         """What executors need to merge this table's changes after position ``after``
-        (``stream.bucket_merge``)."""
+        (``stream.shares.bucket_merge``)."""
         table = self.writer.table
         return BucketPlan(
             self.schema.table.name, self.arrow, self.keys, self.sink_arrow, self.sink_key_arrow,
@@ -88,7 +88,7 @@ class TableSink:
 
     def previous_rows(self, keys: pa.Table) -> pa.Table:
         """The sink's rows of these source keys, as rows of the source's columns (those the sink
-        has): the values an update that lacks columns keeps (``stream.patches``)."""
+        has): the values an update that lacks columns keeps (``stream.shares.patches``)."""
         stored = self.writer.rows_with_keys(self.key_rows(keys))
         return stored.select([n for n in self.schema.column_names if n in stored.column_names])
 
@@ -140,9 +140,9 @@ class PreparedShare:
     merged: BucketResult | None = None
     """The executors' committables (``upserts``/``deletes`` are then empty)."""
     changelog: pa.Table | None = None
-    """Rows for the changelog table (``sink/changelog.py``), if the table keeps one."""
+    """Rows for the changelog table (``sink/history/changelog.py``), if the table keeps one."""
     history: pa.Table | None = None
-    """Changelog rows for the history table (``sink/history.py``), if the table keeps one."""
+    """Changelog rows for the history table (``sink/history/scd2.py``), if the table keeps one."""
 
     def counts(self) -> dict[str, int]:
         kind = ("upserts", "deletes") if self.sink.keyed else ("inserts", "deletes")

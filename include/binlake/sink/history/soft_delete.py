@@ -8,7 +8,7 @@ A table whose ``sink.modes`` rule sets ``soft_delete`` (``config_modes.py``) has
 - ``__deleted_position__``: the delete's binlog position (file number × 2³² + offset).
 
 The stream turns a batch's deletes into upserts of their whole before images (read whole for these
-tables, ``stream.patches`` completes MINIMAL ones); a backfill marks the rows of its ranges the
+tables, ``stream.shares.patches`` completes MINIMAL ones); a backfill marks the rows of its ranges the
 source no longer has. The readers that compare the sink with the source — ``verify``, the quality
 checks, the tests' comparison — read the live rows (``live``). A row a transform's filter lets out
 leaves the table as ever: it was not deleted on the source.

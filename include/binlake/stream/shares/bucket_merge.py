@@ -8,7 +8,7 @@ run in Spark tasks, each on its share:
    table holds already, is cut by a hash of the key into ``buckets`` parts, so every change of one
    key lands in one bucket, whatever segment it came from.
 2. ``merge_buckets`` (after Spark's shuffle by table and bucket): a bucket's changes are put in
-   binlog order, compacted to the last change per key (``stream.last_changes``), projected onto the
+   binlog order, compacted to the last change per key (``stream.shares.last_changes``), projected onto the
    sink's columns and written as Parquet data files of the table (sorted by key). What goes back
    to the driver are *committables*: the files' ``DataFile`` entries, the batch's keys (the driver
    turns them into position deletes through the key index) and counts.
@@ -17,7 +17,7 @@ The driver then commits each table once, with the batch's end offset (exactly on
 batch that fails after step 2 leaves files no snapshot names, which ``binlake maintain`` removes.
 
 A bucket whose updates lack columns (``binlog_row_image`` NOBLOB/MINIMAL) needs the sink's stored
-rows to complete them (``stream.patches``); it reports ``patch`` and the driver merges the table
+rows to complete them (``stream.shares.patches``); it reports ``patch`` and the driver merges the table
 itself.
 """
 
@@ -41,8 +41,8 @@ from binlake.schema.projection import project
 from binlake.schema.transforms import Transform
 from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import write_data_files
-from binlake.stream.last_changes import last_per_key
 from binlake.stream.records import ABSENT_COLUMNS, CHANGES, images
+from binlake.stream.shares.last_changes import last_per_key
 
 #: Rows step 1 hands to Spark's shuffle: a block's changes of one key bucket (Arrow IPC).
 SPLIT_SCHEMA = pa.schema([("table", pa.string()), ("bucket", pa.int32()), ("data", pa.binary())])

@@ -1,4 +1,4 @@
-"""Writes a history table (``sink/history.py``), exactly once.
+"""Writes a history table (``sink/history/scd2.py``), exactly once.
 
 A batch's commit closes the versions its changes end and adds those they open, in one merge on
 the table's identity (the key and the change that opened the version) that also records the
@@ -20,9 +20,9 @@ from pyiceberg.table import Table
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.changelog_writer import CHANGE_KEY, UNITS_KEY, ChangelogWriter, units_summary
 from binlake.sink.exactly_once import CommitResult
-from binlake.sink.history import CLOSED, CURRENT, METADATA, VALID_TO, opened_rows, versions
+from binlake.sink.history.changelog_writer import CHANGE_KEY, UNITS_KEY, ChangelogWriter, units_summary
+from binlake.sink.history.scd2 import CLOSED, CURRENT, METADATA, VALID_TO, opened_rows, versions
 from binlake.sink.pyiceberg_internals import transaction
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ class HistoryWriter(ChangelogWriter):
     def _versions(self, properties: dict[str, str], changes: pa.Table) -> None:
         keys = changes.select(self.keys).group_by(self.keys).aggregate([]) if changes.num_rows else None
         current = self.current(keys) if keys is not None and keys.num_rows else self._empty()
-        rows = versions(changes, current, self.keys, self._sink_columns().names) if changes.num_rows else None
+        schema = self.table.schema().as_arrow()
+        rows = versions(changes, current, self.keys, schema) if changes.num_rows else None
         self._merge_rows(properties, rows)
 
     def _merge_rows(self, properties: dict[str, str], rows: pa.Table | None) -> None:

@@ -45,7 +45,7 @@ from binlake.config_modes import ModeRule
 from binlake.events import TableId
 from binlake.offsets import POS_MASK, BinlogOffset
 from binlake.sink.catalog import sink_name
-from binlake.sink.soft_delete import COLUMNS as SOFT_DELETE
+from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 
 OP = "__op__"
 ORIGIN = "__origin__"

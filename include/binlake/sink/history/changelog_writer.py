@@ -1,4 +1,4 @@
-"""Appends to a changelog table (``sink/changelog.py``), exactly once.
+"""Appends to a changelog table (``sink/history/changelog.py``), exactly once.
 
 - **a batch**: the stream's changelog rows, in one append commit that also records the batch's end
   offset (``IcebergWriter``'s rule: a batch at or before the stored offset is skipped).
@@ -30,13 +30,13 @@ from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
-from binlake.sink.changelog import DELETE, METADATA, read_rows
 from binlake.sink.exactly_once import CHUNKS_KEY, ChunkCommit, CommitResult, chunk_summary
 from binlake.sink.file_bounds import files_in_ranges
+from binlake.sink.history.changelog import DELETE, METADATA, read_rows
+from binlake.sink.history.soft_delete import live
 from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
 from binlake.sink.row_match import ClearRange, clear_mask
-from binlake.sink.soft_delete import live
 from binlake.sink.writer import IcebergWriter
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """A batch's commits to one sink table: its upsert table, and its changelog table first.
 
 The changelog commits first: a crash between the two leaves the changelog ahead, and the rerun
-computes the upsert table's rows from changes after *its* offset (``stream.patches`` completes
+computes the upsert table's rows from changes after *its* offset (``stream.shares.patches`` completes
 them from the upsert table, which must then not be ahead of them). Each table records its own
 offset in its own commit, so neither applies a change twice (``sink/exactly_once.py``).
 """
@@ -16,12 +16,12 @@ import pyarrow.compute as pc
 from binlake.errors import BinlakeError
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
-from binlake.sink.changelog import replaced_rows
-from binlake.sink.changelog_writer import ChangelogWriter, rows_in_ranges
+from binlake.sink.history.changelog import replaced_rows
+from binlake.sink.history.changelog_writer import ChangelogWriter, rows_in_ranges
+from binlake.sink.history.soft_delete import live, live_mask, marked_deleted
 from binlake.sink.row_match import ClearRange, clear_mask
-from binlake.sink.soft_delete import live, live_mask, marked_deleted
 from binlake.stream.records import images
-from binlake.stream.table_sink import PreparedShare, TableSink
+from binlake.stream.shares.table_sink import PreparedShare, TableSink
 
 #: The tables a sink table may keep beside it (``TableSink`` and ``PreparedShare`` attributes).
 COMPANIONS = ("changelog", "history")

@@ -1,5 +1,5 @@
-"""The tables a sink table may keep beside it: its changelog (``sink/changelog.py``) and its
-history (``sink/history.py``), as ``sink.modes`` rules ask."""
+"""The tables a sink table may keep beside it: its changelog (``sink/history/changelog.py``) and its
+history (``sink/history/scd2.py``), as ``sink.modes`` rules ask."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pyiceberg.table import Table
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.changelog import changelog_name, ensure_changelog
-from binlake.sink.changelog_writer import ChangelogWriter
-from binlake.sink.history import ensure_history, history_name
-from binlake.sink.history_writer import HistoryWriter
+from binlake.sink.history.changelog import changelog_name, ensure_changelog
+from binlake.sink.history.changelog_writer import ChangelogWriter
+from binlake.sink.history.scd2 import ensure_history, history_name
+from binlake.sink.history.scd2_writer import HistoryWriter
 
 
 def companion_names(config: PipelineConfig, table: TableId) -> list[str]:

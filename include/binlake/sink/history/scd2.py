@@ -14,7 +14,7 @@ table, ``<sink table>_history``: the sink table's columns (the version's values)
 The table as of a binlog position P holds the versions opened at or before P and not closed by
 then: ``__opened_position__ <= P AND (__closed_position__ IS NULL OR __closed_position__ > P)``.
 
-A batch's versions come from its changelog rows (``sink/changelog.py``, computed whether or not a
+A batch's versions come from its changelog rows (``sink/history/changelog.py``, computed whether or not a
 changelog table is kept): ``+I``/``+U`` open a version, ``-U``/``-D`` close the key's open one;
 the key's current version before the batch is read from the table (by its key's file bounds) and
 closed in the same commit that opens the new ones. Exactly once as every sink table: the commit
@@ -38,8 +38,8 @@ from pyiceberg.transforms import IdentityTransform
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.sink.catalog import sink_name
-from binlake.sink.changelog import EVENT_TIME, OP, ORDER, POSITION, mode_rule
-from binlake.sink.soft_delete import COLUMNS as SOFT_DELETE
+from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION, mode_rule
+from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 
 VALID_FROM = "__valid_from__"
 VALID_TO = "__valid_to__"
@@ -106,13 +106,14 @@ def ensure_history(catalog: Catalog, identifier: str, sink: Table, keys: Sequenc
     return table
 
 
-def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], columns: Sequence[str]) -> pa.Table:
+def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], schema: pa.Schema) -> pa.Table:
     """The history rows a batch writes: the versions its changes open (closed again within it or
     current), and the key's versions current before it (``current``) that they close.
 
-    ``changes``: changelog rows (sink columns and ``sink/changelog.py``'s metadata) in replay
-    order; ``columns``: the sink columns a version holds.
+    ``changes``: changelog rows (sink columns and ``sink/history/changelog.py``'s metadata) in replay
+    order; ``schema``: the history table's.
     """
+    columns = [n for n in schema.names if n not in METADATA.names]
     open_: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in current.to_pylist():
         open_[tuple(row[k] for k in keys)] = row
@@ -129,7 +130,7 @@ def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], columns:
                            OPENED: change[POSITION], OPENED_ORDER: change[ORDER], CLOSED: None})  # fmt: skip
             open_[key] = opened
             out[(*key, change[POSITION], change[ORDER])] = opened
-    return pa.Table.from_pylist(list(out.values()))
+    return pa.Table.from_pylist(list(out.values()), schema=schema)
 
 
 def opened_rows(rows: pa.Table, event_time: int, position: int) -> pa.Table:

@@ -1,0 +1,2 @@
+"""A table's share of a stream batch: compacted per key, completed, merged (on the executors or
+in the driver) and committed."""
