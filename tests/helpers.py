@@ -178,6 +178,14 @@ def assert_readers_agree(config: PipelineConfig) -> None:
         assert duck == bag(table.scan().to_arrow().to_pylist()), f"DuckDB reads {name} differently"
 
 
+def in_session(server: PrivateMariaDB, database: str, setting: str, *statements: str) -> None:
+    """Run ``statements`` in one session after ``setting`` (``SET SESSION binlog_format = …``)."""
+    with contextlib.closing(server.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute(setting)
+        for statement in statements:
+            cur.execute(statement)
+
+
 def write_config_file(tmp_path: Path, config: PipelineConfig, server: PrivateMariaDB) -> Path:
     """``config`` as a YAML file a job can read (with the server's password)."""
     import yaml

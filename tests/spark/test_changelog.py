@@ -5,7 +5,6 @@ through DuckDB's own reader."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 from collections import Counter
@@ -25,7 +24,7 @@ from binlake.spark.stream_job import run_stream
 from binlake.testing import duckdb_iceberg
 from binlake.testing.compare import bag, replay_changelog, source_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import assert_sink_equals_source, kill_9_at, stream_config, write_config_file
+from tests.helpers import assert_sink_equals_source, in_session, kill_9_at, stream_config, write_config_file
 
 pytestmark = pytest.mark.slow
 
@@ -219,13 +218,6 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     assert _changelog(config, database, "orders").scan().to_arrow().num_rows == before
 
 
-def _session(server: PrivateMariaDB, database: str, setting: str, *statements: str) -> None:
-    with contextlib.closing(server.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute(setting)
-        for statement in statements:
-            cur.execute(statement)
-
-
 def test_a_changelog_added_later_minimal_images_and_a_healed_gap(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
@@ -252,9 +244,9 @@ def test_a_changelog_added_later_minimal_images_and_a_healed_gap(
 
     # MINIMAL images: the changelog's before images and deleted rows come whole all the same.
     minimal = ["UPDATE orders SET total = total + 1 WHERE id = 30", "DELETE FROM orders WHERE id = 31"]
-    _session(mariadb, database, "SET SESSION binlog_row_image = 'MINIMAL'", *minimal)
+    in_session(mariadb, database, "SET SESSION binlog_row_image = 'MINIMAL'", *minimal)
     # A statement-logged update no row event carries: healed by a backfill of its table.
-    _session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'",
+    in_session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'",
              "UPDATE orders SET tenant_id = tenant_id + 100 WHERE id % 9 = 0")  # fmt: skip
     mariadb.execute("DELETE FROM orders WHERE id = 45", "UPDATE orders SET note = 'x' WHERE id = 46",
                     database=database)  # fmt: skip

@@ -7,7 +7,6 @@ backfill is staged: the restarted stream applies it."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from binlake.testing.workload import Workload
 from tests.dags.conftest import wait_for
 from tests.helpers import (
     assert_sink_equals_source,
+    in_session,
     kill_9_at,
     run_binlake,
     start_stream_process,
@@ -37,22 +37,15 @@ from tests.helpers import (
 pytestmark = pytest.mark.slow
 
 
-def _session(server: PrivateMariaDB, database: str, setting: str, *statements: str) -> None:
-    with contextlib.closing(server.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute(setting)
-        for statement in statements:
-            cur.execute(statement)
-
-
 def _gaps(server: PrivateMariaDB, database: str) -> None:
     """Three kinds of change no row event carries whole."""
-    _session(
+    in_session(
         server,
         database,
         "SET SESSION binlog_row_image = 'MINIMAL'",
         "INSERT INTO notes (id, v) VALUES (100, 1)",
     )  # `since`: a DATE default binlake cannot read
-    _session(server, database, "SET SESSION binlog_format = 'STATEMENT'",
+    in_session(server, database, "SET SESSION binlog_format = 'STATEMENT'",
              "UPDATE customers SET loyalty_points = loyalty_points + 5 WHERE id % 7 = 0")  # fmt: skip
     server.execute("ALTER TABLE notes ADD COLUMN twice INT AS (v * 2) STORED", database=database)
 
@@ -141,7 +134,7 @@ def test_a_stop_ends_with_binlakes_words_not_sparks_plan(
     config = stream_config(mariadb, database, tmp_path, {"on_gap": "stop"})
     plan(config)
     assert run_snapshot(config, spark).complete
-    _session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'", "UPDATE t SET v = 2")
+    in_session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'", "UPDATE t SET v = 2")
     job = start_stream_process(write_config_file(tmp_path, config, mariadb), None)
     _, err = job.communicate(timeout=300)
     text = err.decode()

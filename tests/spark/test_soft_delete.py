@@ -5,7 +5,6 @@ the comparison see the live rows, DuckDB reads what pyiceberg reads."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
-from tests.helpers import assert_sink_equals_source, kill_9_at, stream_config, write_config_file
+from tests.helpers import assert_sink_equals_source, in_session, kill_9_at, stream_config, write_config_file
 
 pytestmark = pytest.mark.slow
 
@@ -56,13 +55,6 @@ def _workload(mariadb: PrivateMariaDB, database: str, stop: threading.Event, don
         done.append(n)
 
 
-def _session(server: PrivateMariaDB, database: str, setting: str, *statements: str) -> None:
-    with contextlib.closing(server.admin_connection(database)) as conn, conn.cursor() as cur:
-        cur.execute(setting)
-        for statement in statements:
-            cur.execute(statement)
-
-
 def test_deleted_rows_stay_marked_through_kills_key_updates_and_a_healed_gap(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
@@ -87,9 +79,9 @@ def test_deleted_rows_stay_marked_through_kills_key_updates_and_a_healed_gap(
     # A delete with a MINIMAL image (the key alone), and one logged as a statement (a gap: the
     # backfill that heals it finds the rows gone from the source and marks them).
     live_ids = [r[0] for r in mariadb.query("SELECT id FROM orders ORDER BY id", database=database)]
-    _session(mariadb, database, "SET SESSION binlog_row_image = 'MINIMAL'",
+    in_session(mariadb, database, "SET SESSION binlog_row_image = 'MINIMAL'",
              f"DELETE FROM orders WHERE id = {live_ids[0]}")  # fmt: skip
-    _session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'",
+    in_session(mariadb, database, "SET SESSION binlog_format = 'STATEMENT'",
              f"DELETE FROM orders WHERE id IN ({live_ids[1]}, {live_ids[2]})")  # fmt: skip
     assert written > 0
     run_stream(config, spark, until_caught_up=True)
