@@ -1,0 +1,69 @@
+"""History versions from changelog rows (``sink/history/scd2.py``): a batch closes the versions its
+changes end — those current before it, and those it opened itself — and opens new ones."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+
+from binlake.sink.history.scd2 import CLOSED, CURRENT, METADATA, OPENED, VALID_FROM, VALID_TO, versions
+
+SCHEMA = pa.schema([pa.field("id", pa.int32(), nullable=False), ("v", pa.string()), *METADATA])
+
+
+def _time(s: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(s, dt.UTC)
+
+
+def _changes(*rows: tuple[str, int, str | None, int, int]) -> pa.Table:
+    """(op, id, v, position, order) changelog rows, event time = position."""
+    names = ("__op__", "id", "v", "__position__", "__order__")
+    return pa.Table.from_pylist(
+        [{**dict(zip(names, row, strict=True)), "__event_time__": _time(row[3])} for row in rows]
+    )
+
+
+def _current(i: int, v: str) -> dict[str, object]:
+    """A version current before the batch, opened at position 1."""
+    meta = {
+        VALID_FROM: _time(1),
+        VALID_TO: None,
+        CURRENT: True,
+        OPENED: 1,
+        "__opened_order__": 0,
+        CLOSED: None,
+    }
+    return {"id": i, "v": v, **meta}
+
+
+def test_a_batch_closes_and_opens_versions() -> None:
+    current = pa.Table.from_pylist([_current(1, "a"), _current(2, "b")], schema=SCHEMA)
+    changes = _changes(
+        ("-U", 1, "a", 10, 0),  # id 1 updated twice in the batch
+        ("+U", 1, "a2", 10, 1),
+        ("-U", 1, "a2", 20, 0),
+        ("+U", 1, "a3", 20, 1),
+        ("-D", 2, "b", 30, 0),  # id 2 deleted, then inserted again
+        ("+I", 2, "b2", 40, 0),
+        ("+I", 3, "c", 50, 0),  # a new key
+    )
+    out = {(r["id"], r[OPENED]): r for r in versions(changes, current, ["id"], SCHEMA).to_pylist()}
+    assert {k: (r["v"], r[CURRENT], r[CLOSED]) for k, r in out.items()} == {
+        (1, 1): ("a", False, 10),
+        (1, 10): ("a2", False, 20),
+        (1, 20): ("a3", True, None),
+        (2, 1): ("b", False, 30),
+        (2, 40): ("b2", True, None),
+        (3, 50): ("c", True, None),
+    }
+    assert out[1, 10][VALID_FROM] == _time(10)
+    assert out[1, 10][VALID_TO] == _time(20)
+    assert out[1, 20][VALID_TO] is None
+
+
+def test_an_after_image_alone_ends_the_version_before_it() -> None:
+    """``changelog_updates: after``, or an update seen without its before image."""
+    changes = _changes(("+I", 1, "a", 10, 0), ("+U", 1, "b", 20, 1))
+    out = versions(changes, SCHEMA.empty_table(), ["id"], SCHEMA).to_pylist()
+    assert [(r["v"], r[CURRENT], r[CLOSED]) for r in out] == [("a", False, 20), ("b", True, None)]
