@@ -3,6 +3,8 @@ names them, when a transform's filter lets a row in or out, and with the after i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -79,3 +81,19 @@ def test_a_mode_rule_keeps_the_upsert_table() -> None:
         ModeRule(source_table="a\\.b", mode="changelog")
     with pytest.raises(ValidationError, match="listed twice"):
         ModeRule(source_table="a\\.b", mode=["upsert", "upsert"])
+
+
+def test_the_tables_a_rule_keeps_beside_the_upsert_table(tmp_path: Path) -> None:
+    from binlake.config import PipelineConfig
+    from binlake.events import TableId
+    from binlake.sink.history.companions import sink_tables
+
+    raw = {
+        "pipeline": {"name": "p", "work_dir": str(tmp_path)},
+        "source": {"hostname": "h", "username": "u", "password": "x", "tables": ["shop\\..*"]},
+        "sink": {"modes": [{"source_table": "shop\\.orders", "mode": ["upsert", "changelog", "history"]}]},
+    }
+    config = PipelineConfig.model_validate(raw)
+    assert sink_tables(config, [TableId("shop", "orders"), TableId("shop", "items")]) == {
+        "shop.orders", "shop.orders_changelog", "shop.orders_history", "shop.items",
+    }  # fmt: skip

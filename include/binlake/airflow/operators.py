@@ -128,7 +128,7 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         return str(connection["master"]), connection.get("deploy_mode")
 
     def _summary(self, context: Any, config: PipelineConfig) -> dict[str, Any]:
-        from binlake.sink.catalog import sink_name
+        from binlake.sink.history.companions import sink_tables
         from binlake.state.offset_names import STREAM
         from binlake.state.store import StateStore
 
@@ -142,8 +142,8 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
                     for c in p.chunks
                     if c.high_watermark is not None and str(c.chunk.id) in wanted
                 }
-                tables = {sink_name(config, p.table) for p in plans
-                          if any(k.startswith(f"{p.table.name}#") for k in marks)}  # fmt: skip
+                read = [p.table for p in plans if any(k.startswith(f"{p.table.name}#") for k in marks)]
+                tables = sink_tables(config, read)
                 self._written = {
                     p.table: sum(c.row_count or 0 for c in p.chunks if str(c.chunk.id) in wanted)
                     for p in plans
@@ -156,7 +156,7 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
                 return self._backfill_summary(store, config.pipeline.name, context)
             self._written = dict.fromkeys((p.table for p in plans), None)
             offset = store.offsets(config.pipeline.name).load(STREAM)
-            tables = {sink_name(config, p.table) for p in plans}
+            tables = sink_tables(config, [p.table for p in plans])
             assets.emit(context, self.pipeline, self.catalog, tables, assets.layouts(config, tables))
             return {"stream_offset": offset.to_dict() if offset else None}
 

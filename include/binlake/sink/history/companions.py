@@ -3,12 +3,15 @@ history (``sink/history/scd2.py``), as ``sink.modes`` rules ask."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.catalog import sink_name
 from binlake.sink.history.changelog import changelog_name, ensure_changelog
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2 import ensure_history, history_name
@@ -18,6 +21,11 @@ from binlake.sink.history.scd2_writer import HistoryWriter
 def companion_names(config: PipelineConfig, table: TableId) -> list[str]:
     """``namespace.table`` of the changelog and history tables ``table`` keeps."""
     return [n for n in (changelog_name(config, table), history_name(config, table)) if n is not None]
+
+
+def sink_tables(config: PipelineConfig, tables: Iterable[TableId]) -> set[str]:
+    """The sink tables of ``tables``, with the changelog and history tables they keep."""
+    return {name for t in tables for name in (sink_name(config, t), *companion_names(config, t))}
 
 
 def companion_writers(
