@@ -24,6 +24,7 @@ from binlake.spark.stream_job import run_stream
 from binlake.testing import duckdb_iceberg
 from binlake.testing.compare import bag, replay_changelog, source_rows
 from binlake.testing.private_server import PrivateMariaDB
+from binlake.verify.verification import verify
 from tests.helpers import assert_sink_equals_source, in_session, kill_9_at, stream_config, write_config_file
 
 pytestmark = pytest.mark.slow
@@ -211,6 +212,12 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
         assert _as_of(_changelog(config, database, "orders"), position, columns) == rows
         assert _as_of(history, position, columns, "history") == rows
     _assert_history_is_current(config, database)
+
+    # verify checks the history's current versions against the source too.
+    report = verify(config, "v1")
+    checked = {t.identifier: {v.status for v in t.verdicts} for t in report.tables}
+    assert checked[sink_name(config, TableId(database, "orders")) + "_history"] == {"equal"}
+    assert set().union(*checked.values()) == {"equal"}
 
     # A run with nothing new appends nothing (a replayed batch is skipped).
     before = _changelog(config, database, "orders").scan().to_arrow().num_rows

@@ -68,10 +68,8 @@ def print_units(counts: dict[str, int]) -> None:
 
 def print_verdicts(table: Any) -> None:
     """One table's verification, as it finishes (a ``verify.verification.TableVerification``)."""
-    line = (
-        f"verify {table.table}: {len(table.verdicts)} chunks, {table.count('equal')} equal, "
-        f"{table.count('drifted')} drifted, {table.count('unverified')} unverified"
-    )
+    counts = ", ".join(f"{table.count(s)} {s}" for s in ("equal", "drifted", "unverified"))
+    line = f"verify {table.table} (sink {table.sink}): {len(table.verdicts)} chunks, {counts}"
     print(line, file=sys.stderr)
     for v in table.verdicts:
         if v.status in ("drifted", "unverified"):

@@ -24,8 +24,11 @@ def data_docs(config: PipelineConfig, report: VerifyReport) -> Path:
     """Build the report's Data Docs under ``<work_dir>/reports``; returns its index page."""
     name = safe_name(f"{config.pipeline.name}__{report.verify_id}")
     docs = DataDocs(config.pipeline.work_dir.resolve() / "reports" / name, report.verify_id)
-    for table in report.tables:
-        docs.validate(f"verify {table.table}", _frame(table), [_expectation(table)])
+    seen: set[str] = set()
+    for table in report.tables:  # a table's history is verified after it: named by its sink table
+        name = f"verify {table.table}" if table.table not in seen else f"verify {table.sink}"
+        seen.add(table.table)
+        docs.validate(name, _frame(table), [_expectation(table)])
     return docs.build()
 
 

@@ -28,6 +28,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import select_converter
+from binlake.sink.history.scd2 import CURRENT, current
 from binlake.sink.history.soft_delete import DELETED, live
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.stream.records import images
@@ -104,11 +105,12 @@ def sink_sums(
     if pinned.snapshot_id is None:
         return counts, totals
     names = [c.name for c in columns] + ([SOURCE_TABLE_COLUMN] if routed else [])
-    if DELETED in pinned.table.schema().column_names:  # soft deletes: the live rows are the source's
-        names.append(DELETED)
+    present = set(pinned.table.schema().column_names)
+    # Soft deletes: the live rows are the source's; a history: its current versions.
+    names += [c for c in (DELETED, CURRENT) if c in present]
     scan = pinned.table.scan(snapshot_id=pinned.snapshot_id, selected_fields=tuple(names))
     for batch in scan.to_arrow_batch_reader():
-        rows = live(pa.Table.from_batches([batch]))
+        rows = current(live(pa.Table.from_batches([batch])))
         if routed:
             rows = rows.filter(pc.equal(rows.column(SOURCE_TABLE_COLUMN), schema.table.name))
         if rows.num_rows:

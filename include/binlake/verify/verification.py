@@ -35,6 +35,7 @@ from binlake.schema.transform_sql import TransformError
 from binlake.schema.transforms import Transform, transform_of, transform_rule
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import stream_offset
+from binlake.sink.history.scd2 import history_name
 from binlake.source.binlog.change_reader import SchemaChangedError
 from binlake.source.binlog.event_rows import UnreplicableChangeError
 from binlake.source.binlog.scan import BinlogPurgedError, binary_logs
@@ -161,6 +162,15 @@ def verify(
             report.tables.append(result)
             if progress is not None:
                 progress(result)
+            history = history_name(config, stored.table)
+            if history is not None:  # its current versions are the source's rows too (not recorded:
+                # the store keeps one verdict per chunk of a source table — the upsert table's)
+                result = _verify_table(
+                    config, store, schema, column.name, chunks, plans, consistent_snapshot, history
+                )
+                report.tables.append(result)
+                if progress is not None:
+                    progress(result)
     report.seconds = time.monotonic() - started
     return report
 
@@ -181,9 +191,11 @@ def _verify_table(
     ranges: list[ChunkRange],
     plans: Sequence[StoredPlan],
     consistent_snapshot: bool | None,
+    identifier: str | None = None,
 ) -> TableVerification:
+    """Verify one sink table of ``schema`` (its upsert table, or ``identifier``: its history)."""
     name = config.pipeline.name
-    identifier = sink_name(config, schema.table)
+    identifier = identifier or sink_name(config, schema.table)
     result = TableVerification(schema.table.name, identifier, key)
     pinned = _pin(config, store, identifier)
     sink_columns = set(pinned.table.schema().column_names) if pinned else set()

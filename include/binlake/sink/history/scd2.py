@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
@@ -131,6 +132,13 @@ def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], schema: 
             open_[key] = opened
             out[(*key, change[POSITION], change[ORDER])] = opened
     return pa.Table.from_pylist(list(out.values()), schema=schema)
+
+
+def current(rows: pa.Table) -> pa.Table:
+    """A history's current versions among ``rows`` (all of them, if they are not a history's)."""
+    if CURRENT not in rows.column_names:
+        return rows
+    return rows.filter(pc.fill_null(rows.column(CURRENT), False))
 
 
 def opened_rows(rows: pa.Table, event_time: int, position: int) -> pa.Table:

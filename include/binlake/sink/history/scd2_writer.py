@@ -13,7 +13,6 @@ import time
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
@@ -22,7 +21,7 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.exactly_once import CommitResult
 from binlake.sink.history.changelog_writer import CHANGE_KEY, UNITS_KEY, ChangelogWriter, units_summary
-from binlake.sink.history.scd2 import CLOSED, CURRENT, METADATA, VALID_TO, opened_rows, versions
+from binlake.sink.history.scd2 import CLOSED, CURRENT, METADATA, VALID_TO, current, opened_rows, versions
 from binlake.sink.pyiceberg_internals import transaction
 
 log = logging.getLogger(__name__)
@@ -103,8 +102,7 @@ class HistoryWriter(ChangelogWriter):
 
     def current(self, keys: pa.Table) -> pa.Table:
         """The current versions of these keys (the table's key columns)."""
-        found = self.rows_with_keys(keys)
-        return found.filter(pc.fill_null(found.column(CURRENT), False))
+        return current(self.rows_with_keys(keys))
 
     def _empty(self) -> pa.Table:
         return self.table.schema().as_arrow().empty_table()
