@@ -215,7 +215,7 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
 
     # verify checks the history's current versions against the source too.
     report = verify(config, "v1")
-    checked = {t.identifier: {v.status for v in t.verdicts} for t in report.tables}
+    checked = {t.sink: {v.status for v in t.verdicts} for t in report.tables}
     assert checked[sink_name(config, TableId(database, "orders")) + "_history"] == {"equal"}
     assert set().union(*checked.values()) == {"equal"}
 
