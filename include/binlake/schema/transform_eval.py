@@ -6,7 +6,17 @@ pipeline stops before writing a row the server would have computed differently."
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Context, Decimal, DivisionByZero, InvalidOperation, localcontext
+from decimal import (
+    ROUND_CEILING,
+    ROUND_DOWN,
+    ROUND_FLOOR,
+    ROUND_HALF_UP,
+    Context,
+    Decimal,
+    DivisionByZero,
+    InvalidOperation,
+    localcontext,
+)
 from typing import Any, TypeAlias
 
 import pyarrow as pa
@@ -145,6 +155,34 @@ class Evaluator:
             values = [
                 None if a is None or b is None else operation(a, b) for a, b in zip(left, right, strict=True)
             ]
+        return self._exact_values(node, values)
+
+    def _rounded(self, node: Node, rounding: str) -> Datum:
+        """An exact number rounded to ``node.value`` digits (negative: left of the point)."""
+        step = Decimal(1).scaleb(-int(node.value))
+        with localcontext(_WIDE):
+            values: list[Any] = [
+                None if v is None else Decimal(v).quantize(step, rounding=rounding)
+                for v in self._python(node.args[0])
+            ]
+        if node.type.kind == "int":
+            values = [None if v is None else int(v) for v in values]
+        return self._exact_values(node, values)
+
+    def _ceil(self, node: Node) -> Datum:
+        return self._rounded(node, ROUND_CEILING)
+
+    def _floor(self, node: Node) -> Datum:
+        return self._rounded(node, ROUND_FLOOR)
+
+    def _round(self, node: Node) -> Datum:
+        return self._rounded(node, ROUND_HALF_UP)  # half away from zero, as MySQL's exact ROUND
+
+    def _truncate(self, node: Node) -> Datum:
+        return self._rounded(node, ROUND_DOWN)
+
+    def _exact_values(self, node: Node, values: list[Any]) -> Datum:
+        """Python integers or decimals as ``node``'s type (refused past BIGINT's range)."""
         if node.type.kind == "int":
             low = 0 if node.type.unsigned else -(2**63)
             if any(v is not None and not low <= v < 2**63 for v in values):

@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlglot import exp
 
+from binlake.schema.transform_numbers import NUMBER_RULES, Rule, decimal_of
 from binlake.schema.transform_sql import _INT_DIGITS, MAX_PRECISION, NULL, Compiler, Node, SqlType, make
 
 BOOL = SqlType("bool")
-#: How one kind of node is typed (the node: that kind of sqlglot expression).
-Rule = Callable[[Compiler, Any], Node]
 
 
 def _literal(c: Compiler, node: exp.Literal) -> Node:
@@ -40,82 +38,6 @@ def _boolean(c: Compiler, node: exp.Boolean) -> Node:
     return make("literal", SqlType("int", 1), (), node, 1 if node.this else 0)
 
 
-def _decimal(t: SqlType) -> tuple[int, int]:
-    """``t`` as DECIMAL(precision, scale) (integers by their digits)."""
-    return (t.precision or _INT_DIGITS, 0) if t.kind in ("int", "bool") else (t.precision, t.scale)
-
-
-def _arithmetic(c: Compiler, node: Any) -> Node:
-    left, right = c.children(node, node.this, node.expression)
-    for side in (left, right):
-        if not (side.type.numeric or side.type.kind == "null"):
-            raise c.refuse(node, f"`{side.sql}` is {side.type.kind}, not a number")
-    op = {exp.Add: "add", exp.Sub: "subtract", exp.Mul: "multiply"}[type(node)]
-    kinds = {left.type.kind, right.type.kind} - {"null"}
-    unsigned = left.type.unsigned or right.type.unsigned
-    if "double" in kinds:
-        kind = SqlType("double")
-    elif "decimal" in kinds:
-        (p1, s1), (p2, s2) = _decimal(left.type), _decimal(right.type)
-        if op == "multiply":
-            scale, precision = s1 + s2, p1 + p2
-        else:
-            scale = max(s1, s2)
-            precision = max(p1 - s1, p2 - s2) + scale + 1
-        if precision > MAX_PRECISION or scale > 30:
-            why = f"its result, DECIMAL({precision},{scale}), is wider than the 38 digits binlake computes"
-            raise c.refuse(node, why, "multiply fewer factors, or compute it downstream")
-        kind = SqlType("decimal", precision, scale, unsigned)
-    else:
-        kind = SqlType("int", _INT_DIGITS, 0, unsigned)
-    return make(op, kind, (left, right), node)
-
-
-def _division(c: Compiler, node: exp.Expression) -> Node:
-    raise c.refuse(node, "`/` rounds by the server's own rules (div_precision_increment)",
-                   "use `DIV` (integer division) or `%`, multiply instead (`amount * 100`), "
-                   "or compute it downstream")  # fmt: skip
-
-
-def _exact_operands(c: Compiler, node: exp.Expression) -> tuple[Node, Node]:
-    left, right = c.children(node, node.this, node.expression)
-    for side in (left, right):
-        if side.type.kind not in ("int", "bool", "decimal", "null"):
-            raise c.refuse(node, f"`{side.sql}` is {side.type.kind}: binlake computes `%`, MOD and DIV "
-                           "of integers and DECIMALs", "CAST it to DECIMAL")  # fmt: skip
-    return left, right
-
-
-def _modulo(c: Compiler, node: exp.Mod) -> Node:
-    """``a % b``, ``MOD(a, b)``: the sign of the dividend, NULL for a zero divisor; DECIMAL at the
-    wider scale (MySQL's ``Item_func_mod``)."""
-    left, right = _exact_operands(c, node)
-    if "decimal" in (left.type.kind, right.type.kind):
-        (p1, s1), (p2, s2) = _decimal(left.type), _decimal(right.type)
-        scale = max(s1, s2)
-        kind = SqlType(
-            "decimal", min(MAX_PRECISION, max(p1 - s1, p2 - s2) + scale), scale, left.type.unsigned
-        )
-    else:
-        kind = SqlType("int", _INT_DIGITS, 0, left.type.unsigned)
-    return make("modulo", kind, (left, right), node)
-
-
-def _int_divide(c: Compiler, node: exp.IntDiv) -> Node:
-    """``a DIV b``: the quotient truncated toward zero, NULL for a zero divisor (``Item_func_int_div``)."""
-    left, right = _exact_operands(c, node)
-    unsigned = left.type.unsigned or right.type.unsigned
-    return make("int_divide", SqlType("int", _INT_DIGITS, 0, unsigned), (left, right), node)
-
-
-def _negate(c: Compiler, node: exp.Neg) -> Node:
-    (arg,) = c.children(node, node.this)
-    if not arg.type.numeric:
-        raise c.refuse(node, f"`{arg.sql}` is not a number")
-    kind = SqlType(arg.type.kind if arg.type.kind != "bool" else "int", arg.type.precision, arg.type.scale)
-    return make("negate", kind, (arg,), node)
-
-
 def comparable(c: Compiler, node: exp.Expression, left: Node, right: Node) -> SqlType:
     """The type two sides are compared as (MySQL's rules, within what binlake evaluates exactly)."""
     a, b = left.type, right.type
@@ -125,7 +47,7 @@ def comparable(c: Compiler, node: exp.Expression, left: Node, right: Node) -> Sq
         if "double" in (a.kind, b.kind):
             return SqlType("double")
         if "decimal" in (a.kind, b.kind):
-            (p1, s1), (p2, s2) = _decimal(a), _decimal(b)
+            (p1, s1), (p2, s2) = decimal_of(a), decimal_of(b)
             scale = max(s1, s2)
             return SqlType("decimal", min(MAX_PRECISION, max(p1 - s1, p2 - s2) + scale), scale)
         return SqlType("int", _INT_DIGITS)
@@ -207,8 +129,8 @@ def common_type(c: Compiler, node: exp.Expression, args: tuple[Node, ...]) -> Sq
         if "double" in kinds:
             return SqlType("double")
         if "decimal" in kinds:
-            scale = max(_decimal(t)[1] for t in typed)
-            digits = max(_decimal(t)[0] - _decimal(t)[1] for t in typed)
+            scale = max(decimal_of(t)[1] for t in typed)
+            digits = max(decimal_of(t)[0] - decimal_of(t)[1] for t in typed)
             return SqlType("decimal", min(MAX_PRECISION, digits + scale), scale)
         return SqlType("int", _INT_DIGITS, 0, all(t.unsigned for t in typed))
     if len(kinds) == 1 and "text" in kinds:
@@ -290,13 +212,6 @@ def _length(c: Compiler, node: exp.Length) -> Node:
     return make("char_length", SqlType("int", _INT_DIGITS, 0, True), (arg,), node)
 
 
-def _abs(c: Compiler, node: exp.Abs) -> Node:
-    (arg,) = c.children(node, node.this)
-    if not arg.type.numeric:
-        raise c.refuse(node, f"`{arg.sql}` is not a number")
-    return make("abs", arg.type if arg.type.kind != "bool" else SqlType("int", 1), (arg,), node)
-
-
 def _nullif(c: Compiler, node: exp.Nullif) -> Node:
     left, right = c.children(node, node.this, node.expression)
     common = comparable(c, node, left, right)
@@ -368,17 +283,11 @@ def _part(op: str) -> Rule:
 
 
 RULES: dict[type[exp.Expression], Rule] = {
+    **NUMBER_RULES,
     exp.Column: lambda c, n: c.reference(n),
     exp.Literal: _literal,
     exp.Null: _null,
     exp.Boolean: _boolean,
-    exp.Add: _arithmetic,
-    exp.Sub: _arithmetic,
-    exp.Mul: _arithmetic,
-    exp.Neg: _negate,
-    exp.Div: _division,
-    exp.IntDiv: _int_divide,
-    exp.Mod: _modulo,
     exp.Nullif: _nullif,
     exp.Trim: _trim,
     exp.Substring: _substring,
@@ -402,7 +311,6 @@ RULES: dict[type[exp.Expression], Rule] = {
     exp.Lower: _text_function("lower"),
     exp.Concat: _concat,
     exp.Length: _length,
-    exp.Abs: _abs,
     exp.TsOrDsToDate: _date,
     exp.Year: _part("year"),
     exp.Month: _part("month"),
