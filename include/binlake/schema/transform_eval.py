@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
+from binlake.schema.date_format import date_format
 from binlake.schema.transform_sql import Node, SqlType
 
 #: An Arrow array, chunked array or scalar (pyarrow's compute functions take and give any of them).
@@ -328,6 +329,11 @@ class Evaluator:
 
     def _date(self, node: Node) -> Datum:
         return pc.cast(self.value(node.args[0]), pa.date32())
+
+    def _date_format(self, node: Node) -> Datum:
+        values = self.value(node.args[0])
+        times = [values.as_py()] * self.rows.num_rows if isinstance(values, pa.Scalar) else values.to_pylist()
+        return pa.array([None if t is None else date_format(t, node.value) for t in times], pa.string())
 
     def _year(self, node: Node) -> Datum:
         return pc.year(self.value(node.args[0]))

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from binlake.schema.date_format import refused_specifiers
 from binlake.schema.transform_numbers import NUMBER_RULES, Rule, decimal_of
 from binlake.schema.transform_sql import _INT_DIGITS, MAX_PRECISION, NULL, Compiler, Node, SqlType, make
 
@@ -282,6 +283,23 @@ def _part(op: str) -> Rule:
     return rule
 
 
+def _date_format(c: Compiler, node: exp.TimeToStr) -> Node:
+    """``DATE_FORMAT(x, 'constant')`` of a DATE, DATETIME or TIMESTAMP (``schema.date_format``)."""
+    inner = node.this.this if isinstance(node.this, exp.TsOrDsToTimestamp) else node.this
+    (arg,) = c.children(node, inner)
+    if arg.type.kind not in ("date", "datetime", "timestamp"):
+        raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not a DATE, DATETIME or TIMESTAMP")
+    if not isinstance(node.args["format"], exp.Literal):
+        raise c.refuse(node, "its format is not a constant", "format with a constant string")
+    # sqlglot keeps the format in its own notation: the server's, as MySQL's SQL writes it back
+    written = exp.TimeToStr(this=exp.column("x"), format=node.args["format"]).sql(dialect="mysql")
+    fmt = written[written.index("'") + 1 : written.rindex("'")].replace("''", "'")
+    refused = refused_specifiers(fmt)
+    if refused:
+        raise c.refuse(node, f"week numbers ({', '.join(refused)}) follow MySQL's own week rules")
+    return make("date_format", SqlType("text", length=64), (arg,), node, fmt)
+
+
 RULES: dict[type[exp.Expression], Rule] = {
     **NUMBER_RULES,
     exp.Column: lambda c, n: c.reference(n),
@@ -312,6 +330,7 @@ RULES: dict[type[exp.Expression], Rule] = {
     exp.Concat: _concat,
     exp.Length: _length,
     exp.TsOrDsToDate: _date,
+    exp.TimeToStr: _date_format,
     exp.Year: _part("year"),
     exp.Month: _part("month"),
     exp.Day: _part("day"),
