@@ -23,7 +23,8 @@ from tests.schema.test_transforms import arrow_rows, same, source
 TABLE = """CREATE TABLE f (
   id INT PRIMARY KEY, i INT, j INT, b BIGINT, k INT, u INT UNSIGNED, ub BIGINT UNSIGNED, t TINYINT,
   d DECIMAL(12,3), e DECIMAL(30,10), s VARCHAR(40) COLLATE utf8mb4_bin,
-  g VARCHAR(20) CHARACTER SET ascii COLLATE ascii_general_ci, at DATETIME(6), ts TIMESTAMP(6) NULL)"""
+  g VARCHAR(20) CHARACTER SET ascii COLLATE ascii_general_ci, at DATETIME(6), ts TIMESTAMP(6) NULL,
+  later DATETIME(6))"""
 
 #: Each function binlake evaluates, on the columns it takes (binlake.schema.transform_rules).
 FUNCTIONS = [
@@ -42,6 +43,11 @@ FUNCTIONS = [
     "DATE_FORMAT(at, '%Y-%m-%d %H:%i:%s.%f')", "DATE_FORMAT(at, '%y%c%e %k %l %h %I %p %r %T')",
     "DATE_FORMAT(at, '%a %b %D %j %M %W %w %% %q')", "DATE_FORMAT(ts, '%Y-%m')",
     "DATE_FORMAT(DATE(at), '%d/%m/%Y %H')",
+    "TIMESTAMPDIFF(MICROSECOND, at, later)", "TIMESTAMPDIFF(SECOND, at, later)",
+    "TIMESTAMPDIFF(MINUTE, later, at)", "TIMESTAMPDIFF(HOUR, at, later)", "TIMESTAMPDIFF(DAY, at, later)",
+    "TIMESTAMPDIFF(WEEK, later, at)", "TIMESTAMPDIFF(MONTH, at, later)", "TIMESTAMPDIFF(MONTH, later, at)",
+    "TIMESTAMPDIFF(QUARTER, at, later)", "TIMESTAMPDIFF(YEAR, later, at)",
+    "TIMESTAMPDIFF(MONTH, DATE(at), later)", "TIMESTAMPDIFF(SECOND, ts, later)", "TIMESTAMPDIFF(MONTH, ts, later)",
 ]  # fmt: skip
 
 _TEXT = [
@@ -87,6 +93,10 @@ def _row(rng: random.Random, n: int) -> tuple[Any, ...]:
         _pick(rng, 0.1, "abc", "ABC", "abc ", " abc", "x", ""),
         _pick(rng, 0.1, day),
         _pick(rng, 0.1, day.replace(year=min(day.year, 2037))),
+        # near `at` (same day and time of the month, a second either side, month ends) or far
+        _pick(rng, 0.1, day + dt.timedelta(days=rng.choice((0, 31, 61, 365, -30, -366))),
+              day + dt.timedelta(seconds=rng.choice((1, -1, 59, 3600))), day.replace(day=min(day.day, 28)),
+              dt.datetime(1971, 1, 1) + dt.timedelta(seconds=rng.randint(0, 2_000_000_000))),
     )  # fmt: skip
 
 
@@ -97,7 +107,7 @@ def table(mariadb: PrivateMariaDB, database: str) -> CreateTable:
     mariadb.execute(TABLE, database=database)
     with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        cur.executemany(f"INSERT INTO f VALUES ({', '.join(['%s'] * 14)})", rows)
+        cur.executemany(f"INSERT INTO f VALUES ({', '.join(['%s'] * 15)})", rows)
         conn.commit()
         return discover(conn, [TableId(database, "f")])[0]
 
@@ -151,6 +161,7 @@ def test_where_the_server_stops_binlake_stops(
         ("DATE_FORMAT(at, '%Y week %U')", "week numbers"),  # MySQL's own week rules
         ("DATE_FORMAT(at, s)", "not a constant"),
         ("DATE_FORMAT(i, '%Y')", "not a DATE"),
+        ("TIMESTAMPDIFF(SECOND, i, at)", "not a DATE"),
     ],
 )
 def test_what_binlake_cannot_reproduce_is_refused(table: CreateTable, expression: str, reason: str) -> None:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
-from binlake.schema.date_format import date_format
+from binlake.schema.date_functions import date_format, timestamp_diff
 from binlake.schema.transform_sql import Node, SqlType
 
 #: An Arrow array, chunked array or scalar (pyarrow's compute functions take and give any of them).
@@ -334,6 +334,16 @@ class Evaluator:
         values = self.value(node.args[0])
         times = [values.as_py()] * self.rows.num_rows if isinstance(values, pa.Scalar) else values.to_pylist()
         return pa.array([None if t is None else date_format(t, node.value) for t in times], pa.string())
+
+    def _timestamp_diff(self, node: Node) -> Datum:
+        starts, ends = (self._python(a) for a in node.args)
+        return pa.array(
+            [
+                None if a is None or b is None else timestamp_diff(node.value, a, b)
+                for a, b in zip(starts, ends, strict=True)
+            ],
+            pa.int64(),
+        )
 
     def _year(self, node: Node) -> Datum:
         return pc.year(self.value(node.args[0]))

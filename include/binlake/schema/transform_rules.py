@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from binlake.schema.date_format import refused_specifiers
+from binlake.schema.date_functions import UNITS, refused_specifiers
 from binlake.schema.transform_numbers import NUMBER_RULES, Rule, decimal_of
 from binlake.schema.transform_sql import _INT_DIGITS, MAX_PRECISION, NULL, Compiler, Node, SqlType, make
 
@@ -284,7 +284,7 @@ def _part(op: str) -> Rule:
 
 
 def _date_format(c: Compiler, node: exp.TimeToStr) -> Node:
-    """``DATE_FORMAT(x, 'constant')`` of a DATE, DATETIME or TIMESTAMP (``schema.date_format``)."""
+    """``DATE_FORMAT(x, 'constant')`` of a DATE, DATETIME or TIMESTAMP (``schema.date_functions``)."""
     inner = node.this.this if isinstance(node.this, exp.TsOrDsToTimestamp) else node.this
     (arg,) = c.children(node, inner)
     if arg.type.kind not in ("date", "datetime", "timestamp"):
@@ -298,6 +298,18 @@ def _date_format(c: Compiler, node: exp.TimeToStr) -> Node:
     if refused:
         raise c.refuse(node, f"week numbers ({', '.join(refused)}) follow MySQL's own week rules")
     return make("date_format", SqlType("text", length=64), (arg,), node, fmt)
+
+
+def _timestamp_diff(c: Compiler, node: exp.TimestampDiff) -> Node:
+    """``TIMESTAMPDIFF(unit, start, end)`` of DATEs, DATETIMEs and TIMESTAMPs (``schema.date_functions``)."""
+    end, start = c.children(node, node.this, node.expression)
+    for arg in (start, end):
+        if arg.type.kind not in ("date", "datetime", "timestamp", "null"):
+            raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not a DATE, DATETIME or TIMESTAMP")
+    unit = str(node.args["unit"].this).upper() if node.args.get("unit") is not None else ""
+    if unit not in UNITS:
+        raise c.refuse(node, f"its unit `{unit}` is not one binlake counts in")
+    return make("timestamp_diff", SqlType("int", _INT_DIGITS, 0), (start, end), node, unit)
 
 
 RULES: dict[type[exp.Expression], Rule] = {
@@ -331,6 +343,7 @@ RULES: dict[type[exp.Expression], Rule] = {
     exp.Length: _length,
     exp.TsOrDsToDate: _date,
     exp.TimeToStr: _date_format,
+    exp.TimestampDiff: _timestamp_diff,
     exp.Year: _part("year"),
     exp.Month: _part("month"),
     exp.Day: _part("day"),

@@ -1,6 +1,10 @@
-"""MySQL's ``DATE_FORMAT`` in Python, for the specifiers whose result binlake reproduces exactly:
-every one but the week numbers (``%U %u %V %v %X %x``: MySQL's own week rules), with the server's
-default ``lc_time_names`` (en_US: English day and month names)."""
+"""MySQL's date functions in Python, where binlake reproduces their results exactly:
+
+- ``DATE_FORMAT``: every specifier but the week numbers (``%U %u %V %v %X %x``: MySQL's own week
+  rules), with the server's default ``lc_time_names`` (en_US: English day and month names);
+- ``TIMESTAMPDIFF``: whole units from one moment to another, truncated toward zero; months (and
+  quarters, years) counted as the server counts them (``calc_time_diff``/``TIMESTAMPDIFF``: a month
+  is complete once the later moment's day and time of the month reach the earlier one's)."""
 
 from __future__ import annotations
 
@@ -48,3 +52,33 @@ def _suffix(day: int) -> str:
     if day in (11, 12, 13):
         return "th"
     return {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+
+
+#: Microseconds per unit of ``TIMESTAMPDIFF`` (the others count months).
+_MICROS = {
+    "MICROSECOND": 1, "SECOND": 10**6, "MINUTE": 60 * 10**6, "HOUR": 3600 * 10**6,
+    "DAY": 86_400 * 10**6, "WEEK": 7 * 86_400 * 10**6,
+}  # fmt: skip
+_MONTHS_PER = {"MONTH": 1, "QUARTER": 3, "YEAR": 12}
+UNITS = frozenset(_MICROS) | frozenset(_MONTHS_PER)
+
+
+def timestamp_diff(unit: str, start: dt.datetime | dt.date, end: dt.datetime | dt.date) -> int:
+    """``TIMESTAMPDIFF(unit, start, end)``: whole ``unit``s from ``start`` to ``end``."""
+    a, b = _moment(start), _moment(end)
+    if unit in _MICROS:
+        micros = (b - a) // dt.timedelta(microseconds=1)
+        whole = abs(micros) // _MICROS[unit]
+        return whole if micros >= 0 else -whole
+    later, earlier, sign = (b, a, 1) if b >= a else (a, b, -1)
+    months = (later.year - earlier.year) * 12 + later.month - earlier.month
+    if (later.day, later.time()) < (earlier.day, earlier.time()):
+        months -= 1
+    return sign * (months // _MONTHS_PER[unit])
+
+
+def _moment(value: dt.datetime | dt.date) -> dt.datetime:
+    """A naive moment (a TIMESTAMP in UTC, the evaluation's session time zone; a DATE at midnight)."""
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
+    return dt.datetime(value.year, value.month, value.day)
