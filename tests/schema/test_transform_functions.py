@@ -47,7 +47,8 @@ FUNCTIONS = [
     "TIMESTAMPDIFF(MINUTE, later, at)", "TIMESTAMPDIFF(HOUR, at, later)", "TIMESTAMPDIFF(DAY, at, later)",
     "TIMESTAMPDIFF(WEEK, later, at)", "TIMESTAMPDIFF(MONTH, at, later)", "TIMESTAMPDIFF(MONTH, later, at)",
     "TIMESTAMPDIFF(QUARTER, at, later)", "TIMESTAMPDIFF(YEAR, later, at)",
-    "TIMESTAMPDIFF(MONTH, DATE(at), later)", "TIMESTAMPDIFF(SECOND, ts, later)", "TIMESTAMPDIFF(MONTH, ts, later)",
+    "TIMESTAMPDIFF(MONTH, DATE(at), later)", "TIMESTAMPDIFF(SECOND, ts, later)",
+    "TIMESTAMPDIFF(MONTH, ts, later)",
 ]  # fmt: skip
 
 _TEXT = [
