@@ -49,6 +49,10 @@ FUNCTIONS = [
     "TIMESTAMPDIFF(QUARTER, at, later)", "TIMESTAMPDIFF(YEAR, later, at)",
     "TIMESTAMPDIFF(MONTH, DATE(at), later)", "TIMESTAMPDIFF(SECOND, ts, later)",
     "TIMESTAMPDIFF(MONTH, ts, later)",
+    "TIMESTAMPADD(MONTH, t, at)", "TIMESTAMPADD(DAY, k, at)", "TIMESTAMPADD(SECOND, i, at)",
+    "TIMESTAMPADD(MICROSECOND, b, at)", "TIMESTAMPADD(YEAR, i, at)", "TIMESTAMPADD(QUARTER, t, DATE(at))",
+    "TIMESTAMPADD(HOUR, t, DATE(at))", "TIMESTAMPADD(WEEK, k, ts)", "DATE_ADD(at, INTERVAL 1 MONTH)",
+    "DATE_SUB(DATE(at), INTERVAL 13 MONTH)", "DATE_ADD(later, INTERVAL t DAY)",
 ]  # fmt: skip
 
 _TEXT = [
@@ -163,6 +167,7 @@ def test_where_the_server_stops_binlake_stops(
         ("DATE_FORMAT(at, s)", "not a constant"),
         ("DATE_FORMAT(i, '%Y')", "not a DATE"),
         ("TIMESTAMPDIFF(SECOND, i, at)", "not a DATE"),
+        ("TIMESTAMPADD(DAY, d, at)", "not a whole number"),  # the server rounds a DECIMAL amount
     ],
 )
 def test_what_binlake_cannot_reproduce_is_refused(table: CreateTable, expression: str, reason: str) -> None:

@@ -2,12 +2,16 @@
 
 - ``DATE_FORMAT``: every specifier but the week numbers (``%U %u %V %v %X %x``: MySQL's own week
   rules), with the server's default ``lc_time_names`` (en_US: English day and month names);
+- ``TIMESTAMPADD``/``DATE_ADD``/``DATE_SUB`` by a whole number of units: a month added keeps the
+  day, or takes the month's last (``2024-01-31`` + 1 month is ``2024-02-29``); past year 9999 (or
+  before year 1) the server's result is NULL;
 - ``TIMESTAMPDIFF``: whole units from one moment to another, truncated toward zero; months (and
   quarters, years) counted as the server counts them (``calc_time_diff``/``TIMESTAMPDIFF``: a month
   is complete once the later moment's day and time of the month reach the earlier one's)."""
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
 import re
 
@@ -82,3 +86,27 @@ def _moment(value: dt.datetime | dt.date) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
     return dt.datetime(value.year, value.month, value.day)
+
+
+#: Units whose result of a DATE stays a DATE.
+DATE_UNITS = frozenset({"DAY", "WEEK", "MONTH", "QUARTER", "YEAR"})
+
+
+def timestamp_add(
+    unit: str, amount: int, value: dt.datetime | dt.date, as_date: bool
+) -> dt.datetime | dt.date | None:
+    """``TIMESTAMPADD(unit, amount, value)`` (a DATE when ``as_date``); None out of range."""
+    moment = _moment(value)
+    try:
+        if unit in _MICROS:
+            moment = moment + dt.timedelta(microseconds=amount * _MICROS[unit])
+        else:
+            months = moment.year * 12 + moment.month - 1 + amount * _MONTHS_PER[unit]
+            year, month = divmod(months, 12)
+            last = calendar.monthrange(year, month + 1)[1] if 1 <= year <= 9999 else 0
+            if not last:
+                return None
+            moment = moment.replace(year=year, month=month + 1, day=min(moment.day, last))
+    except (OverflowError, ValueError):  # past datetime's years: the server's NULL
+        return None
+    return moment.date() if as_date else moment

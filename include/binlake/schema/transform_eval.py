@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
-from binlake.schema.date_functions import date_format, timestamp_diff
+from binlake.schema.date_functions import date_format, timestamp_add, timestamp_diff
 from binlake.schema.transform_sql import Node, SqlType
 
 #: An Arrow array, chunked array or scalar (pyarrow's compute functions take and give any of them).
@@ -344,6 +344,12 @@ class Evaluator:
             ],
             pa.int64(),
         )
+
+    def _timestamp_add(self, node: Node) -> Datum:
+        unit, as_date = node.value
+        pairs = zip(*(self._python(a) for a in node.args), strict=True)
+        values = [None if None in p else timestamp_add(unit, int(p[1]), p[0], as_date) for p in pairs]
+        return pa.array(values, arrow_of(node.type))
 
     def _year(self, node: Node) -> Datum:
         return pc.year(self.value(node.args[0]))

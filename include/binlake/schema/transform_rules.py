@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from binlake.schema.date_functions import UNITS, refused_specifiers
+from binlake.schema.date_functions import DATE_UNITS, UNITS, refused_specifiers
 from binlake.schema.transform_numbers import NUMBER_RULES, Rule, decimal_of
 from binlake.schema.transform_sql import _INT_DIGITS, MAX_PRECISION, NULL, Compiler, Node, SqlType, make
 
@@ -312,6 +312,27 @@ def _timestamp_diff(c: Compiler, node: exp.TimestampDiff) -> Node:
     return make("timestamp_diff", SqlType("int", _INT_DIGITS, 0), (start, end), node, unit)
 
 
+def _timestamp_add(c: Compiler, node: exp.Expression) -> Node:
+    """``TIMESTAMPADD(unit, n, t)``, ``DATE_ADD(t, INTERVAL n unit)``, ``DATE_SUB`` with a whole
+    number of units (``schema.date_functions``): a DATE stays a DATE by whole days, else a DATETIME."""
+    amount = node.expression
+    if isinstance(amount, exp.Literal) and amount.is_string and amount.this.lstrip("-").isdigit():
+        amount = exp.Literal.number(amount.this)  # sqlglot reads INTERVAL 1 DAY's 1 as text
+    if isinstance(node, exp.DateSub):
+        amount = exp.Neg(this=amount)
+    moment, count = c.children(node, node.this, amount)
+    if moment.type.kind not in ("date", "datetime", "timestamp"):
+        raise c.refuse(node, f"`{moment.sql}` is {moment.type.kind}, not a DATE, DATETIME or TIMESTAMP")
+    if count.type.kind not in ("int", "bool"):
+        raise c.refuse(node, f"`{count.sql}` is not a whole number of units")
+    unit = str(node.args["unit"].this).upper() if node.args.get("unit") is not None else "DAY"
+    if unit not in UNITS:
+        raise c.refuse(node, f"its unit `{unit}` is not one binlake adds")
+    as_date = moment.type.kind == "date" and unit in DATE_UNITS
+    kind = SqlType("date") if as_date else SqlType("datetime", 26, 6)
+    return make("timestamp_add", kind, (moment, count), node, (unit, as_date))
+
+
 RULES: dict[type[exp.Expression], Rule] = {
     **NUMBER_RULES,
     exp.Column: lambda c, n: c.reference(n),
@@ -344,6 +365,9 @@ RULES: dict[type[exp.Expression], Rule] = {
     exp.TsOrDsToDate: _date,
     exp.TimeToStr: _date_format,
     exp.TimestampDiff: _timestamp_diff,
+    exp.TimestampAdd: _timestamp_add,
+    exp.DateAdd: _timestamp_add,
+    exp.DateSub: _timestamp_add,
     exp.Year: _part("year"),
     exp.Month: _part("month"),
     exp.Day: _part("day"),
