@@ -182,6 +182,30 @@ class Evaluator:
     def _truncate(self, node: Node) -> Datum:
         return self._rounded(node, ROUND_DOWN)
 
+    def _cast(self, node: Node) -> Datum:
+        to, values = node.value, self._python(node.args[0])
+        if to == "char":  # as the server writes numbers and dates
+            text = [
+                None if v is None else format(v, "f") if isinstance(v, Decimal) else str(v) for v in values
+            ]
+            return pa.array(text, pa.string())
+        if to == "datetime":
+            return pc.cast(self.value(node.args[0]), pa.timestamp("us"))
+        step = Decimal(1).scaleb(-node.type.scale)  # SIGNED, UNSIGNED, DECIMAL(p, s): rounded, clamped
+        if node.type.kind == "int":
+            low, high = Decimal(-(2**63)), Decimal(2**63 - 1)
+        else:
+            high = Decimal(10) ** (node.type.precision - node.type.scale) - step
+            low = -high
+        with localcontext(_WIDE):
+            exact = [
+                None if v is None else _clamp(Decimal(v).quantize(step, ROUND_HALF_UP), low, high)
+                for v in values
+            ]
+        if node.type.kind == "int":
+            return pa.array([None if v is None else int(v) for v in exact], pa.int64())
+        return pa.array(exact, arrow_of(node.type))
+
     def _exact_values(self, node: Node, values: list[Any]) -> Datum:
         """Python integers or decimals as ``node``'s type (refused past BIGINT's range)."""
         if node.type.kind == "int":
@@ -372,6 +396,11 @@ class Evaluator:
 
 #: Wide enough for any DECIMAL(65) operand: a quotient or remainder never rounds.
 _WIDE = Context(prec=200, traps=[DivisionByZero, InvalidOperation])
+
+
+def _clamp(value: Decimal, low: Decimal, high: Decimal) -> Decimal:
+    """``value`` within [low, high] (the server's CAST clamps an out-of-range value, with a warning)."""
+    return min(max(value, low), high)
 
 
 def _remainder(a: Any, b: Any) -> Any:

@@ -138,6 +138,34 @@ def _digits(c: Compiler, node: exp.Expression) -> int:
     return -int(literal.this) if negative else int(literal.this)
 
 
+def _cast(c: Compiler, node: exp.Cast) -> Node:
+    """``CAST``/``CONVERT`` between exact types binlake reproduces: numbers to ``SIGNED`` (a DECIMAL
+    rounded half away from zero, clamped to BIGINT as the server's warning does) or
+    ``DECIMAL(p, s)`` (rounded, clamped to its largest value), an unsigned number to ``UNSIGNED``,
+    numbers and dates to ``CHAR``, dates and times to ``DATE`` and ``DATETIME``."""
+    (arg,) = c.children(node, node.this)
+    to, kind = node.args["to"], arg.type.kind
+    target = to.this
+    numeric = kind in ("int", "decimal", "bool")
+    if target == exp.DataType.Type.BIGINT and numeric:
+        return make("cast", SqlType("int", _INT_DIGITS, 0), (arg,), node, "signed")
+    if target == exp.DataType.Type.UBIGINT and numeric and arg.type.unsigned:
+        return make("cast", SqlType("int", _INT_DIGITS, 0, True), (arg,), node, "signed")
+    if target == exp.DataType.Type.DECIMAL and numeric:
+        params = [int(p.this.this) for p in to.expressions] or [10]
+        precision, scale = params[0], params[1] if len(params) > 1 else 0
+        if not 0 < precision <= MAX_PRECISION or scale > precision:
+            raise c.refuse(node, f"DECIMAL({precision}, {scale}) is not a DECIMAL binlake writes")
+        return make("cast", SqlType("decimal", precision, scale), (arg,), node, "decimal")
+    if target == exp.DataType.Type.CHAR and not to.expressions and kind in ("int", "decimal", "date", "text"):
+        return make("cast", SqlType("text", length=64), (arg,), node, "char")
+    if target == exp.DataType.Type.DATE and kind in ("date", "datetime", "timestamp"):
+        return make("date", SqlType("date"), (arg,), node)
+    if target == exp.DataType.Type.DATETIME and kind == "date":
+        return make("cast", SqlType("datetime"), (arg,), node, "datetime")
+    raise c.refuse(node, f"binlake does not reproduce a {kind} cast to {to.sql(dialect='mysql')}")
+
+
 NUMBER_RULES: dict[type[exp.Expression], Rule] = {
     exp.Add: _arithmetic,
     exp.Sub: _arithmetic,
@@ -151,4 +179,5 @@ NUMBER_RULES: dict[type[exp.Expression], Rule] = {
     exp.Floor: _rounding("floor"),
     exp.Round: _rounding("round"),
     exp.Trunc: _rounding("truncate"),
+    exp.Cast: _cast,
 }
