@@ -353,7 +353,9 @@ class IcebergWriter:
             pending = upserts
             for task, low, high in files_to_merge(self.table, keys, key_columns, clear):
                 data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
-                kept = data.join(keys, keys=key_columns, join_type="left anti")
+                kept = data.join(
+                    keys.cast(data.select(key_columns).schema), keys=key_columns, join_type="left anti"
+                )
                 if clear:
                     kept = kept.filter(pc.invert(clear_mask(kept, clear)))
                 if kept.num_rows != data.num_rows:

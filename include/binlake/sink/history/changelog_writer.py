@@ -16,7 +16,9 @@ import json
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +34,7 @@ from binlake.schema.projection import project
 from binlake.sink import exactly_once
 from binlake.sink.exactly_once import CHUNKS_KEY, ChunkCommit, CommitResult, chunk_summary
 from binlake.sink.file_bounds import files_in_ranges
-from binlake.sink.history.changelog import DELETE, METADATA, read_rows
+from binlake.sink.history.changelog import AFTER, DELETE, INSERT, METADATA, OP, ORDER, POSITION, read_rows
 from binlake.sink.history.soft_delete import live
 from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
@@ -194,6 +196,20 @@ class ChangelogWriter(IcebergWriter):
                     append.append_data_file(data_file)
         return rows
 
+    def state_in_ranges(self, clear: Sequence[ClearRange], columns: Sequence[str]) -> pa.Table:
+        """The rows a replay of this changelog holds in the ``clear`` ranges (``columns``)."""
+        self.table.refresh()
+        changes = self.table.scan().to_arrow()
+        changes = changes.filter(clear_mask(changes, clear)).sort_by(
+            [(POSITION, "ascending"), (ORDER, "ascending")]
+        )
+        state: Counter[tuple[Any, ...]] = Counter()
+        for change in changes.to_pylist():
+            row = tuple(change[c] for c in columns)
+            state[row] += 1 if change[OP] in (INSERT, AFTER) else -1
+        rows = [dict(zip(columns, row, strict=True)) for row, n in state.items() for _ in range(max(n, 0))]
+        return pa.Table.from_pylist(rows, schema=changes.select(list(columns)).schema)
+
     def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
         """Rows read from the source (sink columns) as this table's rows: ``+I`` reads."""
         return read_rows(rows, event_time, at)
@@ -209,11 +225,13 @@ def units_summary(units: Sequence[str]) -> dict[str, str]:
 
 def rows_in_ranges(table: Table, clear: Sequence[ClearRange]) -> pa.Table:
     """The rows ``table`` holds in the ``clear`` ranges (what a backfill replaces)."""
-    parts = []
-    for task, _, _ in files_in_ranges(table, clear):
-        data = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=[task])
-        parts.append(data.filter(clear_mask(data, clear)))
-    return pa.concat_tables(parts) if parts else table.schema().as_arrow().empty_table()
+    tasks = [task for task, _, _ in files_in_ranges(table, clear)]
+    if not tasks:
+        return table.schema().as_arrow().empty_table()
+    # One scan of them all: pyiceberg brings the files' columns to one schema (files written
+    # before a column was added, strings as string or large_string).
+    data = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=tasks)
+    return data.filter(clear_mask(data, clear))
 
 
 def _chunk_commits(table: Table) -> Iterator[tuple[Snapshot, list[ChunkCommit]]]:

@@ -20,9 +20,16 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.exactly_once import CommitResult
-from binlake.sink.history.changelog_writer import CHANGE_KEY, UNITS_KEY, ChangelogWriter, units_summary
+from binlake.sink.history.changelog_writer import (
+    CHANGE_KEY,
+    UNITS_KEY,
+    ChangelogWriter,
+    rows_in_ranges,
+    units_summary,
+)
 from binlake.sink.history.scd2 import CLOSED, CURRENT, METADATA, VALID_TO, current, opened_rows, versions
 from binlake.sink.pyiceberg_internals import transaction
+from binlake.sink.row_match import ClearRange
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +83,11 @@ class HistoryWriter(ChangelogWriter):
         closed = _closed(current, int(time.time()), at.packed)
         self._merge_rows({CHANGE_KEY: change_id}, closed)
         return int(closed.num_rows)
+
+    def state_in_ranges(self, clear: Sequence[ClearRange], columns: Sequence[str]) -> pa.Table:
+        """The current versions in the ``clear`` ranges (``columns``)."""
+        self.table.refresh()
+        return current(rows_in_ranges(self.table, clear)).select(list(columns))
 
     def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
         return opened_rows(rows, event_time, at.packed)

@@ -9,6 +9,7 @@ offset in its own commit, so neither applies a change twice (``sink/exactly_once
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +19,7 @@ from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.sink.history.changelog import replaced_rows
 from binlake.sink.history.changelog_writer import ChangelogWriter, rows_in_ranges
+from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.soft_delete import live, live_mask, marked_deleted
 from binlake.sink.row_match import ClearRange, clear_mask
 from binlake.stream.records import images
@@ -102,18 +104,42 @@ def backfill_changelog(
     end: BinlogOffset,
 ) -> pa.Table | None:
     """The changelog rows of a share with backfill units, for ``writer``: the batch's changes of
-    keys outside the units' ranges, then the ranges replaced (``-D`` of the rows held there, ``+I``
-    of the new ones: the changes inside them are what the new rows hold)."""
+    keys outside the units' ranges, then the ranges brought to the new rows: ``-D`` of the rows
+    ``writer``'s table holds there that the source no longer has, ``+I`` of the new ones it lacks —
+    measured against that table's own state, not the upsert table's (a repair may follow damage
+    to the upsert table alone)."""
     if writer is None:
         return None
     clear: list[ClearRange] = share.clear
     outside = changes.filter(pc.invert(sink.in_ranges(changes, clear))) if clear else changes
     stream = batch_changelog(sink, writer, outside, end)
-    held = live(rows_in_ranges(sink.writer.table, clear)) if clear else sink.sink_arrow.empty_table()
     new = share.upserts.filter(clear_mask(share.upserts, clear)) if clear else share.upserts
-    columns = [n for n in sink.sink_arrow.names if n in held.column_names]
-    replaced = replaced_rows(held.select(columns), new.select(columns), end, int(time.time()))
+    columns = [n for n in sink.sink_arrow.names if n in new.column_names and n not in SOFT_DELETE.names]
+    held = writer.state_in_ranges(clear, columns) if clear else new.select(columns).slice(0, 0)
+    gone, added = _differences(held.select(columns), live(new).select(columns))
+    replaced = replaced_rows(gone, added, end, int(time.time()))
     return concat([t for t in (stream, replaced) if t is not None])
+
+
+def _differences(held: pa.Table, new: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The rows of ``held`` not in ``new`` and those of ``new`` not in ``held`` (as multisets)."""
+    new = new.cast(held.schema)
+    left, right = Counter(map(_row, held.to_pylist())), Counter(map(_row, new.to_pylist()))
+    return _take(held, left - right), _take(new, right - left)
+
+
+def _row(row: dict[str, object]) -> tuple[object, ...]:
+    return tuple(row.values())
+
+
+def _take(rows: pa.Table, wanted: Counter[tuple[object, ...]]) -> pa.Table:
+    keep, left = [], Counter(wanted)
+    for i, row in enumerate(rows.to_pylist()):
+        key = _row(row)
+        if left[key] > 0:
+            left[key] -= 1
+            keep.append(i)
+    return rows.take(pa.array(keep, pa.int64()))
 
 
 def soften_backfill(
