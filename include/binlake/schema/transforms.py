@@ -31,7 +31,6 @@ the stream with the transform named (its expressions would no longer mean what t
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -41,6 +40,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from binlake.config import PipelineConfig, TransformRule
+from binlake.config_base import first_match
 from binlake.events import (
     AddColumn,
     AlterColumnType,
@@ -315,7 +315,7 @@ def transform_rule(config: PipelineConfig, table: str) -> TransformRule | None:
     """The first ``transform`` rule whose ``source_table`` matches ``table`` (``database.table``),
     or, for an online schema-change tool's shadow table (``_t_gho``…), ``t`` (its rows become
     ``t``'s at the cut-over, so they go through ``t``'s transform from the start)."""
-    found = next((r for r in config.transform if re.fullmatch(r.source_table, table)), None)
+    found = first_match(config.transform, table)
     base = shadow_base(TableId.parse(table)) if found is None and config.transform else None
     return transform_rule(config, base.name) if base is not None else found
 

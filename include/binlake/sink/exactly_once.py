@@ -12,6 +12,7 @@ from typing import Literal
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -90,20 +91,21 @@ class CommitResult:
 
 def committed_chunk_commits(table: Table) -> list[ChunkCommit]:
     """Every chunk recorded in the table's snapshot summaries, as committed."""
-    found: list[ChunkCommit] = []
-    for snapshot in table.snapshots():
-        text = snapshot.summary.additional_properties.get(CHUNKS_KEY) if snapshot.summary else None
-        for entry in json.loads(text) if text else []:
-            low = entry.get("low")
-            found.append(
-                ChunkCommit(
-                    entry["id"],
-                    BinlogOffset.from_dict(entry["high"]),
-                    int(entry.get("rows", 0)),
-                    BinlogOffset.from_dict(low) if low else None,
-                )
-            )
-    return found
+    return [chunk for snapshot in table.snapshots() for chunk in snapshot_chunks(snapshot)]
+
+
+def snapshot_chunks(snapshot: Snapshot) -> list[ChunkCommit]:
+    """The chunks one snapshot's summary records (none: not a chunk commit)."""
+    text = snapshot.summary.additional_properties.get(CHUNKS_KEY) if snapshot.summary else None
+    return [
+        ChunkCommit(
+            entry["id"],
+            BinlogOffset.from_dict(entry["high"]),
+            int(entry.get("rows", 0)),
+            BinlogOffset.from_dict(entry["low"]) if entry.get("low") else None,
+        )
+        for entry in (json.loads(text) if text else [])
+    ]
 
 
 def chunks_in(table: Table, wanted: set[str], files: int) -> bool:

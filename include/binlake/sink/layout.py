@@ -13,7 +13,6 @@ moves a row to another partition deletes it from the old one (see docs/architect
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform, Transform, 
 from pyiceberg.types import NestedField
 
 from binlake.config import PipelineConfig
+from binlake.config_base import first_match
 from binlake.config_layout import LayoutRule, PartitionTerm, SortTerm
 from binlake.errors import BinlakeError
 from binlake.events import TableId
@@ -61,7 +61,7 @@ class TableLayout:
 
 def layout_rule(config: PipelineConfig, table: TableId) -> LayoutRule | None:
     """The first ``sink.layout`` rule whose ``source_table`` matches ``table`` fully."""
-    return next((r for r in config.sink.layout if re.fullmatch(r.source_table, table.name)), None)
+    return first_match(config.sink.layout, table.name)
 
 
 def layout_of(config: PipelineConfig, table: TableId) -> TableLayout:

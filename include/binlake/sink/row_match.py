@@ -49,6 +49,13 @@ def take_rows(
     return keep
 
 
+def without(rows: pa.Table, removes: pa.Table) -> pa.Table:
+    """``rows`` less one row equal to each of ``removes`` (whole-row identity)."""
+    if removes.num_rows == 0:
+        return rows
+    return rows.filter(pa.array(take_rows(rows, row_counts(removes, rows.schema)), pa.bool_()))
+
+
 def clear_mask(data: pa.Table, clear: Sequence[ClearRange]) -> pa.Array:
     """Which rows of ``data`` lie in one of the ``clear`` ranges."""
     mask = pa.array([False] * data.num_rows, pa.bool_())

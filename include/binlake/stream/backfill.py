@@ -34,7 +34,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import select_converter
 from binlake.sink.file_systems import file_system
-from binlake.sink.row_match import ClearRange, clear_mask, row_counts, take_rows
+from binlake.sink.row_match import ClearRange, clear_mask, without
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.records import empty_changes, values
@@ -155,7 +155,7 @@ class StagedBackfills:
         whole = net_rows(rows)
         inserts, removes = sink.rows(whole.inserts), sink.rows(whole.removes)
         inside = clear_mask(removes, clear)
-        kept = _without(staged, removes.filter(inside))
+        kept = without(staged, removes.filter(inside))
         inserts = pa.concat_tables([inserts, kept.cast(inserts.schema)])
         return BackfillPart(units, inserts, removes.filter(pc.invert(inside)), clear, staged.num_rows)
 
@@ -232,13 +232,6 @@ def _read_files(units: list[BackfillUnit], schema: pa.Schema) -> pa.Table:
     if not parts:
         return schema.empty_table()
     return pa.concat_tables(parts, promote_options="permissive")
-
-
-def _without(rows: pa.Table, removes: pa.Table) -> pa.Table:
-    """``rows`` less one row equal to each of ``removes`` (whole-row identity)."""
-    if removes.num_rows == 0:
-        return rows
-    return rows.filter(pa.array(take_rows(rows, row_counts(removes, rows.schema)), pa.bool_()))
 
 
 def _remove_files(files: Sequence[str]) -> None:

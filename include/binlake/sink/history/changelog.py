@@ -25,7 +25,6 @@ appended with their chunk ids in the snapshot summary, like the upsert table's.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +40,7 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform
 
 from binlake.config import PipelineConfig
+from binlake.config_base import first_match
 from binlake.config_modes import ModeRule
 from binlake.events import TableId
 from binlake.offsets import POS_MASK, BinlogOffset
@@ -71,7 +71,7 @@ INSERT, BEFORE, AFTER, DELETE = "+I", "-U", "+U", "-D"
 
 def mode_rule(config: PipelineConfig, table: TableId) -> ModeRule | None:
     """The first ``sink.modes`` rule whose ``source_table`` matches ``table`` fully."""
-    return next((r for r in config.sink.modes if re.fullmatch(r.source_table, table.name)), None)
+    return first_match(config.sink.modes, table.name)
 
 
 def changelog_rule(config: PipelineConfig, table: TableId) -> ModeRule | None:

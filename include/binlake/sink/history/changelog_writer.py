@@ -32,7 +32,7 @@ from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
-from binlake.sink.exactly_once import CHUNKS_KEY, ChunkCommit, CommitResult, chunk_summary
+from binlake.sink.exactly_once import ChunkCommit, CommitResult, chunk_summary, snapshot_chunks
 from binlake.sink.file_bounds import files_in_ranges
 from binlake.sink.history.changelog import AFTER, DELETE, INSERT, METADATA, OP, ORDER, POSITION, read_rows
 from binlake.sink.history.soft_delete import live
@@ -199,10 +199,7 @@ class ChangelogWriter(IcebergWriter):
     def state_in_ranges(self, clear: Sequence[ClearRange], columns: Sequence[str]) -> pa.Table:
         """The rows a replay of this changelog holds in the ``clear`` ranges (``columns``)."""
         self.table.refresh()
-        changes = self.table.scan().to_arrow()
-        changes = changes.filter(clear_mask(changes, clear)).sort_by(
-            [(POSITION, "ascending"), (ORDER, "ascending")]
-        )
+        changes = rows_in_ranges(self.table, clear).sort_by([(POSITION, "ascending"), (ORDER, "ascending")])
         state: Counter[tuple[Any, ...]] = Counter()
         for change in changes.to_pylist():
             row = tuple(change[c] for c in columns)
@@ -237,22 +234,9 @@ def rows_in_ranges(table: Table, clear: Sequence[ClearRange]) -> pa.Table:
 def _chunk_commits(table: Table) -> Iterator[tuple[Snapshot, list[ChunkCommit]]]:
     """The table's snapshots that committed snapshot chunks, with the chunks."""
     for snapshot in table.metadata.snapshots:
-        summary = snapshot.summary
-        raw = summary.additional_properties.get(CHUNKS_KEY) if summary is not None else None
-        if raw is None:
-            continue
-        yield (
-            snapshot,
-            [
-                ChunkCommit(
-                    e["id"],
-                    BinlogOffset.from_dict(e["high"]),
-                    int(e["rows"]),
-                    BinlogOffset.from_dict(e["low"]) if e.get("low") else None,
-                )
-                for e in json.loads(raw)
-            ],
-        )
+        chunks = snapshot_chunks(snapshot)
+        if chunks:
+            yield snapshot, chunks
 
 
 def _added_rows(table: Table, snapshot: Snapshot, columns: pa.Schema) -> pa.Table:

@@ -16,13 +16,12 @@ leaves the table as ever: it was not deleted on the source.
 
 from __future__ import annotations
 
-import re
-
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
 
 from binlake.config import PipelineConfig
+from binlake.config_base import first_match
 from binlake.events import TableId
 
 DELETED = "__deleted__"
@@ -35,7 +34,7 @@ COLUMNS = pa.schema(
 
 def soft_deletes(config: PipelineConfig, table: TableId) -> bool:
     """Whether ``table``'s sink keeps the rows the source deletes."""
-    rule = next((r for r in config.sink.modes if re.fullmatch(r.source_table, table.name)), None)
+    rule = first_match(config.sink.modes, table.name)
     return rule is not None and rule.soft_delete
 
 

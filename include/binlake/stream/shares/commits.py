@@ -9,7 +9,6 @@ offset in its own commit, so neither applies a change twice (``sink/exactly_once
 from __future__ import annotations
 
 import time
-from collections import Counter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,7 +20,7 @@ from binlake.sink.history.changelog import replaced_rows
 from binlake.sink.history.changelog_writer import ChangelogWriter, rows_in_ranges
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.soft_delete import live, live_mask, marked_deleted
-from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.row_match import ClearRange, clear_mask, without
 from binlake.stream.records import images
 from binlake.stream.shares.table_sink import PreparedShare, TableSink
 
@@ -116,30 +115,10 @@ def backfill_changelog(
     new = share.upserts.filter(clear_mask(share.upserts, clear)) if clear else share.upserts
     columns = [n for n in sink.sink_arrow.names if n in new.column_names and n not in SOFT_DELETE.names]
     held = writer.state_in_ranges(clear, columns) if clear else new.select(columns).slice(0, 0)
-    gone, added = _differences(held.select(columns), live(new).select(columns))
+    held, new = held.select(columns), live(new).select(columns).cast(held.select(columns).schema)
+    gone, added = without(held, new), without(new, held)  # as multisets
     replaced = replaced_rows(gone, added, end, int(time.time()))
     return concat([t for t in (stream, replaced) if t is not None])
-
-
-def _differences(held: pa.Table, new: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The rows of ``held`` not in ``new`` and those of ``new`` not in ``held`` (as multisets)."""
-    new = new.cast(held.schema)
-    left, right = Counter(map(_row, held.to_pylist())), Counter(map(_row, new.to_pylist()))
-    return _take(held, left - right), _take(new, right - left)
-
-
-def _row(row: dict[str, object]) -> tuple[object, ...]:
-    return tuple(row.values())
-
-
-def _take(rows: pa.Table, wanted: Counter[tuple[object, ...]]) -> pa.Table:
-    keep, left = [], Counter(wanted)
-    for i, row in enumerate(rows.to_pylist()):
-        key = _row(row)
-        if left[key] > 0:
-            left[key] -= 1
-            keep.append(i)
-    return rows.take(pa.array(keep, pa.int64()))
 
 
 def soften_backfill(
