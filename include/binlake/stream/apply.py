@@ -40,8 +40,8 @@ from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
 from binlake.stream.schema_changes import SchemaTracker
 from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult, gather
 from binlake.stream.shares.commits import (
-    backfill_changelog,
-    batch_changelog,
+    backfill_companions,
+    batch_companions,
     binlog_base,
     commit_shares,
     soften_backfill,
@@ -374,8 +374,7 @@ class BatchApplier:
             return None
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
-        changelog = batch_changelog(sink, sink.changelog, rows, end)
-        history = batch_changelog(sink, sink.history, rows, end)
+        companions = batch_companions(sink, rows, end)
         rows = upserts_only(rows)
         if sink.keyed:
             keyed = last_per_key(rows, sink.keys)
@@ -386,12 +385,10 @@ class BatchApplier:
                 deletes = pa.concat_tables([keyed.deletes.cast(dropped.schema), dropped])
             else:
                 deletes = keyed.deletes
-            return PreparedShare(
-                name, sink, upserts, sink.key_rows(deletes), changelog=changelog, history=history
-            )
+            return PreparedShare(name, sink, upserts, sink.key_rows(deletes), companions=companions)
         whole = net_rows(rows)
         inserts, removes = sink.rows(whole.inserts), sink.rows(whole.removes)
-        return PreparedShare(name, sink, inserts, removes, changelog=changelog, history=history)
+        return PreparedShare(name, sink, inserts, removes, companions=companions)
 
     def _backfill(
         self,
@@ -426,8 +423,7 @@ class BatchApplier:
                 return None
         part = self.backfills.prepare(sink.schema, sink, units, upserts_only(rows), streamed)
         share = PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
-        share.changelog = backfill_changelog(sink, sink.changelog, rows, share, end)
-        share.history = backfill_changelog(sink, sink.history, rows, share, end)
+        share.companions = backfill_companions(sink, rows, share, end)
         if sink.soft_delete:
             soften_backfill(sink, share, part.removed, end)
         return share

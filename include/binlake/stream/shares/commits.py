@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 from binlake.errors import BinlakeError
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
-from binlake.sink.history.changelog import replaced_rows
-from binlake.sink.history.changelog_writer import ChangelogWriter, rows_in_ranges
+from binlake.sink.history.changelog import POSITION, replaced_rows
+from binlake.sink.history.changelog_writer import rows_in_ranges
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.soft_delete import live, live_mask, marked_deleted
 from binlake.sink.row_match import ClearRange, clear_mask, without
@@ -71,7 +71,7 @@ def _commit_companions(parts: list[PreparedShare], batch_id: int, end: BinlogOff
                 f"({', '.join(p.name for p in parts)}) do not all keep a {kind} table, so their shared "
                 "one would miss changes. Fix: give them the same `sink.modes` rule."
             )
-        rows = concat([getattr(p, kind) for p in parts if getattr(p, kind) is not None])
+        rows = concat([p.companions[kind] for p in parts if kind in p.companions])
         units = [u.name for p in parts for u in p.units]
         if force:
             writer.append_units(rows, units)
@@ -81,44 +81,43 @@ def _commit_companions(parts: list[PreparedShare], batch_id: int, end: BinlogOff
     return committed
 
 
-def batch_changelog(
-    sink: TableSink, writer: ChangelogWriter | None, changes: pa.Table, end: BinlogOffset
-) -> pa.Table | None:
-    """The changelog rows of a table's share of a batch for ``writer`` (its changelog or history
-    table): its changes past that table's offset (``changes``: after the upsert table's offset,
-    which is never ahead of it)."""
-    if writer is None:
-        return None
-    logged = writer.stream_offset()
-    if logged is not None:
-        changes = changes.filter(pc.greater(changes.column("at"), logged.packed))
-    return sink.changelog_rows(changes, binlog_base(end))
+def batch_companions(sink: TableSink, changes: pa.Table, end: BinlogOffset) -> dict[str, pa.Table]:
+    """The changelog rows of a table's share of a batch, for each of its changelog and history
+    tables, computed once: each gets those past its own offset (``changes``: after the upsert
+    table's offset, which is never ahead of theirs)."""
+    writers = sink.companions()
+    if not writers:
+        return {}
+    rows = sink.changelog_rows(changes, binlog_base(end))
+    return {kind: _past(rows, writer.stream_offset()) for kind, writer in writers.items()}
 
 
-def backfill_changelog(
-    sink: TableSink,
-    writer: ChangelogWriter | None,
-    changes: pa.Table,
-    share: PreparedShare,
-    end: BinlogOffset,
-) -> pa.Table | None:
-    """The changelog rows of a share with backfill units, for ``writer``: the batch's changes of
-    keys outside the units' ranges, then the ranges brought to the new rows: ``-D`` of the rows
-    ``writer``'s table holds there that the source no longer has, ``+I`` of the new ones it lacks —
-    measured against that table's own state, not the upsert table's (a repair may follow damage
-    to the upsert table alone)."""
-    if writer is None:
-        return None
+def _past(rows: pa.Table, offset: BinlogOffset | None) -> pa.Table:
+    """Changelog rows after ``offset`` (an update's two images share their position)."""
+    return rows if offset is None else rows.filter(pc.greater(rows.column(POSITION), offset.packed))
+
+
+def backfill_companions(
+    sink: TableSink, changes: pa.Table, share: PreparedShare, end: BinlogOffset
+) -> dict[str, pa.Table]:
+    """The changelog rows of a share with backfill units, for each changelog and history table:
+    the batch's changes of keys outside the units' ranges, then the ranges brought to the new
+    rows: ``-D`` of the rows that table holds there that the source no longer has, ``+I`` of the
+    new ones it lacks — measured against its own state, not the upsert table's (a repair may
+    follow damage to the upsert table alone)."""
     clear: list[ClearRange] = share.clear
     outside = changes.filter(pc.invert(sink.in_ranges(changes, clear))) if clear else changes
-    stream = batch_changelog(sink, writer, outside, end)
+    stream = batch_companions(sink, outside, end)
     new = share.upserts.filter(clear_mask(share.upserts, clear)) if clear else share.upserts
     columns = [n for n in sink.sink_arrow.names if n in new.column_names and n not in SOFT_DELETE.names]
-    held = writer.state_in_ranges(clear, columns) if clear else new.select(columns).slice(0, 0)
-    held, new = held.select(columns), live(new).select(columns).cast(held.select(columns).schema)
-    gone, added = without(held, new), without(new, held)  # as multisets
-    replaced = replaced_rows(gone, added, end, int(time.time()))
-    return concat([t for t in (stream, replaced) if t is not None])
+    found = {}
+    for kind, writer in sink.companions().items():
+        held = writer.state_in_ranges(clear, columns) if clear else new.select(columns).slice(0, 0)
+        held = held.select(columns)
+        fresh = live(new).select(columns).cast(held.schema)
+        replaced = replaced_rows(without(held, fresh), without(fresh, held), end, int(time.time()))
+        found[kind] = concat([stream[kind], replaced])
+    return found
 
 
 def soften_backfill(

@@ -92,6 +92,11 @@ class TableSink:
         stored = self.writer.rows_with_keys(self.key_rows(keys))
         return stored.select([n for n in self.schema.column_names if n in stored.column_names])
 
+    def companions(self) -> dict[str, ChangelogWriter]:
+        """The writers of the changelog and history tables it keeps, by kind."""
+        kept = {"changelog": self.changelog, "history": self.history}
+        return {kind: writer for kind, writer in kept.items() if writer is not None}
+
     def changelog_rows(self, changes: pa.Table, binlog: str) -> pa.Table:
         """The changes (before images included) as rows of the changelog table."""
         kept = self.transform.keep(images(changes).cast(self.arrow)) if self.transform is not None else None
@@ -139,10 +144,9 @@ class PreparedShare:
     backfilled: int = 0
     merged: BucketResult | None = None
     """The executors' committables (``upserts``/``deletes`` are then empty)."""
-    changelog: pa.Table | None = None
-    """Rows for the changelog table (``sink/history/changelog.py``), if the table keeps one."""
-    history: pa.Table | None = None
-    """Changelog rows for the history table (``sink/history/scd2.py``), if the table keeps one."""
+    companions: dict[str, pa.Table] = field(default_factory=dict)
+    """Changelog rows (``sink/history/changelog.py``) for the table's changelog and history tables,
+    by kind (``changelog``, ``history``), for those it keeps."""
 
     def counts(self) -> dict[str, int]:
         kind = ("upserts", "deletes") if self.sink.keyed else ("inserts", "deletes")
