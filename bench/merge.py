@@ -89,7 +89,11 @@ INDEXED[PARTITIONED] = TableLayout(
     properties={"write.target-file-size-bytes": str(8 << 20), "write.merge.mode": "merge-on-read"},
     partition_by=(parse_partition_term("day(ordered_at)"),),
 )
-COMPACTED = {"sorted, 8 MiB files, merge-on-read, key index, compaction", PARTITIONED}
+#: What a keyed table gets with no ``sink`` options (``IcebergMetadataApplier``'s defaults), written
+#: as the stream writes it (``stream`` defaults: the key index, compaction).
+DEFAULT = "default"
+INDEXED[DEFAULT] = TableLayout()
+COMPACTED = {"sorted, 8 MiB files, merge-on-read, key index, compaction", PARTITIONED, DEFAULT}
 LAYOUTS.update(INDEXED)
 #: Seconds between consecutive ids' ``ordered_at``: ``--rows`` ids span 90 days, the newest last.
 DAYS = 90

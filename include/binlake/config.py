@@ -282,7 +282,8 @@ class SinkConfig(Model):
     """Iceberg namespace; default: the source table's database name."""
     table_properties: dict[str, str] = Field(default_factory=dict)
     """Iceberg table properties set on every created table (those pyiceberg acts on, and
-    ``write.merge.mode``; unknown keys are refused)."""
+    ``write.merge.mode``; unknown keys are refused). A table with a primary key is made
+    ``merge-on-read`` with 128 MiB files unless these or its layout rule say otherwise."""
     bucket_count: int | None = Field(default=None, ge=1)
     """Partition tables no ``layout`` rule matches by ``bucket(N, key)``; none when unset."""
     layout: list[LayoutRule] = Field(default_factory=list)

@@ -18,6 +18,8 @@ from binlake.sink.writer import IcebergWriter
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
 #: Merge-on-read, files of ~1000 rows count as full-sized; each batch's new rows make a small file.
 SMALL_FILES_MOR = {"write.merge.mode": "merge-on-read", "write.target-file-size-bytes": str(12_000)}
+#: What a keyed table had before merge-on-read became its default (tests of copy-on-write's own ways).
+COPY_ON_WRITE = {"write.merge.mode": "copy-on-write"}
 POLICY = CompactionPolicy(deleted_share=0.3, budget_factor=4.0, small_files=4, delete_files=3)
 
 

@@ -86,6 +86,28 @@ def test_files_and_delete_files_stay_bounded_and_the_table_exact(
     assert replay.outcome == "skipped"
 
 
+def test_small_files_are_merged_with_those_of_their_size_not_with_a_big_one(tmp_path: Path) -> None:
+    """A table whose one file is "small" (under a quarter of the target size, as a young table's
+    is) is not rewritten each time the batches' files are merged: those are merged among
+    themselves, by size, and the files stay bounded."""
+    catalog = make_catalog(tmp_path)
+    identifier = create(catalog, properties={"write.merge.mode": "merge-on-read"})
+    writer = IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index", compaction=POLICY)
+    writer.table.append(rows(list(range(3000)), "v"))
+    (big,) = [t.file.file_path for t in writer.table.scan().plan_files()]
+    expected = {i: f"v{i}" for i in range(3000)}
+    rng = random.Random(3)
+    for batch in range(1, 41):
+        updated = [*sorted(rng.sample(range(3000), 5)), 5000 + batch]
+        writer.merge_batch(batch, rows(updated, f"b{batch}-"), None)
+        expected.update({k: f"b{batch}-{k}" for k in updated})
+        files = [t.file.file_path for t in writer.table.scan().plan_files()]
+        assert big in files, f"batch {batch}: the big file was rewritten"
+        assert len(files) <= 1 + POLICY.small_files, f"batch {batch}: {len(files)} files"
+    assert compactions(writer) >= 5
+    assert content(writer) == expected
+
+
 def test_no_compaction_without_a_policy(tmp_path: Path) -> None:
     writer = compacting_writer(tmp_path, policy=None)
     writer.table.append(rows(list(range(1000)), "v"))

@@ -102,6 +102,37 @@ def test_create_uses_the_layout_and_is_idempotent(applier: IcebergMetadataApplie
     assert applier.supported_changes() >= {CreateTable, AddColumn, DropColumn, TruncateTable, RenameTable}
 
 
+def test_keyed_tables_default_to_merge_on_read_and_keep_the_mode_they_were_made_with(
+    catalog: SqlCatalog,
+) -> None:
+    """A keyed table made with no options merges on read, in 128 MiB files (its batches cost what
+    they change); a keyless one keeps Iceberg's defaults; a layout naming a mode wins. A table made
+    before (no mode: copy-on-write) stays so when the snapshot meets it again, until its layout
+    names a mode."""
+    default = IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), TableLayout())
+    default.apply(CREATE)
+    default.apply(CreateTable(TableId("shop", "log"), COLUMNS, ()))
+    orders = catalog.load_table("shop.orders")
+    assert orders.properties["write.merge.mode"] == "merge-on-read"
+    assert orders.properties["write.target-file-size-bytes"] == str(128 * 1024 * 1024)
+    assert "write.merge.mode" not in catalog.load_table("shop.log").properties
+    older = CreateTable(TableId("shop", "older"), COLUMNS, ("id",))
+    cow = {"write.merge.mode": "copy-on-write"}
+    IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), TableLayout(properties=cow)).apply(older)
+    assert catalog.load_table("shop.older").properties["write.merge.mode"] == "copy-on-write"
+    with catalog.load_table("shop.older").transaction() as tx:
+        tx.remove_properties("write.merge.mode")  # as an older release made it
+    assert default.apply(older).outcome == "no-op"
+    assert "write.merge.mode" not in catalog.load_table("shop.older").properties
+    mor = {"write.merge.mode": "merge-on-read"}
+    named = IcebergMetadataApplier(catalog, lambda t: (t.database, t.table), TableLayout(properties=mor))
+    result = named.apply(older)
+    assert result.outcome == "applied"
+    assert "properties write.merge.mode=merge-on-read" in result.detail
+    assert catalog.load_table("shop.older").properties["write.merge.mode"] == "merge-on-read"
+    assert named.apply(older).outcome == "no-op"
+
+
 def test_add_column_positions_and_replay(applier: IcebergMetadataApplier, table: Table) -> None:
     before = data_files(table)
     first = AddColumn(T, Column("tag", "varchar", "varchar(5)", collation="x"), "first")

@@ -17,7 +17,7 @@ from binlake.sink import copy_on_write
 from binlake.sink.exactly_once import MAX_ATTEMPTS, ChunkCommit, CommitConflictError, PartialCommitError
 from binlake.sink.file_bounds import files_with_keys
 from binlake.sink.writer import IcebergWriter
-from tests.sink.helpers import content, create, make_catalog, rows
+from tests.sink.helpers import COPY_ON_WRITE, content, create, make_catalog, rows
 
 
 def parquet(tmp_path: Path, name: str, data: pa.Table) -> str:
@@ -79,7 +79,7 @@ def test_merge_batch_replaces_keys_and_is_skipped_on_replay(tmp_path: Path) -> N
 
 def test_merge_rewrites_only_files_holding_the_keys(tmp_path: Path) -> None:
     catalog = make_catalog(tmp_path)
-    writer = IcebergWriter(catalog, create(catalog))
+    writer = IcebergWriter(catalog, create(catalog, properties=COPY_ON_WRITE))
     for start in range(0, 4000, 1000):  # four sorted files, one per key range
         writer.table.append(rows(list(range(start, start + 1000)), "v"))
     total = sum(task.file.file_size_in_bytes for task in writer.table.scan().plan_files())
@@ -125,7 +125,7 @@ def test_upserts_go_into_the_files_they_belong_to(
 ) -> None:
     monkeypatch.setattr(copy_on_write, "COALESCE_BYTES", coalesce_bytes)
     catalog = make_catalog(tmp_path)
-    writer = IcebergWriter(catalog, create(catalog))
+    writer = IcebergWriter(catalog, create(catalog, properties=COPY_ON_WRITE))
     for start in range(0, 4000, 1000):
         writer.table.append(rows(list(range(start, start + 1000)), "v"))
     expected = {i: f"v{i}" for i in range(4000)}

@@ -16,7 +16,9 @@ Flink's and Paimon's writers compact every few checkpoints:
   file), so the cost of a compaction follows the changes, not the table: rewriting a file whose
   share is s removes s of its rows' worth of deletes, so a budget of 1/s × the changes keeps up;
 - **small files** (under a quarter of ``write.target-file-size-bytes``, which each batch's new rows
-  are) are rewritten into one sorted file once a partition has ``small_files`` of them;
+  are) are rewritten into one sorted file once a partition has ``small_files`` of them — those of
+  a similar size (``_tier``), so a file that grew from earlier batches is not rewritten with every
+  few new ones;
 - **delete files** no live file needs any more are retired, and once a partition holds more than
   ``delete_files`` they are merged into one per partition (dropping the positions of rewritten files).
 
@@ -121,7 +123,8 @@ def choose(
     # Per partition: a partitioned table's partitions are each smaller than a file, and counting
     # their small files together would rewrite the whole table every batch.
     small = [t for t in tasks if t.file.file_size_in_bytes < target // 4]
-    crowded = [g for g in _by_partition(small) if len(g) >= policy.small_files]
+    crowded = [_tier(g) for g in _by_partition(small) if len(g) >= policy.small_files]
+    crowded = [g for g in crowded if len(g) > 1]
     if crowded:
         chosen.update({t.file.file_path: t for g in crowded for t in g})
         reasons.append(f"{sum(map(len, crowded))} small files in {len(crowded)} partitions")
@@ -206,6 +209,25 @@ def _delete_files(table: Table) -> set[str]:
         if manifest.content == ManifestContent.DELETES
         for entry in manifest.fetch_manifest_entry(io=table.io, discard_deleted=True)
     }
+
+
+def _tier(small: list[FileScanTask]) -> list[FileScanTask]:
+    """The small files of a partition worth rewriting together: from the smallest up, each next
+    file while it is at most twice the size of those before it together (size-tiered, as
+    RocksDB's and Paimon's universal compaction). A file that grew from many batches is rewritten
+    once the new ones add up to its size, never with every batch: each row is rewritten a
+    logarithmic number of times, not once per batch."""
+    ordered = sorted(small, key=lambda t: t.file.file_size_in_bytes)
+    for start in range(len(ordered) - 1):
+        run, size = [ordered[start]], ordered[start].file.file_size_in_bytes
+        for task in ordered[start + 1 :]:
+            if task.file.file_size_in_bytes > 2 * size:
+                break
+            run.append(task)
+            size += task.file.file_size_in_bytes
+        if len(run) > 1:
+            return run
+    return []
 
 
 def _by_partition(tasks: Iterable[FileScanTask]) -> list[list[FileScanTask]]:

@@ -131,8 +131,10 @@ def sort_order(schema: Schema, layout: TableLayout, key: Sequence[str]) -> SortO
 
 
 def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
-    """Bring an existing table's partition spec and sort order to ``layout`` (one commit); returns
-    what changed, in words (nothing: it had them already)."""
+    """Bring an existing table's partition spec, sort order and the properties its layout names to
+    ``layout`` (one commit); returns what changed, in words (nothing: it had them already). A
+    property the layout does not name stays as the table has it (a table made copy-on-write by an
+    older release stays so until its layout says otherwise)."""
     schema = table.schema()
     wanted = wanted_fields(schema, layout, key)
     current = {(f.source_id, repr(f.transform)) for f in table.spec().fields}
@@ -145,10 +147,14 @@ def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
     order_changes = bool(order.fields) and _order_of(order, explicit) != _order_of(
         table.sort_order(), explicit
     )
-    if not spec_changes and not order_changes:
+    changed = _changed_properties(table, layout)
+    if not spec_changes and not order_changes and not changed:
         return []
     done = []
     with table.transaction() as tx:
+        if changed:
+            tx.set_properties(changed)
+            done.append("properties " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
         if spec_changes:
             with tx.update_spec() as update:
                 for old in table.spec().fields:
@@ -170,6 +176,17 @@ def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
                 "sort order " + ", ".join(str(t) for t in layout.sort_by or (SortTerm(k) for k in key))
             )
     return done
+
+
+def _changed_properties(table: Table, layout: TableLayout) -> dict[str, str]:
+    """The properties ``layout`` names with another value than ``table``'s (the format version is
+    set once, when the table is made)."""
+    current = table.properties
+    return {
+        name: value
+        for name, value in layout.properties.items()
+        if name != "format-version" and current.get(name) != value
+    }
 
 
 def sort_keys(metadata: TableMetadata, fallback: Sequence[str]) -> list[tuple[str, str, str]]:

@@ -60,6 +60,12 @@ DEFAULT_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
 }
+#: What a keyed table gets unless its layout names a merge mode: a batch's cost follows its changes
+#: (position deletes, the key index, in-stream compaction), not the table's size; copy-on-write
+#: rewrites every file a batch touches, all of them once updates are spread over the table.
+#: Files of 128 MiB (Iceberg's default is 512; Paimon's primary-key tables' 128): a file whose rows
+#: are mostly deleted is rewritten whole, in the stream's time.
+KEYED_DEFAULTS = {"write.merge.mode": "merge-on-read", "write.target-file-size-bytes": str(128 << 20)}
 
 
 class UnsupportedSchemaChangeError(BinlakeError):
@@ -196,6 +202,7 @@ class IcebergMetadataApplier:
             sort_order=sort_order(schema, layout, key),
             properties={
                 **DEFAULT_PROPERTIES,
+                **(KEYED_DEFAULTS if key else {}),
                 **layout.properties,
                 **({CREATED_ID: change_id} if change_id is not None else {}),
             },
