@@ -8,7 +8,8 @@ RSS (Python) and the largest executor Python worker's peak RSS, as reported by t
 issue's goals: at least 0.5 of the native client's rate; driver memory flat in the table size
 (compare two --rows values). ``--transform`` adds a third run on the same session with
 ``TRANSFORMS`` (projections, computed columns and filters on orders and customers): its rows/s
-within 15 % of the warm run's (``transform_ratio`` ≥ 0.85).
+within 15 % of the warm run's (``transform_ratio`` ≥ 0.85). ``chunk_split``: tables of ``--rows`` / 10
+rows whose keys are not spread evenly, their largest chunk ÷ the median (``bench/chunk_split.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB, private_mariadb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from chunk_read import native_rows_per_s  # a sibling benchmark script
+from chunk_read import native_rows_per_s  # sibling benchmark scripts
+from chunk_split import measure as chunk_spread
 
 #: What a data engineer would ask of the demo: no PII, no cancelled orders, amounts in cents.
 TRANSFORMS = [
@@ -127,6 +129,7 @@ def main() -> None:
             if spark is not None:
                 spark.stop()
         native, _ = native_rows_per_s(server, list(demo.COLUMNS))
+        spread = chunk_spread(server, args.rows // 10, args.chunk_size)
     result: dict[str, object] = {"benchmark": "snapshot", "rows": args.rows, "master": "local[2]"}
     for run, (seconds, report, driver_growth) in runs.items():
         rate = report.rows / seconds
@@ -147,6 +150,7 @@ def main() -> None:
         goal_ratio=0.5,
         executor_python_peak_rss_mb=round(max(r.max_executor_rss_kb for _, r, _ in runs.values()) / 1024, 1),
     )
+    result["chunk_split"] = spread  # keys not spread evenly: largest chunk ÷ median (bench/chunk_split.py)
     print(json.dumps(result))
 
 

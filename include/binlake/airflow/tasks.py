@@ -41,7 +41,8 @@ def validate(path: str | Path) -> list[dict[str, Any]]:
 
 def plan_chunk_groups(path: str | Path, jobs: int) -> list[list[str]]:
     """Plan (or keep the plan), then spread the unfinished chunks over at most ``jobs`` groups of
-    consecutive chunks: one Spark job each. Finished chunks are left out, so a rerun resumes."""
+    consecutive chunks (each table's last chunk in the first): one Spark job each. Finished chunks
+    are left out, so a rerun resumes."""
     from binlake.planner import plan
 
     config = load_pipeline(path)
@@ -49,11 +50,13 @@ def plan_chunk_groups(path: str | Path, jobs: int) -> list[list[str]]:
         log.info("startup mode %s: no snapshot", config.source.startup_mode)
         return []
     plans = plan(config)
+    # Each table's last chunk first: it holds the rows inserted until it is read (chunk_groups).
     pending = [
         str(state.chunk.id)
+        for tail in (True, False)
         for p in sorted(plans, key=lambda p: p.table.name)
         for state in p.chunks
-        if state.status != "finished"
+        if state.status != "finished" and (state.chunk.range.end is None) == tail
     ]
     size = max(1, math.ceil(len(pending) / max(1, jobs)))
     groups = [pending[i : i + size] for i in range(0, len(pending), size)]

@@ -66,25 +66,32 @@ def chunk_groups(
     pending: list[ChunkState], parallelism: int, chunks_per_task: int
 ) -> list[list[dict[str, Any]]]:
     """Consecutive chunks of one table per group: at most ``chunks_per_task``, and small enough that
-    a small snapshot still keeps every slot busy."""
+    a small snapshot still keeps every slot busy.
+
+    Each table's last chunk (``[x, +inf)``) is a group of its own, and those come first: it holds
+    every row inserted since the plan until it is read, so on a table growing during its snapshot
+    it is read before the others, not after them all (Flink CDC's unbounded-chunk-first)."""
     by_table: dict[str, list[ChunkState]] = defaultdict(list)
     for state in pending:
         by_table[state.chunk.table.name].append(state)
     total = len(pending)
     per_group = max(1, min(chunks_per_task, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT))))
-    groups = []
+    tails, groups = [], []
     for table, states in sorted(by_table.items()):
-        for i in range(0, len(states), per_group):
-            groups.append(
-                [
-                    {
-                        "table": table,
-                        "id": s.chunk.chunk_id,
-                        "key": s.chunk.key_column,
-                        "start": encode_key(s.chunk.range.start),
-                        "end": encode_key(s.chunk.range.end),
-                    }
-                    for s in states[i : i + per_group]
-                ]
-            )
-    return groups
+        bounded = [s for s in states if s.chunk.range.end is not None]
+        tails += [[_task_chunk(table, s)] for s in states if s.chunk.range.end is None]
+        for i in range(0, len(bounded), per_group):
+            groups.append([_task_chunk(table, s) for s in bounded[i : i + per_group]])
+    return tails + groups
+
+
+def _task_chunk(table: str, state: ChunkState) -> dict[str, Any]:
+    """A chunk as a snapshot task reads it."""
+    chunk = state.chunk
+    return {
+        "table": table,
+        "id": chunk.chunk_id,
+        "key": chunk.key_column,
+        "start": encode_key(chunk.range.start),
+        "end": encode_key(chunk.range.end),
+    }

@@ -157,6 +157,21 @@ def test_sparse_int_key_is_split_unevenly(split: Make, mariadb: PrivateMariaDB, 
     assert 1 <= sizes[-1] <= 8  # … and the last one at most one more
 
 
+def test_a_dense_stretch_among_sparse_keys_is_split_by_rows(
+    split: Make, mariadb: PrivateMariaDB, database: str
+) -> None:
+    """Keys within the even split's bounds but not spread evenly (a dense first half, a sparse
+    second): the even step would put the dense half in one chunk. The server's estimates find it,
+    it is split at the server's borders, and the sparse ranges are joined: chunks of even rows."""
+    rows = [(i, i) for i in range(1, 1001)] + [(1000 + i * 100, i) for i in range(1, 1001)]
+    plan = split("CREATE TABLE t (id INT PRIMARY KEY, v INT)", rows, 40)
+    assert plan.strategy == "even"
+    assert "dense ranges split at the server's borders" in plan.reason
+    sizes = sorted(chunk_sizes(mariadb, database, "t", plan))
+    assert sizes[-1] <= 2 * sizes[len(sizes) // 2], sizes  # the first even range held 1,000 + 24 rows
+    assert len(plan.chunks) <= 2 * len(rows) // 40
+
+
 def test_bigint_unsigned_above_2_63(split: Make) -> None:
     rows = [(2**63 + i * 987_654_321_987, i) for i in range(40)] + [(U64_MAX, 99)]
     plan = split("CREATE TABLE t (id BIGINT UNSIGNED PRIMARY KEY, v INT)", rows, 6)

@@ -226,23 +226,81 @@ class ChunkSplitter:
                 why = (
                     f"integral key, distribution factor {factor:.3g} within [{low:g}, {high:g}]: step {step}"
                 )
-                return "even", why, split_evenly(min_key, max_key, step)
+                ranges, resplit = self._balanced(
+                    table, key, min_key, max_key, rows, split_evenly(min_key, max_key, step)
+                )
+                if resplit:
+                    why += f"; {resplit} dense ranges split at the server's borders, sparse ones joined"
+                return "even", why, ranges
             why = f"integral key, distribution factor {factor:.3g} outside [{low:g}, {high:g}]"
         else:
             why = f"`{key.column_type}` key: borders queried in the column's own order"
         return "uneven", why, self._split_unevenly(table, key, min_key, max_key)
 
-    def _split_unevenly(self, table: TableId, key: Column, min_key: Any, max_key: Any) -> list[ChunkRange]:
+    def _split_unevenly(
+        self, table: TableId, key: Column, min_key: Any, max_key: Any, within: ChunkRange | None = None
+    ) -> list[ChunkRange]:
+        """``within`` (default: the whole key space) in chunks of ``chunk_size`` rows, each border
+        found by the server."""
+        within = within or ChunkRange.all()
         ranges: list[ChunkRange] = []
-        start: Any = None
-        end = self._next_end(table, key, min_key, max_key)
+        start: Any = within.start
+        bound = max_key if within.end is None else within.end
+        end = self._next_end(table, key, min_key if start is None else start, bound)
         while end is not None:
             ranges.append(ChunkRange(start, end))
             if self.progress and len(ranges) % 100 == 0:
                 self.progress(table, len(ranges))
-            start, end = end, self._next_end(table, key, end, max_key)
-        ranges.append(ChunkRange(start, None))
+            start, end = end, self._next_end(table, key, end, bound)
+        ranges.append(ChunkRange(start, within.end))
         return ranges
+
+    def _balanced(
+        self, table: TableId, key: Column, min_key: Any, max_key: Any, rows: int, ranges: list[ChunkRange]
+    ) -> tuple[list[ChunkRange], int]:
+        """An even split made even in rows: the server estimates each range's rows from its index
+        (two B-tree dives, no scan); a range holding more than twice ``chunk_size`` is split at
+        the server's own borders, neighbours holding few are joined. An even split trusts the keys
+        to be spread evenly, and one dense stretch among sparse keys would otherwise make one
+        chunk of a large share of the table (Flink CDC's skewed chunks). Returns the ranges and
+        how many were split."""
+        estimates = self._estimates(table, key, ranges)
+        if estimates is None or len(ranges) < 2:
+            return ranges, 0
+        # The estimates share a bias (InnoDB's dives overcount by up to 2x); their sum is the table.
+        scale = rows / max(1, sum(estimates)) if rows else 1.0
+        found: list[ChunkRange] = []
+        start, held, resplit = ranges[0].start, 0.0, 0
+        for chunk, estimate in zip(ranges, estimates, strict=True):
+            size = estimate * scale
+            if size > 2 * self.chunk_size:
+                if chunk.start != start:  # the joined neighbours before it
+                    found.append(ChunkRange(start, chunk.start))
+                found += self._split_unevenly(table, key, min_key, max_key, chunk)
+                start, held, resplit = chunk.end, 0.0, resplit + 1
+                continue
+            if held and held + size > 1.5 * self.chunk_size:  # halves joined: one chunk
+                found.append(ChunkRange(start, chunk.start))
+                start, held = chunk.start, 0.0
+            held += size
+        if start != ranges[-1].end or not found:
+            found.append(ChunkRange(start, ranges[-1].end))
+        return found, resplit
+
+    def _estimates(self, table: TableId, key: Column, ranges: list[ChunkRange]) -> list[int] | None:
+        """The optimizer's row estimate of each range (EXPLAIN's ``rows``), or None when the key
+        has no index to estimate with."""
+        found = []
+        with self.conn.cursor() as cur:
+            for chunk in ranges:
+                where, params = range_condition(quote(key.name), chunk)
+                cur.execute(f"EXPLAIN SELECT 1 FROM {table.quoted()} WHERE {where}", params)
+                names = [d[0].lower() for d in cur.description]
+                plan = dict(zip(names, cur.fetchone(), strict=True))
+                if plan.get("key") is None or plan.get("rows") is None:
+                    return None
+                found.append(int(plan["rows"]))
+        return found
 
     def _next_end(self, table: TableId, key: Column, previous: Any, max_key: Any) -> Any:
         """The next chunk border after ``previous``, or None when the last chunk starts there.
