@@ -65,9 +65,9 @@ def _config(
     name: str,
     tables: list[str],
     interval: float,
-    mor: bool = False,
+    mode: str | None = None,
     start: BinlogOffset | None = None,
-    executor_merge_from: int | None = 20_000,
+    executor_merge_from: int | str | None = "auto",
 ) -> PipelineConfig:
     startup: dict[str, Any] = {"startup_mode": "latest-offset"}
     if start is not None:
@@ -90,8 +90,11 @@ def _config(
                 "chunk_key_columns": {"shop.page_views": "customer_id"},
                 **startup,
             },
-            "stream": {"trigger_interval_s": interval, "executor_merge_from": executor_merge_from},
-            "sink": {"table_properties": {"write.merge.mode": "merge-on-read"} if mor else {}},
+            "stream": {
+                "trigger_interval_s": interval,
+                "executor_merge_from": executor_merge_from,
+            },
+            "sink": {"table_properties": {"write.merge.mode": mode} if mode else {}},
         }
     )
 
@@ -170,8 +173,8 @@ def _catch_up(
     spark: Any,
     changes: int,
     txn_rows: int,
-    mor: bool = False,
-    executor_merge_from: int | None = 20_000,
+    mode: str | None = None,
+    executor_merge_from: int | str | None = "auto",
     transform: bool = False,
 ) -> dict[str, Any]:
     server.execute("CREATE DATABASE IF NOT EXISTS bench", TABLE)
@@ -180,13 +183,13 @@ def _catch_up(
     end = _head(server)
     # The stream's first query in this Spark application, as a scheduled catch-up job runs: its
     # Python workers start cold (a query run before would have left them warm).
-    config = _config(server, work, "catchup", [r"bench\.events"], 10, mor, start, executor_merge_from)
+    config = _config(server, work, "catchup", [r"bench\.events"], 10, mode, start, executor_merge_from)
     batches: list[StreamBatch] = []
     began = dt.datetime.now(dt.UTC)
     started = time.monotonic()
     report = run_stream(config, spark, until_caught_up=True, progress=lambda b, _: batches.append(b))
     seconds = time.monotonic() - started
-    rates = _with_transform(server, work, spark, start, mor, executor_merge_from) if transform else {}
+    rates = _with_transform(server, work, spark, start, mode, executor_merge_from) if transform else {}
     decoded, reader_seconds = _single_reader(server, start, end)
     boundaries, scan_seconds = _header_scan(config, start, end)
     rate, reader_rate = report.rows / seconds, decoded / reader_seconds
@@ -228,12 +231,17 @@ TRANSFORM = {
 
 
 def _with_transform(
-    server: PrivateMariaDB, work: str, spark: Any, start: BinlogOffset, mor: bool, merge_from: int | None
+    server: PrivateMariaDB,
+    work: str,
+    spark: Any,
+    start: BinlogOffset,
+    mode: str | None,
+    merge_from: int | str | None,
 ) -> dict[str, Any]:
     """The same range again into two new pipelines, warm: without and with ``TRANSFORM``."""
     rates = {}
     for name in ("plain", "transformed"):
-        config = _config(server, work, name, [r"bench\.events"], 10, mor, start, merge_from)
+        config = _config(server, work, name, [r"bench\.events"], 10, mode, start, merge_from)
         if name == "transformed":
             config = config.model_copy(update={"transform": [TransformRule.model_validate(TRANSFORM)]})
         started = time.monotonic()
@@ -254,7 +262,7 @@ def _steady(
     rate: float,
     seconds: float,
     interval: float,
-    mor: bool,
+    mode: str | None,
     load: str = "server",
 ) -> dict[str, Any]:
     if load == "server":
@@ -268,7 +276,7 @@ def _steady(
     else:
         demo.load(server.admin_connection, 50_000)
         workload, tables = Workload(server.admin_connection, rate=rate, txn_size=10), [r"shop\..*"]
-    config = _config(server, work, "steady", tables, interval, mor)
+    config = _config(server, work, "steady", tables, interval, mode)
     phases = _PhaseLog()
     stop = threading.Event()
     stream = threading.Thread(target=lambda: run_stream(config, spark, stop=stop), daemon=True)
@@ -308,7 +316,7 @@ def _steady(
         if load == "server"
         else "demo shop, 10 statements per transaction, from Python",
         "goal_p99_s": interval + 5,
-        "merge_mode": "merge-on-read" if mor else "copy-on-write",
+        "merge_mode": mode or "default (keyed tables: merge-on-read)",
         # Median seconds per batch in each phase: binlake's (stream.batch_clock) and Spark's own.
         "phases_median_s": phases.medians(),
         "lag_series": [
@@ -428,12 +436,14 @@ def main() -> None:
     parser.add_argument("--steady-seconds", type=float, default=300)
     parser.add_argument("--trigger-interval", type=float, default=5)
     parser.add_argument(
-        "--merge-on-read", action="store_true",
-        help="into merge-on-read tables (large batches are then merged on the executors)",
+        "--merge-mode", choices=("copy-on-write", "merge-on-read"),
+        help="the tables' write.merge.mode (default: none set, what a table gets by default: merge-on-read "
+        "for keyed tables, whose large batches are merged on the executors)",
     )  # fmt: skip
     parser.add_argument(
-        "--executor-merge-from", type=int, default=20_000,
-        help="stream.executor_merge_from (-1: null, every batch merged in the driver)",
+        "--executor-merge-from", type=int,
+        help="stream.executor_merge_from (-1: null, every batch merged in the driver; default auto: "
+        "on local[2] the driver merges)",
     )  # fmt: skip
     parser.add_argument(
         "--transform", action="store_true",
@@ -461,15 +471,19 @@ def main() -> None:
                     spark,
                     args.changes,
                     args.txn_rows,
-                    args.merge_on_read,
-                    None if args.executor_merge_from < 0 else args.executor_merge_from,
+                    args.merge_mode,
+                    "auto"
+                    if args.executor_merge_from is None
+                    else None
+                    if args.executor_merge_from < 0
+                    else args.executor_merge_from,
                     args.transform,
                 )
             )
             reader = catch_up.get("single_reader_rows_per_s")
             rate = args.steady_share * reader if args.steady_share and reader else args.steady_rate
             steady = {} if args.catch_up_only else _steady(
-                server, work, spark, rate, args.steady_seconds, args.trigger_interval, args.merge_on_read,
+                server, work, spark, rate, args.steady_seconds, args.trigger_interval, args.merge_mode,
                 args.steady_load,
             )  # fmt: skip
             if steady and reader:
@@ -478,7 +492,7 @@ def main() -> None:
         finally:
             spark.stop()
     result = {
-        "benchmark": "stream", "master": "local[2]", "merge_on_read": args.merge_on_read,
+        "benchmark": "stream", "master": "local[2]", "merge_mode": args.merge_mode,
         "executor_merge_from": args.executor_merge_from,
         "catch_up": catch_up, "steady": steady,
     }  # fmt: skip

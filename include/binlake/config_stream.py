@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -38,10 +38,19 @@ class StreamConfig(Model):
     """While the driver applies a batch of a backlog, the executors read the next one
     (``spark/read_ahead.py``; used only when Spark's next batch ends exactly there); ``false``: one
     batch at a time."""
-    executor_merge_from: int | None = Field(default=20_000, ge=0)
+    executor_merge_from: Annotated[int, Field(ge=0)] | Literal["auto"] | None = "auto"
     """A merge-on-read keyed table's share of a batch from this many changes is merged on the
     executors (``stream/shares/bucket_merge.py``): only files and keys reach the driver (0: always;
-    null: never)."""
+    null: never). ``auto``: 20,000 on a cluster; never on a ``local`` Spark master, whose executors
+    are the driver's own cores — a shuffle frees none of them, and they are better used reading
+    the next batch ahead (``stream.read_ahead``)."""
+
+    def merge_from(self, master: str) -> int | None:
+        """``executor_merge_from`` as it applies on the Spark ``master``."""
+        if self.executor_merge_from != "auto":
+            return self.executor_merge_from
+        return None if master.startswith("local") else 20_000
+
     schema_change_applier: Literal["inline", "external"] = "inline"
     """Who applies a schema change the stream meets: ``inline`` (the stream itself) or ``external``
     (the stream records it and waits: Airflow's DDL DAG applies it)."""

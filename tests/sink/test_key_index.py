@@ -12,11 +12,11 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
-from binlake.offsets import BinlogOffset
 from binlake.sink import key_index, key_index_store
-from binlake.sink.key_index import KeyIndex, KeyIndexError
+from binlake.sink.key_index import KeyIndex
 from binlake.sink.layout import TableLayout
 from binlake.sink.metadata_applier import IcebergMetadataApplier
+from binlake.sink.row_match import ClearRange
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import content, create, make_catalog, rows
 
@@ -139,24 +139,35 @@ def test_composite_keys_through_the_index(tmp_path: Path) -> None:
     assert got == {(1, 1): "a", (1, 2): "BB", (2, 2): "d", (3, 1): "new"}
 
 
-def test_a_key_stored_twice_stops_the_build(tmp_path: Path) -> None:
-    """Positions picked for one of two rows would leave the other: the table no longer equals its
-    source, and the build says so instead of choosing."""
+def test_a_key_stored_twice_is_merged_without_the_index_until_a_backfill(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key in two live rows (written by something else than binlake): positions picked for one
+    of them would leave the other, so the build refuses to choose, says so, and the table's batches
+    find their keys' rows by scanning — every row of a key they change goes — instead of stopping
+    the stream; a backfill's ranges (which replace what they cover) let the index be built again."""
     catalog = make_catalog(tmp_path)
     writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
-    writer.table.append(rows([1, 2, 3], "v"))
+    writer.table.append(rows([1, 2, 3, 4], "v"))
     writer.table.append(rows([3], "w"))
-    with pytest.raises(KeyIndexError, match=r"of the sink table db\.t: a key is in two live rows"):
+    with caplog.at_level(logging.WARNING, logger="binlake.sink.key_index"):
         writer.merge_batch(1, rows([2], "u"), None)
-    assert writer._key_index is not None
-    assert not writer._key_index.describes(writer.table)  # the failed build is not used
-    at = BinlogOffset("binlog.000002", 120)  # where the stream was: the error says it
-    with pytest.raises(
-        KeyIndexError, match=r"two live rows.*batch 1, which ends at binlog offset binlog\.000002:120"
-    ):
-        writer.merge_batch(1, rows([2], "u"), None, offset=at)
+        writer.merge_batch(2, rows([1], "u"), None)
+    warned = [r.getMessage() for r in caplog.records if "two live rows" in r.getMessage()]
+    assert len(warned) == 1, warned  # tried once, not at every batch (a build reads the table)
+    assert "db.t" in warned[0]
+    assert "merged without the key index" in warned[0]
     stored = sorted((r["id"], r["v"]) for r in writer.table.scan().to_arrow().to_pylist())
-    assert stored == [(1, "v1"), (2, "v2"), (3, "v3"), (3, "w3")]  # nothing written
+    assert stored == [(1, "u1"), (2, "u2"), (3, "v3"), (3, "w3"), (4, "v4")]  # not binlake's to choose
+    writer.merge_batch(3, rows([3], "u"), None)  # both rows of the key go
+    assert content(writer) == {1: "u1", 2: "u2", 3: "u3", 4: "v4"}
+    assert len(writer.table.scan().to_arrow()) == 4
+    assert writer._key_index is not None
+    assert not writer._key_index.describes(writer.table)
+    writer.merge_batch(4, rows([3, 4], "b"), None, clear=[ClearRange("id", 3, 5)])  # a backfill's range
+    writer.merge_batch(5, rows([4], "x"), None)
+    assert writer._key_index.describes(writer.table)  # built again, and used
+    assert content(writer) == {1: "u1", 2: "u2", 3: "b3", 4: "x4"}
 
 
 def test_the_index_describes_one_table_and_snapshot(tmp_path: Path) -> None:

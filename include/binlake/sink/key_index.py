@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFileContent
+from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask, Table
 
 from binlake.errors import BinlakeError
@@ -132,6 +133,24 @@ class KeyIndex:
             table.name(), len(run.keys), time.monotonic() - started, self.path,
         )  # fmt: skip
 
+    def ready(self, table: Table) -> bool:
+        """Whether the index describes ``table``'s current snapshot, rebuilt if it did not. False
+        when the table holds a key twice: written by something else than binlake, a backfill
+        repairs it, and merges until then find a key's rows by scanning the files that may hold it
+        (every row with the key: exact for the keys they change), so the stream need not stop."""
+        if self.describes(table):
+            return True
+        try:
+            self.rebuild(table)
+        except KeyIndexError as e:
+            log.warning(
+                "%s — until a backfill of the table repairs it (`binlake verify --repair`), its batches "
+                "are merged without the key index (slower)",
+                str(e).split(" The table no longer")[0],
+            )
+            return False
+        return True
+
     def _sorted_unique(self, table: Table, keys: np.ndarray, files: np.ndarray, pos: np.ndarray) -> Run:
         order = np.argsort(keys, kind="stable")
         run = Run(keys[order], files[order], pos[order])
@@ -192,11 +211,11 @@ class KeyIndex:
         """Remove the ``gone`` keys, record the keys of the files ``added`` (``check``: none of them
         may be live elsewhere) and drop the files ``removed``: in memory, then as one log record."""
         identity = _identity(table, self.key_columns)
-        schema = table.schema().select(*self.key_columns).as_arrow()
+        key_schema = table.schema().select(*self.key_columns)
         new_ids = {path: self._file_id(path) for path in added}
         parts = []
         for path in added:
-            data = pq.read_table(table.io.new_input(path).open(), columns=self.key_columns).cast(schema)
+            data = _file_keys(table, path, key_schema).cast(key_schema.as_arrow())
             parts.append((self._encode(data), new_ids[path]))
         put = concat([k for k, _ in parts], self._dtype)
         files = concat([np.full(len(k), f, np.int32) for k, f in parts], np.int32)
@@ -405,3 +424,19 @@ def _live_positions(table: Table, task: FileScanTask, rows: int) -> np.ndarray |
     gone = np.asarray(pa.concat_arrays(deleted).to_numpy(zero_copy_only=False), np.int64)
     everything = np.arange(rows, dtype=np.int64)
     return everything[~np.isin(everything, gone)]
+
+
+def _file_keys(table: Table, path: str, key_schema: Schema) -> pa.Table:
+    """The key columns of the data file ``path``, named as the table names them. A file names its
+    columns its own way (pyiceberg writes ``Nr. %d`` as ``Nr_x2E_x20_x25d``), so they are found
+    by field id, else by name (a file added without ids reads through the name mapping's names)."""
+    fields = list(key_schema.fields)
+    with table.io.new_input(path).open() as stream:
+        found = pq.ParquetFile(stream)
+        by_id = {
+            int(f.metadata[b"PARQUET:field_id"]): f.name
+            for f in found.schema_arrow
+            if f.metadata and b"PARQUET:field_id" in f.metadata
+        }
+        data = found.read(columns=[by_id.get(f.field_id, f.name) for f in fields])
+    return data.rename_columns([f.name for f in fields])

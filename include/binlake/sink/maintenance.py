@@ -153,6 +153,8 @@ def compact(table: Table, rewrite_partitions: bool = False) -> tuple[int, int]:
                 for task in tasks:
                     snap.delete_data_file(task.file)
                     replaced += 1
+                if not data.num_rows:  # every row deleted (merge-on-read): nothing to write
+                    continue
                 for data_file in write_data_files(metadata, data, table.io, write_uuid, counter):
                     snap.append_data_file(data_file)
                     written += 1

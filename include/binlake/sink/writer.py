@@ -95,6 +95,7 @@ class IcebergWriter:
         self.key_index_dir = key_index_dir
         """Where merge-on-read keeps the table's key index (``sink.key_index``; None: none)."""
         self._key_index: KeyIndex | None = None
+        self._unindexable = False  # the table holds a key twice: merged without the index till repaired
         self.compaction = compaction
         """When to compact a merge-on-read table with a key index (``sink/compaction.py``; None: never)."""
         self.keep_snapshots = keep_snapshots
@@ -403,18 +404,22 @@ class IcebergWriter:
         if index is not None:
             index.apply(table, keys, [f.file_path for f in files], before)
             self._changes = keys.num_rows
-        elif self._key_index is not None:
-            self._key_index.forget()  # a backfill's ranges were merged without it
+        elif clear:  # a backfill's ranges, merged without the index: which may have repaired
+            if self._key_index is not None:  # what kept it from being built
+                self._key_index.forget()
+            self._unindexable = False
 
     def _index(self, key_columns: list[str]) -> KeyIndex | None:
-        """The table's key index, describing its current snapshot (rebuilt if it does not)."""
-        if self.key_index_dir is None:
+        """The table's key index, describing its current snapshot (rebuilt if it does not); None
+        when the table has none, or holds a key twice (then until a backfill's ranges are merged)."""
+        if self.key_index_dir is None or self._unindexable:
             return None
         if self._key_index is None or self._key_index.key_columns != key_columns:
             name = f"{self.identifier}-{self.table.metadata.table_uuid}"
             self._key_index = KeyIndex(self.key_index_dir / name, key_columns)
-        if not self._key_index.describes(self.table):
-            self._key_index.rebuild(self.table)
+        if not self._key_index.ready(self.table):
+            self._unindexable = True
+            return None
         return self._key_index
 
     def _indexed_positions(self, index: KeyIndex, keys: pa.Table) -> list[tuple[DataFile, list[int]]]:

@@ -240,7 +240,7 @@ def _stream(
             on_backfill=print_backfill if progress is not None else None,
             repairs=repairs,
             anchor=BinlogAnchor(config, store, ids.end),
-            merge_from=config.stream.executor_merge_from,
+            merge_from=config.stream.merge_from(config.pipeline.spark.master),
         )
         _hold(store, name, held, fence, ())
         healer = Healer(config, spark, repairs, fence.check) if repairs.heal else None

@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -152,18 +152,10 @@ class ChangelogWriter(IcebergWriter):
     def start_from(self, upsert: Table, at: BinlogOffset, chunks: list[ChunkCommit]) -> int:
         """The upsert table's rows as ``+I`` reads at its stream offset ``at``, one data file at a
         time, in one commit that records ``at`` and the upsert table's chunks (held already)."""
-        columns, rows = self._sink_columns(), 0
         now = int(time.time())
         properties = exactly_once.batch_properties(0, at)
         with transaction(self.table) as tx:
-            metadata = tx.table_metadata
-            files: list[DataFile] = []
-            for task in upsert.scan().plan_files():
-                scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
-                data = live(scan.to_table(tasks=[task]))
-                reads = project(self._as_reads(project(data, columns), now, at), metadata.schema().as_arrow())
-                files += write_data_files(metadata, reads, self.table.io, uuid.uuid4(), itertools.count(0))
-                rows += data.num_rows
+            files, rows = self._live_rows_as(tx, upsert, lambda data: self._as_reads(data, now, at))
             summary = {**properties, **(chunk_summary(chunks) if chunks else {})}
             with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 for data_file in files:
@@ -181,20 +173,34 @@ class ChangelogWriter(IcebergWriter):
         if any(s.summary and s.summary.additional_properties.get(CHANGE_KEY) == change_id
                for s in self.table.metadata.snapshots):  # fmt: skip
             return 0
-        columns, rows, now = self._sink_columns(), 0, int(time.time())
+        now = int(time.time())
         with transaction(self.table) as tx:
-            metadata = tx.table_metadata
-            files: list[DataFile] = []
-            for task in upsert.scan().plan_files():
-                scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
-                data = project(live(scan.to_table(tasks=[task])), columns)
-                gone = project(read_rows(data, now, at, "binlog", DELETE), metadata.schema().as_arrow())
-                files += write_data_files(metadata, gone, self.table.io, uuid.uuid4(), itertools.count(0))
-                rows += data.num_rows
+            files, rows = self._live_rows_as(
+                tx, upsert, lambda data: read_rows(data, now, at, "binlog", DELETE)
+            )
             with tx.update_snapshot(snapshot_properties={CHANGE_KEY: change_id}).fast_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
         return rows
+
+    def _live_rows_as(
+        self, tx: Transaction, upsert: Table, shape: Callable[[pa.Table], pa.Table]
+    ) -> tuple[list[DataFile], int]:
+        """Each data file of ``upsert``: its live rows (the sink's columns), ``shape``d into this
+        table's rows, written as data files for ``tx`` (one upsert file in memory at a time);
+        and how many rows they hold."""
+        metadata, columns = tx.table_metadata, self._sink_columns()
+        files: list[DataFile] = []
+        rows = 0
+        for task in upsert.scan().plan_files():
+            scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
+            data = project(live(scan.to_table(tasks=[task])), columns)
+            if not data.num_rows:  # every row of the file deleted (merge-on-read)
+                continue
+            shaped = project(shape(data), metadata.schema().as_arrow())
+            files += write_data_files(metadata, shaped, self.table.io, uuid.uuid4(), itertools.count(0))
+            rows += data.num_rows
+        return files, rows
 
     def state_in_ranges(self, clear: Sequence[ClearRange], columns: Sequence[str]) -> pa.Table:
         """The rows a replay of this changelog holds in the ``clear`` ranges (``columns``)."""
