@@ -97,3 +97,27 @@ def test_the_tables_a_rule_keeps_beside_the_upsert_table(tmp_path: Path) -> None
     assert sink_tables(config, [TableId("shop", "orders"), TableId("shop", "items")]) == {
         "shop.orders", "shop.orders_changelog", "shop.orders_history", "shop.items",
     }  # fmt: skip
+
+
+def test_a_changelog_starts_from_and_clears_an_upsert_table_whose_file_lost_every_row(tmp_path: Path) -> None:
+    """A merge-on-read upsert table can hold a data file whose every row is deleted: the changelog
+    takes no rows from it (its partitioned write of nothing failed)."""
+    from binlake.offsets import BinlogOffset
+    from binlake.sink.history.changelog import ensure_changelog
+    from binlake.sink.history.changelog_writer import ChangelogWriter
+    from binlake.sink.writer import IcebergWriter
+    from tests.sink.helpers import create, make_catalog, rows
+
+    catalog = make_catalog(tmp_path)
+    upsert = IcebergWriter(catalog, create(catalog), key_index_dir=tmp_path / "index")
+    assert upsert.table.properties["write.merge.mode"] == "merge-on-read"  # the default
+    upsert.table.append(rows([1, 2], "v"))
+    upsert.table.append(rows([3], "v"))
+    upsert.merge_batch(1, rows([2], "u"), pa.table({"id": pa.array([3], pa.int64())}))
+    ensure_changelog(catalog, "db.t_changelog", upsert.table)
+    changelog = ChangelogWriter(catalog, "db.t_changelog")
+    at = BinlogOffset("binlog.000001", 400)
+    assert changelog.start_from(upsert.table, at, []) == 2
+    assert changelog.remove_all(upsert.table, BinlogOffset("binlog.000001", 500), "truncate#1") == 2
+    found = sorted((r["__op__"], r["id"], r["v"]) for r in changelog.table.scan().to_arrow().to_pylist())
+    assert found == [("+I", 1, "v1"), ("+I", 2, "u2"), ("-D", 1, "v1"), ("-D", 2, "u2")]
