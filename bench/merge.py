@@ -68,6 +68,8 @@ TABLE = CreateTable(
 SCHEMA = arrow_schema(TABLE)
 STATUSES = ["pending", "paid", "shipped", "delivered", "cancelled"]
 LAYOUTS: dict[str, TableLayout] = {
+    # What a keyed table got with no sink options before merge-on-read became the default.
+    "copy-on-write (the old default)": TableLayout(properties={"write.merge.mode": "copy-on-write"}),
     "sorted, 8 MiB files": TableLayout(properties={"write.target-file-size-bytes": str(8 << 20)}),
     "sorted, 64 MiB files": TableLayout(properties={"write.target-file-size-bytes": str(64 << 20)}),
     "bucket(16, id), 8 MiB files": TableLayout(16, {"write.target-file-size-bytes": str(8 << 20)}),

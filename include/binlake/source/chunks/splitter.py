@@ -151,6 +151,13 @@ def distribution_factor(min_key: int, max_key: int, rows: int) -> float:
     return (max_key - min_key + 1) / rows
 
 
+def _joinable(held: float, size: float, chunk_size: int) -> bool:
+    """Whether a range of ``size`` estimated rows joins the ranges before it (``held`` rows): both
+    well short of a chunk (sparse ranges, e.g. halves, make one), never a chunk and a remainder."""
+    short = 0.75 * chunk_size
+    return held < short and size < short and held + size <= 1.5 * chunk_size
+
+
 def choose_key_column(table: CreateTable, configured: str | None) -> Column:
     """The first primary-key column, or the configured chunk key.
 
@@ -279,7 +286,7 @@ class ChunkSplitter:
                 found += self._split_unevenly(table, key, min_key, max_key, chunk)
                 start, held, resplit = chunk.end, 0.0, resplit + 1
                 continue
-            if held and held + size > 1.5 * self.chunk_size:  # halves joined: one chunk
+            if held and not _joinable(held, size, self.chunk_size):
                 found.append(ChunkRange(start, chunk.start))
                 start, held = chunk.start, 0.0
             held += size
