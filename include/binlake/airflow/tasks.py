@@ -44,20 +44,18 @@ def plan_chunk_groups(path: str | Path, jobs: int) -> list[list[str]]:
     consecutive chunks (each table's last chunk in the first): one Spark job each. Finished chunks
     are left out, so a rerun resumes."""
     from binlake.planner import plan
+    from binlake.snapshot.chunks import unbounded
 
     config = load_pipeline(path)
     if config.source.startup_mode not in SNAPSHOT_MODES:
         log.info("startup mode %s: no snapshot", config.source.startup_mode)
         return []
     plans = plan(config)
-    # Each table's last chunk first: it holds the rows inserted until it is read (chunk_groups).
-    pending = [
-        str(state.chunk.id)
-        for tail in (True, False)
-        for p in sorted(plans, key=lambda p: p.table.name)
-        for state in p.chunks
-        if state.status != "finished" and (state.chunk.range.end is None) == tail
+    states = [
+        s for p in sorted(plans, key=lambda p: p.table.name) for s in p.chunks if s.status != "finished"
     ]
+    # Each table's last chunk first (a stable sort): it holds the rows inserted until it is read.
+    pending = [str(s.chunk.id) for s in sorted(states, key=lambda s: not unbounded(s))]
     size = max(1, math.ceil(len(pending) / max(1, jobs)))
     groups = [pending[i : i + size] for i in range(0, len(pending), size)]
     done = sum(len(p.chunks) for p in plans) - len(pending)

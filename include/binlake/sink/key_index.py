@@ -68,6 +68,20 @@ class KeyIndexError(BinlakeError):
     """The table cannot be indexed by key as it is."""
 
 
+class KeyStoredTwiceError(KeyIndexError):
+    """A key is in two live rows of the table (written by something else than binlake)."""
+
+    def __init__(self, table: Table, key_columns: Sequence[str], path: str) -> None:
+        self.found = (
+            f"Cannot index the keys ({', '.join(key_columns)}) of the sink table {'.'.join(table.name())}: "
+            f"a key is in two live rows (one in {path})."
+        )
+        super().__init__(
+            f"{self.found} The table no longer equals its source. Fix: re-snapshot the table "
+            "(`binlake plan --replan`, `binlake snapshot`)."
+        )
+
+
 class KeyIndex:
     """The key → (file, position) index of one Iceberg table (see the module docstring).
 
@@ -142,11 +156,11 @@ class KeyIndex:
             return True
         try:
             self.rebuild(table)
-        except KeyIndexError as e:
+        except KeyStoredTwiceError as e:  # other faults (equality deletes) stop the stream, with their fix
             log.warning(
-                "%s — until a backfill of the table repairs it (`binlake verify --repair`), its batches "
+                "%s Until a backfill of the table repairs it (`binlake verify --repair`), its batches "
                 "are merged without the key index (slower)",
-                str(e).split(" The table no longer")[0],
+                e.found,
             )
             return False
         return True
@@ -156,16 +170,8 @@ class KeyIndex:
         run = Run(keys[order], files[order], pos[order])
         twice = np.flatnonzero(run.keys[1:] == run.keys[:-1])
         if len(twice):
-            raise self._stored_twice(table, self._paths[int(run.files[twice[0] + 1])])
+            raise KeyStoredTwiceError(table, self.key_columns, self._paths[int(run.files[twice[0] + 1])])
         return run
-
-    def _stored_twice(self, table: Table, path: str) -> KeyIndexError:
-        return KeyIndexError(
-            f"Cannot index the keys ({', '.join(self.key_columns)}) of the sink table "
-            f"{'.'.join(table.name())}: a key is in two "
-            f"live rows (one in {path}). The table no longer equals its source. Fix: re-snapshot the "
-            "table (`binlake plan --replan`, `binlake snapshot`)."
-        )
 
     # -- a batch --------------------------------------------------------------------------------
 
@@ -247,7 +253,7 @@ class KeyIndex:
         if len(twice) or len(elsewhere):
             self.forget()
             at = int(twice[0] + 1) if len(twice) else int(elsewhere[0])
-            raise self._stored_twice(table, self._paths[int(files[at])])
+            raise KeyStoredTwiceError(table, self.key_columns, self._paths[int(files[at])])
 
     def _replay(
         self, record: dict[str, Any], gone: np.ndarray, put: np.ndarray, files: np.ndarray, pos: np.ndarray,

@@ -78,11 +78,16 @@ def chunk_groups(
     per_group = max(1, min(chunks_per_task, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT))))
     tails, groups = [], []
     for table, states in sorted(by_table.items()):
-        bounded = [s for s in states if s.chunk.range.end is not None]
-        tails += [[_task_chunk(table, s)] for s in states if s.chunk.range.end is None]
+        bounded = [s for s in states if not unbounded(s)]
+        tails += [[_task_chunk(table, s)] for s in states if unbounded(s)]
         for i in range(0, len(bounded), per_group):
             groups.append([_task_chunk(table, s) for s in bounded[i : i + per_group]])
     return tails + groups
+
+
+def unbounded(state: ChunkState) -> bool:
+    """Whether the chunk is its table's last, ``[x, +inf)``: read first (``chunk_groups``)."""
+    return state.chunk.range.end is None
 
 
 def _task_chunk(table: str, state: ChunkState) -> dict[str, Any]:

@@ -271,8 +271,8 @@ class ChunkSplitter:
         to be spread evenly, and one dense stretch among sparse keys would otherwise make one
         chunk of a large share of the table (Flink CDC's skewed chunks). Returns the ranges and
         how many were split."""
-        estimates = self._estimates(table, key, ranges)
-        if estimates is None or len(ranges) < 2:
+        estimates = self._estimates(table, key, ranges) if len(ranges) > 1 else None
+        if estimates is None:
             return ranges, 0
         # The estimates share a bias (InnoDB's dives overcount by up to 2x); their sum is the table.
         scale = rows / max(1, sum(estimates)) if rows else 1.0
