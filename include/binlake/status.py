@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from binlake.backfill.progress import unit_counts
-from binlake.config import PipelineConfig
+from binlake.config import PipelineSection
 from binlake.events import describe_change
 from binlake.offsets import BinlogOffset
 from binlake.state.backfills import BackfillLedger
@@ -117,10 +117,11 @@ class PipelineStatus(BaseModel):
     """Tables held back now (open repairs)."""
 
 
-def pipeline_status(config: PipelineConfig) -> PipelineStatus:
-    """The status of ``config``'s pipeline, as its state store holds it now."""
-    name = config.pipeline.name
-    with StateStore(config.pipeline.resolved_state_uri) as store:
+def pipeline_status(section: PipelineSection) -> PipelineStatus:
+    """The status of the pipeline ``section`` names, as its state store holds it now (only the
+    ``pipeline`` section: the Airflow API server's lag page cannot complete the source)."""
+    name = section.name
+    with StateStore(section.resolved_state_uri) as store:
         switch = store.offsets(name).load(SWITCH)
         return PipelineStatus(
             pipeline=name,

@@ -2,10 +2,12 @@
 supervisor), Debian's Chromium through playwright. Log in, trigger the pipeline DAG with its form
 (`stream_mode: until-caught-up`), wait for it to succeed, open the grid and the quality task's Data
 Docs link, trigger the backfill DAG with a table in its form; then stop Airflow with SIGTERM and
-find none of its processes left. Screenshots are kept in the test's folder."""
+find none of its processes left. After a stream applied three changes, the DAG's "Lag" tab shows
+them. Screenshots are kept in the test's folder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
@@ -17,11 +19,12 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 
 from binlake.testing import demo
 from binlake.testing.compare import compare
 from binlake.testing.private_server import PrivateMariaDB
-from tests.dags.conftest import airflow_pipeline, config_of, wait_for
+from tests.dags.conftest import BIN, airflow_pipeline, config_of, wait_for
 
 pytestmark = pytest.mark.slow
 CHROMIUM = "/usr/bin/chromium"
@@ -74,6 +77,22 @@ def _alive(process: psutil.Process) -> bool:
 def _ended(airflow: Any, dag_id: str) -> str | None:
     state = _state(airflow, dag_id)
     return state if state in ("success", "failed") else None
+
+
+def _stream_changes(mariadb: PrivateMariaDB, database: str, pipeline: dict[str, Any], folder: Path) -> None:
+    """Three changes to orders, applied by `binlake stream --until-caught-up` (the same state store)."""
+    with contextlib.closing(mariadb.admin_connection()) as conn, conn.cursor() as cursor:
+        cursor.execute(f"UPDATE `{database}`.orders SET total = total + 1 ORDER BY id LIMIT 3")
+        conn.commit()
+    raw = config_of(pipeline, mariadb).model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = mariadb.password
+    config = folder / "cli-pipeline.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    done = subprocess.run(
+        [str(BIN / "binlake"), "--config", str(config), "stream", "--until-caught-up"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def _trigger(page: Any, shots: Path, name: str) -> None:
@@ -135,6 +154,17 @@ def test_the_ui_triggers_the_pipeline_and_the_backfill_and_opens_the_data_docs(
             page.screenshot(path=str(shots / "05-grid.png"), full_page=True)
             assert state == "success", airflow.task_states("binlake__demo")
             assert "until-caught-up" in str(conf)
+
+            _stream_changes(mariadb, database, pipeline, tmp_path)  # batches for the lag page to plot
+            page.goto(f"{url}/dags/binlake__demo")
+            page.get_by_role("link", name="Lag", exact=True).click()  # the plugin's tab on the DAG page
+            lag = page.frame_locator("iframe").first
+            lag.get_by_text(f"{database}.orders").first.wait_for()
+            lag.locator("svg").first.wait_for()  # the plot of the batches
+            page.screenshot(path=str(shots / "05-lag-tab.png"), full_page=True)
+            orders = lag.locator("tbody tr", has_text=f"{database}.orders").inner_text()
+            assert "streaming" in orders
+            assert "\t3\t" in orders  # the three changes below, in the last 6 h
 
             page.goto(f"{url}/dags/binlake__demo/runs/{run_id}/tasks/quality/details")
             link = page.get_by_role("link", name="Data Docs")  # the extra link, on the Details tab

@@ -295,7 +295,7 @@ def _watched(status: Any, max_lag: float | None) -> int:
 def status_command(args: argparse.Namespace) -> int:
     from binlake.status import pipeline_status
 
-    status = pipeline_status(_load(args.config))
+    status = pipeline_status(_load(args.config).pipeline)
     if args.json:
         print(status.model_dump_json(indent=2))
         return _watched(status, args.max_lag)

@@ -87,12 +87,14 @@ class StreamHistory:
                     )
                 )
 
-    def batches(self, limit: int = 100) -> list[StreamBatch]:
-        """The newest recorded micro-batches, newest first."""
+    def batches(self, limit: int = 100, since: dt.datetime | None = None) -> list[StreamBatch]:
+        """The newest recorded micro-batches (those finished after ``since``), newest first."""
+        table = stream_batches_table
+        after = [table.c.finished_at > since] if since is not None else []
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(stream_batches_table)
-                .where(stream_batches_table.c.pipeline == self.pipeline)
+                .where(stream_batches_table.c.pipeline == self.pipeline, *after)
                 .order_by(stream_batches_table.c.finished_at.desc(), stream_batches_table.c.batch_id.desc())
                 .limit(limit)
             ).all()
