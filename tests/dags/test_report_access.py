@@ -1,7 +1,8 @@
 """Who may read a pipeline's Data Docs: the users Airflow's auth manager lets read the pipeline's
 DAG. Real Airflow in multi-team mode (its simple auth manager's way of restricting DAGs): the DAG
 folder's bundle belongs to team `data`; `analyst` is in it, `outsider` is a viewer of team `other`.
-The API server serves the reports app; each user signs in for a token and asks for a report."""
+The API server serves binlake's app; each user signs in for a token and asks for a report and the
+lag page."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def _get(url: str, token: str | None = None) -> int:
         return int(e.code)
     except OSError:
         return 0
+
+
+def _text(url: str, token: str) -> str:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(response.read().decode())
 
 
 def _token(url: str, user: str, password: str) -> str:
@@ -85,6 +92,16 @@ def test_reports_are_served_only_to_users_who_may_read_the_pipelines_dag(
         outsider = _token(url, "outsider", passwords["outsider"])
         assert _get(page, outsider) == 403
         assert _get(f"{url}/binlake/reports/nothing-here/run-1/index.html", outsider) in (403, 404)
+        # The lag page: the same rule (it names the pipeline's tables); the index lists only theirs.
+        analyst = _token(url, "analyst", passwords["analyst"])
+        lag = f"{url}/binlake/lag/demo"
+        assert _get(lag) == 401
+        assert _get(lag, analyst) == 200
+        assert _get(f"{url}/binlake/lag/dag/binlake__demo__backfill", analyst) == 200
+        assert _get(lag, outsider) == 403
+        assert _get(f"{url}/binlake/lag/dag/binlake__demo", outsider) == 403
+        assert "/binlake/lag/demo" in _text(f"{url}/binlake/lag/", analyst)
+        assert "/binlake/lag/demo" not in _text(f"{url}/binlake/lag/", outsider)
     finally:
         server.terminate()
         try:
