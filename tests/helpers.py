@@ -316,3 +316,21 @@ def page_text(page: Path) -> str:
     """A Data Docs page as its visible words."""
     text = re.sub(r"<(script|style).*?</\1>", " ", page.read_text(), flags=re.DOTALL)
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
+
+
+def with_metrics_dir(config: PipelineConfig, folder: Path) -> PipelineConfig:
+    """``config`` with its jobs' metrics written to ``folder`` (``pipeline.metrics_dir``)."""
+    return config.model_copy(update={"pipeline": config.pipeline.model_copy(update={"metrics_dir": folder})})
+
+
+def job_metric(folder: Path, pipeline: str, job: str, name: str, **labels: str) -> float | None:
+    """One sample of a job's metrics file in ``folder`` (its whole run: no ``part``), or None."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = (folder / f"binlake_{pipeline}_{job}.prom").read_text()
+    wanted = {"pipeline": pipeline, "part": "", **labels}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == f"binlake_{job}_{name}" and sample.labels == wanted:
+                return float(sample.value)
+    return None

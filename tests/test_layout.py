@@ -103,7 +103,7 @@ RANKS = {
         ],
         0,
     ),
-    **dict.fromkeys(["offsets", "logs", "faults"], 0),
+    **dict.fromkeys(["offsets", "logs", "faults", "job_metrics"], 0),
     # the parts every step uses, each only on those before it: types and schemas, the source,
     # the state store (plans name source chunks), the Iceberg sink (fenced by the state store)
     "schema": 1,

@@ -101,6 +101,10 @@ class PipelineSection(Model):
     writer_lease_s: float = Field(default=60.0, ge=2.0)
     """Seconds a writer's lease lasts unless renewed (every quarter of that): how long a writer that
     died on another host keeps the next out, or a paused one may pause before it is taken over."""
+    metrics_dir: Path | None = None
+    """A folder where the snapshot, backfill and verify jobs write their Prometheus metrics as they
+    go and when they end (``binlake_<pipeline>_<job>[_<part>].prom``, for node_exporter's textfile
+    collector): rows, chunks by state, duration, outcome. Off unless set."""
 
     @field_validator("name")
     @classmethod

@@ -26,7 +26,7 @@ from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import assert_sink_equals_source, stream_config
+from tests.helpers import assert_sink_equals_source, job_metric, stream_config, with_metrics_dir
 
 
 def sink_table(config: PipelineConfig, table: TableId) -> Any:
@@ -69,6 +69,7 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     )
     config = stream_config(mariadb, database, tmp_path, chunk_size=400)
     config = config.model_copy(update={"backfill": BackfillConfig(unit_rows=1000)})  # 2 chunks of 500
+    config = with_metrics_dir(config, tmp_path / "metrics")
     plan(config)
     assert run_snapshot(config, spark).complete
     run_stream(config, spark, until_caught_up=True)
@@ -81,6 +82,11 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     store = StateStore(config.pipeline.resolved_state_uri)
     ledger, name = BackfillLedger(store), config.pipeline.name
     units = ledger.units(name, "b1")
+    # The backfill's metrics textfile: rows staged and chunks read per table, a run that ended well.
+    metrics = tmp_path / "metrics"
+    assert job_metric(metrics, name, "backfill", "rows", table=f"{database}.t") == 3000
+    assert job_metric(metrics, name, "backfill", "chunks", table=f"{database}.page_views", state="read") == 1
+    assert job_metric(metrics, name, "backfill", "success") == 1
     # page_views: 1 chunk; t: about 6 (the even split's step follows the server's row estimate),
     # at most 2 of them per unit (backfill.unit_rows).
     assert [len(u.chunks) for u in units if u.table.table == "page_views"] == [1]
@@ -215,7 +221,8 @@ def test_backfills_the_pipeline_cannot_take_are_refused(
         "INSERT INTO t VALUES (1), (2)",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path)
+    metrics = tmp_path / "metrics"
+    config = with_metrics_dir(stream_config(mariadb, database, tmp_path), metrics)
     raw = config.model_dump(mode="json", exclude_none=True)
     raw["source"]["password"] = mariadb.password
     cli = binlake_cli("--config", str(write_config(raw)), "backfill", "--table", f"{database}.t")
@@ -227,9 +234,19 @@ def test_backfills_the_pipeline_cannot_take_are_refused(
         run_backfill(config, spark, "x")
     plan(config)
     assert run_snapshot(config, spark).complete
+    # The snapshot's metrics textfile: each table's rows and chunks, a run that ended well.
+    name = config.pipeline.name
+    assert job_metric(metrics, name, "snapshot", "rows", table=f"{database}.t") == 2
+    assert job_metric(metrics, name, "snapshot", "chunks", table=f"{database}.t", state="done") == 1
+    assert job_metric(metrics, name, "snapshot", "chunks", table=f"{database}.t", state="planned") == 1
+    assert job_metric(metrics, name, "snapshot", "success") == 1
+    assert job_metric(metrics, name, "snapshot", "running") == 0
     mariadb.execute("INSERT INTO t VALUES (3)", database=database)
     with pytest.raises(BackfillError, match=r"not tables of the pipeline"):
         run_backfill(config, spark, "x", tables=["nope.t"])
+    assert job_metric(metrics, name, "backfill", "success") == 0  # a refused run: failed, ended
+    assert job_metric(metrics, name, "backfill", "running") == 0
+    assert (job_metric(metrics, name, "backfill", "end_timestamp_seconds") or 0) > 0
     with pytest.raises(BackfillError, match=r"chunk key `name` is text"):
         run_backfill(config, spark, "x", tables=[f"{database}.names"])
     with pytest.raises(BackfillError, match=r"range \[5, 5\) is empty"):

@@ -25,7 +25,13 @@ from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from binlake.verify.verification import VerifyReport, verify
-from tests.helpers import assert_sink_equals_source, stream_config, stream_during
+from tests.helpers import (
+    assert_sink_equals_source,
+    job_metric,
+    stream_config,
+    stream_during,
+    with_metrics_dir,
+)
 
 
 def sink_table(config: PipelineConfig, table: TableId) -> Any:
@@ -86,6 +92,7 @@ def _setup(mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any) -
     config = stream_config(
         mariadb, database, tmp_path, chunk_size=250, chunk_key_columns={f"{database}.visits": "customer_id"}
     )
+    config = with_metrics_dir(config, tmp_path / "metrics")
     plan(config)
     assert run_snapshot(config, spark).complete
     run_stream(config, spark, until_caught_up=True)
@@ -127,7 +134,16 @@ def test_verify_finds_exactly_the_damaged_chunks(
 
     damage(config, database)
     found = verify(config, "v3")
-    _assert_the_damage_found(found)
+    drifted = _assert_the_damage_found(found)
+    # The verify's metrics textfile: chunks by verdict per sink table, rows compared, its outcome.
+    metrics, name, t = tmp_path / "metrics", config.pipeline.name, sink_name(config, TableId(database, "t"))
+    assert job_metric(metrics, name, "verify", "chunks", table=t, state="drifted") == len(drifted["t"])
+    equal = sum(1 for v in found.verdicts if v.table == f"{database}.t" and v.status == "equal")
+    assert job_metric(metrics, name, "verify", "chunks", table=t, state="equal") == equal
+    assert job_metric(metrics, name, "verify", "rows", table=t) == next(
+        x.rows for x in found.tables if x.sink == t
+    )
+    assert job_metric(metrics, name, "verify", "success") == 1
     counts = {(v.table.split(".")[1], v.range.start): (v.source_rows, v.sink_rows) for v in found.verdicts}
     lost = next(
         v

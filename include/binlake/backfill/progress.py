@@ -23,6 +23,8 @@ class BackfillReport:
     seconds: float = 0.0
     tables: dict[str, int] = field(default_factory=dict)
     """Rows staged per table in this run."""
+    table_chunks: dict[str, int] = field(default_factory=dict)
+    """Chunks read per table in this run."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +41,11 @@ class BackfillReport:
 
 
 Progress = Callable[[BackfillReport], None]
+
+
+def backfill_figures(report: BackfillReport) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Each table's rows staged and its chunks read (``job_metrics``)."""
+    return dict(report.tables), {t: {"read": n} for t, n in report.table_chunks.items()}
 
 
 def unit_counts(units: Sequence[BackfillUnit]) -> dict[str, int]:

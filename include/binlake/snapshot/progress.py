@@ -55,6 +55,14 @@ class SnapshotReport:
 Progress = Callable[[SnapshotReport, float], None]
 
 
+def snapshot_figures(report: SnapshotReport) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """Each table's rows and its chunks by state (``job_metrics``)."""
+    return (
+        {t: p.rows for t, p in report.tables.items()},
+        {t: {"planned": p.chunks, "done": p.finished} for t, p in report.tables.items()},
+    )
+
+
 def track(report: SnapshotReport, plans: list[StoredPlan]) -> None:
     for plan in plans:
         report.tables[plan.table.name] = TableProgress(

@@ -23,9 +23,10 @@ from typing import Any
 
 from binlake.backfill import BackfillError
 from binlake.backfill.plan import KeyRange, plan_backfill
-from binlake.backfill.progress import BackfillReport, Progress
+from binlake.backfill.progress import BackfillReport, Progress, backfill_figures
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
+from binlake.job_metrics import JobMetrics
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.sink.catalog import open_catalog, sink_name
@@ -64,7 +65,15 @@ def run_backfill(
     """
     started = time.monotonic()
     name = config.pipeline.name
+    metrics = JobMetrics("backfill", name, config.pipeline.metrics_dir)
+
+    def observed(report: BackfillReport) -> None:
+        metrics.observe(*backfill_figures(report))
+        if progress:
+            progress(report)
+
     with (
+        metrics.run(),
         StateStore(config.pipeline.resolved_state_uri) as store,
         writing(store.engine, name, BACKFILL, writer_lease(config), part=backfill_id, beside=beside_stream),
     ):
@@ -79,9 +88,10 @@ def run_backfill(
                 f"Cannot backfill {', '.join(missing)}: the table no longer exists in the source."
             )
         if todo:
-            _read(config, spark, ledger, schemas, todo, report, started, progress)
+            _read(config, spark, ledger, schemas, todo, report, started, observed)
         report.staged = sum(u.status != "pending" for u in ledger.units(name, backfill_id))
         report.seconds = time.monotonic() - started
+        metrics.observe(*backfill_figures(report))
         return report
 
 
@@ -161,6 +171,7 @@ def _stage(
         report.chunks_read += len(chunks)
         report.rows += rows_read
         report.tables[unit.table.name] = report.tables.get(unit.table.name, 0) + rows_read
+        report.table_chunks[unit.table.name] = report.table_chunks.get(unit.table.name, 0) + len(chunks)
 
 
 def _safe(text: str) -> str:

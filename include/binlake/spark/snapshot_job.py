@@ -26,6 +26,7 @@ from pyiceberg.catalog import Catalog
 
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId, table_to_dict
+from binlake.job_metrics import JobMetrics
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.schema.routes import routed
@@ -40,7 +41,7 @@ from binlake.sink.partition_files import Partitioning
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
 from binlake.snapshot.chunks import TASKS_PER_SLOT, chunk_groups, planned, reconcile, selected
-from binlake.snapshot.progress import Progress, SnapshotReport, track
+from binlake.snapshot.progress import Progress, SnapshotReport, snapshot_figures, track
 from binlake.snapshot.rereads import (
     changed_tables,
     changed_under,
@@ -78,11 +79,18 @@ def run_snapshot(
     """
     started = time.monotonic()
     name = config.pipeline.name
+    part = snapshot_part(tables, chunk_ids)
+    metrics = JobMetrics("snapshot", name, config.pipeline.metrics_dir, part)
+
+    def observed(report: SnapshotReport, seconds: float) -> None:
+        metrics.observe(*snapshot_figures(report))
+        if progress:
+            progress(report, seconds)
+
     with (
+        metrics.run(),
         StateStore(config.pipeline.resolved_state_uri) as store,
-        writing(
-            store.engine, name, Command.SNAPSHOT, writer_lease(config), snapshot_part(tables, chunk_ids)
-        ) as fence,
+        writing(store.engine, name, Command.SNAPSHOT, writer_lease(config), part) as fence,
     ):
         holder = fence.lease.holder
         report = SnapshotReport(name)
@@ -97,7 +105,7 @@ def run_snapshot(
             for table in changed_tables(config, store, planned(store, name, tables), schemas):
                 restart(config, store, schemas[table], restarts, "its schema changed")
             changed = _read_pending(
-                config, spark, store, holder, schemas, tables, chunk_ids, progress, report, started
+                config, spark, store, holder, schemas, tables, chunk_ids, observed, report, started
             )
             why = "its schema changed"
             if not changed and tables is None and chunk_ids is None:
@@ -116,6 +124,7 @@ def run_snapshot(
         report.switch_offset = switch(store, name, schemas)
         report.high_watermarks = high_watermarks(store, name)
         report.seconds = time.monotonic() - started
+        metrics.observe(*snapshot_figures(report))
         return report
 
 

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from binlake.backfill.plan import KeyRange, checked_plans, clip
 from binlake.config import PipelineConfig
 from binlake.events import Column, CreateTable
+from binlake.job_metrics import JobMetrics
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.quality.checkpoint import sink_offset
@@ -144,7 +145,16 @@ def verify(
     name = config.pipeline.name
     report = VerifyReport(verify_id, name)
     chosen = sorted(ranges) if ranges is not None else tables
-    with StateStore(config.pipeline.resolved_state_uri) as store:
+    metrics = JobMetrics("verify", name, config.pipeline.metrics_dir)
+
+    def observed(result: TableVerification) -> None:
+        # By sink table: a table's history is verified as well as its upsert table.
+        states = ("equal", "drifted", "unverified", "repaired")
+        metrics.observe({result.sink: result.rows}, {result.sink: {s: result.count(s) for s in states}})
+        if progress is not None:
+            progress(result)
+
+    with metrics.run(), StateStore(config.pipeline.resolved_state_uri) as store:
         schemas = {s.table: s for s in discover_tables(config)}
         plans = store.plans(name).load()
         wanted = checked_plans(config, store, schemas, chosen, key_range or KeyRange(), action="verify")
@@ -160,8 +170,7 @@ def verify(
             result = _verify_table(config, store, schema, column.name, chunks, plans, consistent_snapshot)
             store.verifications(name).record(verify_id, result.verdicts)
             report.tables.append(result)
-            if progress is not None:
-                progress(result)
+            observed(result)
             history = history_name(config, stored.table)
             if history is not None:  # its current versions are the source's rows too (not recorded:
                 # the store keeps one verdict per chunk of a source table — the upsert table's)
@@ -169,8 +178,7 @@ def verify(
                     config, store, schema, column.name, chunks, plans, consistent_snapshot, history
                 )
                 report.tables.append(result)
-                if progress is not None:
-                    progress(result)
+                observed(result)
     report.seconds = time.monotonic() - started
     return report
 
