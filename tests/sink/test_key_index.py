@@ -12,8 +12,9 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
+from binlake.offsets import BinlogOffset
 from binlake.sink import key_index, key_index_store
-from binlake.sink.key_index import KeyIndex
+from binlake.sink.key_index import KeyIndex, KeyIndexError
 from binlake.sink.layout import TableLayout
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.row_match import ClearRange
@@ -168,6 +169,23 @@ def test_a_key_stored_twice_is_merged_without_the_index_until_a_backfill(
     writer.merge_batch(5, rows([4], "x"), None)
     assert writer._key_index.describes(writer.table)  # built again, and used
     assert content(writer) == {1: "u1", 2: "u2", 3: "b3", 4: "x4"}
+
+
+def test_a_batch_that_would_store_a_key_twice_stops_naming_the_batch_and_its_offset(tmp_path: Path) -> None:
+    """The guard behind the stream's compaction (one change per key and batch): new rows with the
+    same key are found as the index takes the batch in, and the stream stops, saying which batch
+    and where in the binlog — the fix is the table's, the position is where to look."""
+    catalog = make_catalog(tmp_path)
+    writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
+    writer.table.append(rows([1, 2, 3], "v"))
+    writer.merge_batch(1, rows([2], "u"), None, offset=BinlogOffset("binlog.000001", 400))
+    twice = pa.concat_tables([rows([5], "a"), rows([5], "b")])
+    with pytest.raises(KeyIndexError) as raised:
+        writer.merge_batch(2, twice, None, offset=BinlogOffset("binlog.000001", 900))
+    said = str(raised.value)
+    assert "a key is in two live rows" in said
+    assert "Fix: re-snapshot the table" in said
+    assert said.endswith("(Found while applying batch 2, which ends at binlog offset binlog.000001:900.)")
 
 
 def test_the_index_describes_one_table_and_snapshot(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import EventRows
 from binlake.source.binlog.row_decoder import ABSENT
 from binlake.state.store import StateStore
+from binlake.stream.applier_parts import SinkTables
 from binlake.stream.apply import BatchApplier
 from binlake.stream.batch_frame import ArrowFrame
 from binlake.stream.records import ENVELOPE_SCHEMA, RecordBuilder, images, table_changes
@@ -55,7 +56,7 @@ def applier(tmp_path: Path, name: str, merge_from: int | None) -> tuple[BatchApp
     writer = IcebergWriter(catalog, create(catalog, name, properties=MOR), key_index_dir=tmp_path / "keys")
     store = StateStore(f"sqlite:///{tmp_path / f'{name}-state.db'}")
     sinks = {T.name: TableSink(SCHEMA, writer, {})}
-    return BatchApplier("p", "run", store, sinks, None, merge_from=merge_from), writer
+    return BatchApplier("p", "run", store, SinkTables(sinks), merge_from=merge_from), writer
 
 
 def data_files(writer: IcebergWriter) -> int:

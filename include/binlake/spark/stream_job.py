@@ -58,6 +58,7 @@ from binlake.state.fencing import Fence, writer_lease, writing
 from binlake.state.leases import Command, TableBusyError
 from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore, StreamBatch
+from binlake.stream.applier_parts import BatchHooks, Healing, SinkTables
 from binlake.stream.apply import BatchApplier
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.failover import BinlogAnchor
@@ -229,19 +230,21 @@ def _stream(
             name,
             uuid.uuid4().hex,
             store,
-            sinks,
-            ready.snapshot_filter,
-            on_batch=on_batch,
-            before_batch=lambda: _hold(store, name, held, fence, writers.values()),
-            complete=config.source.startup_mode == "initial",
-            tracker=ready.tracker,
-            make_sink=make_sink,
-            backfills=StagedBackfills(name, BackfillLedger(store), read_changes),
-            on_backfill=print_backfill if progress is not None else None,
-            repairs=repairs,
-            anchor=BinlogAnchor(config, store, ids.end),
+            SinkTables(
+                sinks, ready.snapshot_filter, make_sink, ready.tracker,
+                complete=config.source.startup_mode == "initial",
+            ),
+            Healing(
+                StagedBackfills(name, BackfillLedger(store), read_changes), repairs,
+                on_backfill=print_backfill if progress is not None else None,
+            ),
+            BatchHooks(
+                before_batch=lambda: _hold(store, name, held, fence, writers.values()),
+                on_batch=on_batch,
+                anchor=BinlogAnchor(config, store, ids.end),
+            ),
             merge_from=config.stream.merge_from(config.pipeline.spark.master),
-        )
+        )  # fmt: skip
         _hold(store, name, held, fence, ())
         healer = Healer(config, spark, repairs, fence.check) if repairs.heal else None
         with (

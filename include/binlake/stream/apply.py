@@ -18,12 +18,10 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from binlake.events import CreateTable
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.sink.merge_on_read import merge_on_read
@@ -31,13 +29,12 @@ from binlake.source.binlog.event_rows import Gap, gap_message
 from binlake.state.backfills import BackfillUnit
 from binlake.state.offset_names import STREAM
 from binlake.state.store import StateStore, StreamBatch
-from binlake.stream.backfill import StagedBackfills, lowest_high
+from binlake.stream.applier_parts import BatchHooks, Healing, SinkTables
+from binlake.stream.backfill import lowest_high
 from binlake.stream.batch_clock import BatchClock
 from binlake.stream.batch_frame import ArrowFrame, BatchFrame, block_counts, first_positions
-from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.records import SEGMENT, empty_changes, gaps, table_changes, upserts_only
-from binlake.stream.repairs import StreamRepairs, UnreplicableChangeError
-from binlake.stream.schema_changes import SchemaTracker
+from binlake.stream.repairs import UnreplicableChangeError
 from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult, gather
 from binlake.stream.shares.commits import (
     backfill_companions,
@@ -53,12 +50,6 @@ from binlake.stream.shares.table_sink import PreparedShare, TableSink
 log = logging.getLogger(__name__)
 
 
-SinkFactory = Callable[[CreateTable, BinlogOffset], "TableSink | None"]
-
-
-BatchCallback = Callable[[StreamBatch], None]
-
-
 class BatchApplier:
     """Applies micro-batches of ``stream.records`` rows; call it as Spark's foreachBatch function."""
 
@@ -67,46 +58,33 @@ class BatchApplier:
         pipeline: str,
         run_id: str,
         store: StateStore,
-        sinks: dict[str, TableSink],
-        snapshot_filter: SnapshotFilter | None,
-        on_batch: BatchCallback | None = None,
-        before_batch: Callable[[], None] | None = None,
-        complete: bool = True,
-        tracker: SchemaTracker | None = None,
-        make_sink: SinkFactory | None = None,
-        backfills: StagedBackfills | None = None,
-        on_backfill: Callable[[dict[str, int], BinlogOffset], None] | None = None,
-        repairs: StreamRepairs | None = None,
-        anchor: Callable[[BinlogOffset], BinlogOffset] | None = None,
+        tables: SinkTables,
+        healing: Healing | None = None,
+        hooks: BatchHooks | None = None,
         merge_from: int | None = None,
     ) -> None:
+        healing, hooks = healing or Healing(), hooks or BatchHooks()
         self.pipeline = pipeline
         self.run_id = run_id
         self.store = store
-        self.sinks = sinks
-        self.snapshot_filter = snapshot_filter
-        self.on_batch = on_batch
-        self.before_batch = before_batch
-        self.complete = complete
-        """Whether the sink tables held every source row when the stream began (after a snapshot)."""
-        self.tracker = tracker
-        self.make_sink = make_sink
-        self.backfills = backfills
-        """Staged backfill units, applied when the stream reaches their high watermarks."""
+        # The parts' fields, as the batch's steps read them (``stream.applier_parts`` says what each is).
+        self.sinks = tables.sinks
+        self.snapshot_filter = tables.snapshot_filter
+        self.make_sink = tables.make_sink
+        self.tracker = tables.tracker
+        self.complete = tables.complete
+        self.backfills = healing.backfills
+        self.repairs = healing.repairs
+        self.on_backfill = healing.on_backfill
+        self.before_batch = hooks.before_batch
+        self.on_batch = hooks.on_batch
+        self.anchor = hooks.anchor
         self.error: BaseException | None = None
         # Batches (Spark's callback thread) and backfills applied between them (the job's thread)
         # commit one at a time.
         self._lock = threading.Lock()
         self._last_batch = time.monotonic()
-        self.on_backfill = on_backfill
-        """Called with the rows per table of backfill units applied between batches."""
-        self.repairs = repairs
-        """Tables held back from changes binlake cannot replicate, until a backfill (None: such a
-        change stops the stream)."""
         self._held: dict[str, BinlogOffset] = {}
-        self.anchor = anchor
-        """Adds to the offset each batch records what survives a change of binlog (its GTID set;
-        ``stream.failover``)."""
         self.merge_from = merge_from
         """Changes of a merge-on-read table in one batch from which the executors merge them
         (``stream.shares.bucket_merge``; None: never)."""
