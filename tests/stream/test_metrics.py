@@ -31,11 +31,19 @@ def test_a_batch_counts_per_table_and_phase_and_the_lag_follows_the_head() -> No
     assert 'binlake_stream_changes_applied_total{op="upserts",pipeline="p",table="db.t"} 3.0' in text
     assert 'binlake_stream_changes_read_total{pipeline="p"} 5.0' in text
     assert 'binlake_stream_batch_phase_seconds_count{phase="commit",pipeline="p"} 1.0' in text
+    assert 'binlake_stream_read_ahead_batches_total{pipeline="p"} 0.0' in text  # there from the start
+    assert 'binlake_stream_commit_conflicts_total{pipeline="p"} 0.0' in text
     metrics.lag(1200)  # behind: the age of the newest change applied
     assert 29 <= _gauge(metrics, "binlake_stream_lag_seconds") < 40
     metrics.lag(0)  # caught up
     assert _gauge(metrics, "binlake_stream_lag_seconds") == 0
     assert _gauge(metrics, "binlake_stream_lag_bytes") == 0
+    ahead = StreamBatch("run", 2, BinlogOffset("binlog.000001", 500), {}, 0, 0.1, 1.0, now, conflicts=2,
+                        read_ahead=True)  # fmt: skip
+    metrics.batch(ahead, {})
+    text = generate_latest(metrics.registry).decode()
+    assert 'binlake_stream_read_ahead_batches_total{pipeline="p"} 1.0' in text
+    assert 'binlake_stream_commit_conflicts_total{pipeline="p"} 2.0' in text
 
 
 def _gauge(metrics: StreamMetrics, name: str) -> float:

@@ -173,6 +173,8 @@ class ReadAhead:
 class _ReadFrame(CollectedFrame):
     """A batch read ahead: its rows are in the driver already."""
 
+    read_ahead = True
+
     def _collect(self) -> pa.Table:
         rows: pa.Table = self._frame
         return rows

@@ -40,6 +40,8 @@ class CollectedFrame(ArrowFrame):
 class SparkBatchFrame:
     """``frame``: the micro-batch of ``foreachBatch``; ``buckets``: Spark tasks that merge."""
 
+    read_ahead = False
+
     def __init__(self, frame: Any, buckets: int) -> None:
         self._frame = frame.persist()  # read (decoded) once, whatever the applier asks of it
         self.buckets = buckets

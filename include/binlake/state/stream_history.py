@@ -40,6 +40,10 @@ class StreamBatch:
     finished_at: dt.datetime
     phases: dict[str, float] = field(default_factory=dict, compare=False)
     """Seconds per phase of the batch (``stream.batch_clock``); not stored."""
+    conflicts: int = field(default=0, compare=False)
+    """Commit conflicts the batch's sink tables met (each refreshed and tried again); not stored."""
+    read_ahead: bool = field(default=False, compare=False)
+    """Whether the batch's rows were read while the batch before was applied; not stored."""
 
 
 class StreamHistory:

@@ -195,6 +195,7 @@ class BatchApplier:
             rest = sorted(set(counts) - set(merged))
             changes = table_changes(frame.changes(rest)) if rest else {}
         applied: dict[str, dict[str, int]] = {}
+        conflicts = 0
         by_sink: dict[str, list[PreparedShare]] = {}
         with clock.phase("prepare"):
             streamed = self.store.offsets(self.pipeline).load(STREAM) if due else None
@@ -212,7 +213,7 @@ class BatchApplier:
             table_started = time.monotonic()
             crash_point("before-commit")
             with clock.phase(f"commit {identifier}"):
-                commit_shares(parts, batch_id, end, self.complete)
+                conflicts += commit_shares(parts, batch_id, end, self.complete)
             for part in parts:
                 applied[part.name] = part.counts()
             log.info(
@@ -231,6 +232,8 @@ class BatchApplier:
             max(0.0, finished.timestamp() - newest) if newest else None,
             finished,
             clock.spent,  # the state phase, below, joins it before anyone reads it
+            conflicts,
+            frame.read_ahead,
         )
         crash_point("after-commit")
         units = [u for parts in by_sink.values() for p in parts for u in p.units]

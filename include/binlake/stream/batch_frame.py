@@ -20,6 +20,9 @@ from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult, merge_l
 
 
 class BatchFrame(Protocol):
+    read_ahead: bool
+    """Whether the batch's rows were read while the driver applied the batch before."""
+
     def head(self) -> pa.Table:
         """The envelope's rows (``stream.records``) with the ``data`` of ``changes`` rows left out."""
         ...
@@ -37,6 +40,8 @@ class BatchFrame(Protocol):
 
 class ArrowFrame:
     """A batch held as one Arrow envelope."""
+
+    read_ahead = False
 
     def __init__(self, envelope: pa.Table, buckets: int = 2) -> None:
         self.envelope = envelope

@@ -12,6 +12,10 @@ Names follow Prometheus' conventions (``binlake_stream_…``; ``_total`` counter
 - ``binlake_stream_batch_phase_seconds{phase}``: where batches' time goes (read, schemas, prepare,
   commit, state, merge on executors);
 - ``binlake_stream_batches_total``, ``binlake_stream_last_batch_timestamp_seconds``;
+- ``binlake_stream_read_ahead_batches_total``: batches whose rows were read while the driver
+  applied the batch before (``spark/read_ahead.py``; its share of the batches is the hit rate);
+- ``binlake_stream_commit_conflicts_total``: commits of sink tables that met another writer's
+  commit (refreshed, checked and tried again — a steady rate means something else writes there);
 - ``binlake_stream_repairs_open``: tables held back by a gap (healing, or waiting for a backfill);
 - ``binlake_stream_writer_epoch``: the fencing epoch of this stream's writer lease;
 - the process's own (``process_resident_memory_bytes``, CPU, open files).
@@ -73,6 +77,14 @@ class StreamMetrics:
         self.batches = Counter(
             "binlake_stream_batches", "Micro-batches committed", labels, registry=self.registry
         ).labels(pipeline)
+        self.read_ahead = Counter(
+            "binlake_stream_read_ahead_batches", "Batches read while the one before was applied",
+            labels, registry=self.registry,
+        ).labels(pipeline)  # fmt: skip
+        self.conflicts = Counter(
+            "binlake_stream_commit_conflicts", "Commit conflicts met (refreshed, checked, tried again)",
+            labels, registry=self.registry,
+        ).labels(pipeline)  # fmt: skip
         self.applied = Counter(
             "binlake_stream_changes_applied", "Row changes applied to sink tables",
             [*labels, "table", "op"], registry=self.registry,
@@ -88,6 +100,8 @@ class StreamMetrics:
         """A committed batch: its counts, phases and position."""
         self.batches.inc()
         self.read.inc(batch.rows)
+        self.read_ahead.inc(1 if batch.read_ahead else 0)  # 0 too: the series exists from the start
+        self.conflicts.inc(batch.conflicts)
         for table, ops in batch.changes.items():
             for op, n in ops.items():
                 self.applied.labels(self.pipeline, table, op).inc(n)

@@ -30,9 +30,10 @@ COMPANIONS = ("changelog", "history")
 
 def commit_shares(
     parts: list[PreparedShare], batch_id: int, end: BinlogOffset, complete: bool, force: bool = False
-) -> None:
+) -> int:
     """One commit per sink table, whatever number of (routed) source tables feed it; ``force``:
-    backfill units applied between batches, at an offset the table holds already."""
+    backfill units applied between batches, at an offset the table holds already. Returns the
+    conflicts the sink table's commit met (each refreshed, checked and tried again)."""
     sink = parts[0].sink
     if any(p.sink.keyed != sink.keyed for p in parts):
         raise BinlakeError(
@@ -48,12 +49,13 @@ def commit_shares(
     merged = parts[0].merged
     if merged is not None:  # one part: routed sinks merge in the driver
         keys = merged.all_keys(sink.sink_key_arrow)
-        sink.writer.merge_files(batch_id, merged.files, keys, end)
+        result = sink.writer.merge_files(batch_id, merged.files, keys, end)
     elif sink.keyed:
-        sink.writer.merge_batch(batch_id, upserts, deletes, offset=end, clear=clear, force=force)
+        result = sink.writer.merge_batch(batch_id, upserts, deletes, offset=end, clear=clear, force=force)
     else:
         prune = sink.keys[0] if sink.keys and len(parts) == 1 else None
-        sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, complete, clear, force)
+        result = sink.writer.apply_rows(batch_id, upserts, deletes, end, prune, complete, clear, force)
+    return result.attempts - 1
 
 
 def _commit_companions(parts: list[PreparedShare], batch_id: int, end: BinlogOffset, force: bool) -> bool:
