@@ -33,6 +33,12 @@ def test_a_batch_counts_per_table_and_phase_and_the_lag_follows_the_head() -> No
     assert 'binlake_stream_batch_phase_seconds_count{phase="commit",pipeline="p"} 1.0' in text
     assert 'binlake_stream_read_ahead_batches_total{pipeline="p"} 0.0' in text  # there from the start
     assert 'binlake_stream_commit_conflicts_total{pipeline="p"} 0.0' in text
+    assert _gauge(metrics, "binlake_stream_binlog_file_number") == 1
+    assert _gauge(metrics, "binlake_stream_binlog_position_bytes") == 400
+    applied = metrics.registry.get_sample_value(
+        "binlake_stream_table_last_change_timestamp_seconds", {"pipeline": "p", "table": "db.t"}
+    )
+    assert applied == now.timestamp()
     metrics.lag(1200)  # behind: the age of the newest change applied
     assert 29 <= _gauge(metrics, "binlake_stream_lag_seconds") < 40
     metrics.lag(0)  # caught up

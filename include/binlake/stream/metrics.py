@@ -16,6 +16,10 @@ Names follow Prometheus' conventions (``binlake_stream_…``; ``_total`` counter
   applied the batch before (``spark/read_ahead.py``; its share of the batches is the hit rate);
 - ``binlake_stream_commit_conflicts_total``: commits of sink tables that met another writer's
   commit (refreshed, checked and tried again — a steady rate means something else writes there);
+- ``binlake_stream_binlog_file_number`` / ``binlake_stream_binlog_position_bytes``: where the stream
+  applied up to (every table not held back is exact there; ``binlake status`` names the held ones);
+- ``binlake_stream_table_last_change_timestamp_seconds{table}``: when a change of each table was
+  last applied (a table whose changes stop shows here first);
 - ``binlake_stream_repairs_open``: tables held back by a gap (healing, or waiting for a backfill);
 - ``binlake_stream_writer_epoch``: the fencing epoch of this stream's writer lease;
 - the process's own (``process_resident_memory_bytes``, CPU, open files).
@@ -70,6 +74,12 @@ class StreamMetrics:
         self.lag_bytes = gauge("binlake_stream_lag_bytes", "Binlog bytes between the stream and the server")
         self.last_batch = gauge("binlake_stream_last_batch_timestamp_seconds", "When the last batch ended")
         self.repairs_open = gauge("binlake_stream_repairs_open", "Tables held back by a gap")
+        self.file_number = gauge("binlake_stream_binlog_file_number", "Binlog file the stream applied up to")
+        self.position = gauge("binlake_stream_binlog_position_bytes", "Position in that file applied up to")
+        self.table_applied = Gauge(
+            "binlake_stream_table_last_change_timestamp_seconds", "When a change of a table was last applied",
+            [*labels, "table"], registry=self.registry,
+        )  # fmt: skip
         self.epoch = gauge("binlake_stream_writer_epoch", "Fencing epoch of the stream's writer lease")
         self.read = Counter(
             "binlake_stream_changes_read", "Row changes read from the binlog", labels, registry=self.registry
@@ -108,6 +118,10 @@ class StreamMetrics:
         for phase, seconds in _phases(phases).items():
             self.phases.labels(self.pipeline, phase).observe(seconds)
         self.last_batch.set(batch.finished_at.timestamp())
+        for table in batch.changes:
+            self.table_applied.labels(self.pipeline, table).set(batch.finished_at.timestamp())
+        self.file_number.set(_file_number(batch.end_offset.file))
+        self.position.set(batch.end_offset.pos)
         if batch.lag_s is not None:
             self._newest_event = batch.finished_at.timestamp() - batch.lag_s
         self._position = batch.end_offset
@@ -129,6 +143,12 @@ class StreamMetrics:
         """The metrics as a textfile (written aside and renamed: a collector never reads half)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         write_to_textfile(str(path), self.registry)
+
+
+def _file_number(name: str) -> int:
+    """The sequence number of a binlog file (``mysql-bin.000042`` → 42)."""
+    suffix = name.rpartition(".")[2]
+    return int(suffix) if suffix.isdigit() else 0
 
 
 def _phases(spent: dict[str, float]) -> dict[str, float]:
