@@ -42,7 +42,7 @@ from binlake.source.binlog.gtid_positions import (
     binlog_identity,
     position_after,
 )
-from binlake.source.server.connection import connect, server_version
+from binlake.source.server.connection import connect, server_version, session
 from binlake.state.backfills import BackfillLedger
 from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
 from binlake.state.repair_ledger import RepairLedger
@@ -82,7 +82,7 @@ class BinlogAnchor:
 
 
 def check_binlog(
-    config: PipelineConfig, store: StateStore, offset: BinlogOffset, server_id: int
+    config: PipelineConfig, store: StateStore, offset: BinlogOffset, server_id: int, conn: Any = None
 ) -> BinlogOffset:
     """The offset to resume from: ``offset`` on the same binlog, or its GTID set's end on a new one.
 
@@ -95,12 +95,13 @@ def check_binlog(
         return offset  # nothing recorded for this offset's file (a state store of an older binlake)
     recorded = BinlogIdentity.from_dict(note)
     now = binlog_identity(config.source, server_id, offset.file)
-    with contextlib.closing(connect(config.source)) as conn:
+    with session(config.source, conn) as conn:
         version = server_version(conn)
         current_server = _server(conn, version)
+        purged = now is None and current_server == recorded.server and _purged(conn, offset)
     if now == recorded:
         return offset
-    if now is None and current_server == recorded.server and _purged(config, offset):
+    if purged:
         return offset  # the same binlog, only purged past the offset: ``check_available`` says so
     what = (
         f"the source is now another server ({current_server}, was {recorded.server})"
@@ -126,12 +127,11 @@ def check_binlog(
     return new
 
 
-def _purged(config: PipelineConfig, offset: BinlogOffset) -> bool:
+def _purged(conn: Any, offset: BinlogOffset) -> bool:
     """Whether the server's binlog has moved on past ``offset``'s file (as purging leaves it)."""
     from binlake.source.binlog.scan import binary_logs
 
-    with contextlib.closing(connect(config.source)) as conn:
-        files = [f for f, _ in binary_logs(conn)]
+    files = [f for f, _ in binary_logs(conn)]
     return any(BinlogOffset(f, 0).sequence > offset.sequence for f in files)
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.planner import align_layouts, create_sink_tables, discover_tables
 from binlake.snapshot.spans import snapshot_applies
-from binlake.source.server.connection import connect
+from binlake.source.server.connection import connect, session
 from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
 from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.store import StateStore
@@ -53,9 +54,10 @@ def preflight(config: PipelineConfig, store: StateStore) -> Preflight:
         StartupError: a captured table has a cascading foreign key, no table matches, or the start
             cannot be resolved (``resolve_start``'s errors, ``BinlogPurgedError`` too).
     """
-    discovered = discover_tables(config)
-    refuse_cascading_keys(config, [s.table for s in discovered])
-    start = resolve_start(config, store, config.source.server_id.end)
+    with contextlib.closing(connect(config.source)) as conn:  # one session for every check
+        discovered = discover_tables(config, conn=conn)
+        refuse_cascading_keys(config, [s.table for s in discovered], conn)
+        start = resolve_start(config, store, config.source.server_id.end, conn)
     tracker = SchemaTracker(config, store)
     schemas = _schemas(config, tracker, discovered, start.offset)
     align_layouts(config, schemas)  # a changed `sink.layout` rule takes effect at a restart
@@ -78,9 +80,9 @@ def _origin(store: StateStore, pipeline: str, start: Start) -> BinlogOffset:
     return origin
 
 
-def refuse_cascading_keys(config: PipelineConfig, tables: list[TableId]) -> None:
+def refuse_cascading_keys(config: PipelineConfig, tables: list[TableId], conn: Any = None) -> None:
     """Captured tables whose foreign keys change rows the binlog never shows stop the stream."""
-    with contextlib.closing(connect(config.source)) as conn:
+    with session(config.source, conn) as conn:
         found = cascading_keys(conn, tables)
     if found:
         raise StartupError(

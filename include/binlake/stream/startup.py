@@ -15,17 +15,17 @@ oldest one there, and the fix.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset, GtidError, gtid_matcher
 from binlake.source.binlog.scan import Boundary, binary_logs, purged_error, transactions
 from binlake.source.chunks.watermarks import current_offset
-from binlake.source.server.connection import connect, server_version
+from binlake.source.server.connection import server_version, session
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore
 
@@ -43,7 +43,7 @@ class Start:
     """How the offset was chosen, for the log (``resumed``, ``initial``, …)."""
 
 
-def resolve_start(config: PipelineConfig, store: StateStore, server_id: int) -> Start:
+def resolve_start(config: PipelineConfig, store: StateStore, server_id: int, conn: Any = None) -> Start:
     """The stream's start offset (see the module docstring), checked against the server's binlog.
 
     Raises:
@@ -56,18 +56,18 @@ def resolve_start(config: PipelineConfig, store: StateStore, server_id: int) -> 
     if resumed is not None:
         from binlake.stream.failover import check_binlog  # the stream's own module, not the CLI's
 
-        anchored = check_binlog(config, store, resumed, server_id)
+        anchored = check_binlog(config, store, resumed, server_id, conn)
         reason = "resumed" if anchored == resumed else f"resumed by GTID {resumed.gtid} on a new binlog"
         start = Start(anchored, reason)
     else:
-        start = _by_mode(config, store, server_id)
-    check_available(config, start.offset)
+        start = _by_mode(config, store, server_id, conn)
+    check_available(config, start.offset, conn)
     return start
 
 
-def check_available(config: PipelineConfig, offset: BinlogOffset) -> None:
+def check_available(config: PipelineConfig, offset: BinlogOffset, conn: Any = None) -> None:
     """Raise ``BinlogPurgedError`` when the server's binlog no longer holds ``offset``."""
-    with contextlib.closing(connect(config.source)) as conn:
+    with session(config.source, conn) as conn:
         files = dict(binary_logs(conn))
     if offset.file not in files:
         oldest = min(files, key=lambda f: BinlogOffset(f, 0)) if files else None
@@ -86,7 +86,7 @@ def check_available(config: PipelineConfig, offset: BinlogOffset) -> None:
         )
 
 
-def _by_mode(config: PipelineConfig, store: StateStore, server_id: int) -> Start:
+def _by_mode(config: PipelineConfig, store: StateStore, server_id: int, conn: Any) -> Start:
     source = config.source
     mode = source.startup_mode
     if mode == "initial":
@@ -103,7 +103,7 @@ def _by_mode(config: PipelineConfig, store: StateStore, server_id: int) -> Start
             "`startup_mode: snapshot` reads the tables once and streams nothing. Fix: use `initial` "
             "(snapshot, then stream) or another mode to stream."
         )
-    with contextlib.closing(connect(source)) as conn:
+    with session(source, conn) as conn:
         head = current_offset(conn, server_version(conn))
         files = [f for f, _ in binary_logs(conn)]
     if mode == "latest-offset":
