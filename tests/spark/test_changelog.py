@@ -127,6 +127,24 @@ def _assert_replays_to_the_upsert_table(config: PipelineConfig, database: str, t
     return Counter(r["__op__"] for r in rows)
 
 
+def _assert_gtids_are_the_servers(mariadb: PrivateMariaDB, rows: list[dict[str, Any]]) -> None:
+    """Each binlog change carries its transaction's GTID as the server's binlog shows it: the last
+    `Gtid` event before the change's rows event (`SHOW BINLOG EVENTS`); read rows carry none."""
+    changes = [r for r in rows if r["__origin__"] == "binlog"]
+    assert changes
+    server: dict[tuple[str, int], str] = {}
+    for file in sorted({r["__binlog_file__"] for r in changes}):
+        gtid = None
+        for _, _, kind, _, end, info in mariadb.query(f"SHOW BINLOG EVENTS IN '{file}'"):
+            if kind == "Gtid":
+                gtid = str(info).split("GTID ")[1].split()[0]
+            server[(file, int(end))] = gtid
+    found = {r["__gtid__"] == server[(r["__binlog_file__"], r["__binlog_pos__"])] for r in changes}
+    assert found == {True}
+    assert len({r["__gtid__"] for r in changes}) > 10  # many transactions, told apart
+    assert {r["__gtid__"] for r in rows if r["__origin__"] == "snapshot"} == {None}
+
+
 def _as_of(table: Any, position: int, columns: list[str], kind: str = "changelog") -> Counter[Any]:
     """The rows as of ``position`` by the query docs/sink.md gives for a changelog or history
     table, run by DuckDB's own reader."""
@@ -206,6 +224,9 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     ops = _assert_replays_to_the_upsert_table(config, database, "orders")
     assert set(ops) == {"+I", "-U", "+U", "-D"}
     assert set(_assert_replays_to_the_upsert_table(config, database, "visits")) == {"+I", "-U", "+U", "-D"}
+    _assert_gtids_are_the_servers(
+        mariadb, _changelog(config, database, "orders").scan().to_arrow().to_pylist()
+    )
     assert "seen" in _changelog(config, database, "orders").schema().column_names
     # The table as of positions the source was seen at, by the docs' query (the columns then).
     history = _history(config, database)

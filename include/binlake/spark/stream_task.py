@@ -95,7 +95,7 @@ def _prepared(data: dict[str, Any]) -> PreparedXa:
 
 def _batches(reader: BinlogReader, builder: RecordBuilder) -> Iterator[pa.RecordBatch]:
     for event in reader.events():
-        builder.add(event)
+        builder.add(event, reader.gtid)
         if len(builder) >= BATCH_ROWS:
             yield builder.batch()
 

@@ -33,7 +33,7 @@ from binlake.stream.applier_parts import BatchHooks, Healing, SinkTables
 from binlake.stream.backfill import lowest_high
 from binlake.stream.batch_clock import BatchClock
 from binlake.stream.batch_frame import ArrowFrame, BatchFrame, block_counts, first_positions
-from binlake.stream.records import SEGMENT, empty_changes, gaps, table_changes, upserts_only
+from binlake.stream.records import SEGMENT, TransactionIds, empty_changes, gaps, table_changes, upserts_only
 from binlake.stream.repairs import UnreplicableChangeError
 from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult, gather
 from binlake.stream.shares.commits import (
@@ -85,6 +85,8 @@ class BatchApplier:
         self._lock = threading.Lock()
         self._last_batch = time.monotonic()
         self._held: dict[str, BinlogOffset] = {}
+        self._gtids: TransactionIds | None = None
+        """The GTIDs of the batch being applied (its changelog rows show them)."""
         self.merge_from = merge_from
         """Changes of a merge-on-read table in one batch from which the executors merge them
         (``stream.shares.bucket_merge``; None: never)."""
@@ -177,6 +179,7 @@ class BatchApplier:
         segments = head.filter(pc.equal(head.column("kind"), SEGMENT))
         if segments.num_rows == 0:
             return None
+        self._gtids = TransactionIds(head)
         if self.before_batch is not None:
             self.before_batch()
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
@@ -355,7 +358,7 @@ class BatchApplier:
             return None
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
-        companions = batch_companions(sink, rows, end)
+        companions = batch_companions(sink, rows, end, self._gtids)
         rows = upserts_only(rows)
         if sink.keyed:
             keyed = last_per_key(rows, sink.keys)
@@ -404,7 +407,7 @@ class BatchApplier:
                 return None
         part = self.backfills.prepare(sink.schema, sink, units, upserts_only(rows), streamed)
         share = PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
-        share.companions = backfill_companions(sink, rows, share, end)
+        share.companions = backfill_companions(sink, rows, share, end, self._gtids)
         if sink.soft_delete:
             soften_backfill(sink, share, part.removed, end)
         return share

@@ -11,7 +11,8 @@ and block of changes, plus the one ``segment`` row each partition ends with.
 - ``kind``: ``changes`` (``data`` holds an Arrow IPC stream of the block), ``gap`` (a change of
   the table binlake cannot replicate exactly, at ``at``: ``data`` holds JSON ``{reason, fix}``) or
   ``segment`` (the partition's end: ``at`` and ``file`` are its end offset, ``ts`` the time of its
-  newest event, even when none of its changes is captured).
+  newest event, even when none of its changes is captured), or ``gtid`` (for tables with a
+  changelog: from ``at`` on, rows belong to the transaction whose GTID ``data`` holds — null: none).
 - ``at``: the block's first position (on segment rows: the segment's end).
 - ``rows``: row changes in the block (on segment rows: in the whole segment).
 
@@ -39,6 +40,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -65,6 +67,7 @@ CHANGES = "changes"
 BEFORE = "before"
 SEGMENT = "segment"
 GAP = "gap"
+GTID = "gtid"
 ROW = "row"
 ABSENT_COLUMNS = "absent"
 
@@ -214,13 +217,15 @@ class RecordBuilder:
         self._pending = 0
         self._envelope: list[list[Any]] = [[] for _ in ENVELOPE_SCHEMA]
         self.rows = 0
+        self._gtid: object = _UNSEEN  # a segment's first change of a changelog table is marked
 
     def __len__(self) -> int:
         return self._pending
 
-    def add(self, event: EventRows | Gap) -> None:
-        """The rows of one rows event (inserts and deletes go in whole, updates pair by pair), or
-        a gap (a change binlake cannot replicate: the driver decides what it means)."""
+    def add(self, event: EventRows | Gap, gtid: str | None = None) -> None:
+        """The rows of one rows event (inserts and deletes go in whole, updates pair by pair) of
+        the transaction ``gtid``, or a gap (a change binlake cannot replicate: the driver decides
+        what it means)."""
         if isinstance(event, Gap):
             data = json.dumps({"reason": event.reason, "fix": event.fix}).encode()
             at = event.offset.packed
@@ -229,6 +234,9 @@ class RecordBuilder:
         table, op, images, offset, ts = event
         block = self._blocks[table]
         at = offset.packed
+        if block.befores and gtid != self._gtid:  # a changelog shows each change's transaction
+            self._add_envelope(None, GTID, gtid.encode() if gtid else None, at, 0, ts, offset.file)
+            self._gtid = gtid
         if not isinstance(images, list):  # for the column decoder, with the block
             try:
                 n = block.add_raw(images, op, at, ts)
@@ -346,6 +354,24 @@ def _present(image: tuple[Any, ...]) -> tuple[Any, ...]:
 def absent_columns(mask: bytes, names: Sequence[str]) -> list[str]:
     """The columns an ``absent`` bitmask names."""
     return [name for i, name in enumerate(names) if mask[i >> 3] >> (i & 7) & 1]
+
+
+_UNSEEN = object()
+
+
+class TransactionIds:
+    """The GTIDs of a batch's transactions (its ``gtid`` rows), for the positions of its rows."""
+
+    def __init__(self, head: pa.Table) -> None:
+        rows = head.filter(pc.equal(head.column("kind"), GTID)).sort_by("at")
+        self._at = rows.column("at").to_numpy()
+        # One more, null: what a position before the first GTID row finds (index -1).
+        self._gtids = np.array([*(d.decode() if d else None for d in rows.column("data").to_pylist()), None])
+
+    def of(self, at: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """The GTID of the transaction of each position (null: none, or the server writes none)."""
+        found = np.searchsorted(self._at, at.to_numpy(), side="right") - 1
+        return pa.array(self._gtids[found], pa.string())
 
 
 def gaps(envelope: pa.Table) -> list[Gap]:

@@ -14,6 +14,9 @@ table, ``<sink table>_changelog``: the sink table's columns (the after image; th
   offset); a snapshot row: its chunk's high watermark. ``__binlog_file__``/``__binlog_pos__``: the
   same for people.
 - ``__order__``: the change's order within its event (a statement's rows share its position).
+- ``__gtid__``: the GTID of the change's transaction (MariaDB ``domain-server-sequence``, MySQL
+  ``uuid:number``; an XA transaction's is its commit's); null for rows the snapshot or a backfill
+  read, and where the server writes none.
 
 Sorting by (``__position__``, ``__order__``) replays the source: for each key, ``+I``/``+U`` set the
 row and ``-U``/``-D`` remove it (``testing.compare.replay_changelog``).
@@ -54,6 +57,7 @@ POSITION = "__position__"
 BINLOG_FILE = "__binlog_file__"
 BINLOG_POS = "__binlog_pos__"
 ORDER = "__order__"
+GTID = "__gtid__"
 
 METADATA = pa.schema(
     [
@@ -64,6 +68,7 @@ METADATA = pa.schema(
         (BINLOG_FILE, pa.string()),
         (BINLOG_POS, pa.int64()),
         (ORDER, pa.int32()),
+        (GTID, pa.string()),
     ]
 )
 INSERT, BEFORE, AFTER, DELETE = "+I", "-U", "+U", "-D"
@@ -150,13 +155,15 @@ def changelog_rows(
     to_rows: Callable[[pa.Table], pa.Table],
     binlog: str,
     updates: str = "both",
+    gtid_of: Callable[[pa.ChunkedArray], pa.Array] | None = None,
 ) -> pa.Table:
     """One table's changes (``changes``: its change table in binlog order, before images
     included, ``stream.records``) as changelog rows.
 
     ``kept``: which changes a transform's filter keeps (None: all); ``to_rows``: changes → rows of
     the sink table (a transform's projection applied); ``binlog``: the binlog files' base name;
-    ``updates``: ``both`` images of an update or the ``after`` image alone.
+    ``updates``: ``both`` images of an update or the ``after`` image alone; ``gtid_of``: the
+    transaction's GTID of each position (None: not known).
     """
     ops = _ops(changes, kept, after_only=updates == "after")
     keep = pc.is_valid(ops)
@@ -170,6 +177,7 @@ def changelog_rows(
         BINLOG_FILE: pa.array([f"{binlog}.{n:06d}" for n in pc.shift_right(at, 32).to_pylist()], pa.string()),
         BINLOG_POS: pc.bit_wise_and(at, POS_MASK),
         ORDER: changes.column("idx"),
+        GTID: gtid_of(at) if gtid_of is not None else pa.nulls(changes.num_rows, pa.string()),
     }
     return _with_metadata(to_rows(changes), meta)
 
@@ -232,6 +240,7 @@ def read_rows(
         BINLOG_FILE: pa.array([at.file] * n, pa.string()),
         BINLOG_POS: pa.array([at.pos] * n, pa.int64()),
         ORDER: pa.array(np.full(n, order, np.int32), pa.int32()),
+        GTID: pa.nulls(n, pa.string()),
     }
     return _with_metadata(rows, meta)
 

@@ -23,6 +23,7 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     ExecuteLoadQueryEvent,
+    GtidEvent,
     MariadbGtidEvent,
     QueryEvent,
     XAPrepareEvent,
@@ -151,6 +152,8 @@ class BinlogReader:
         self._prepared: dict[Xid, list[EventRows | Gap]] = {}
         """Rows of XA transactions prepared in the range read so far, until their decision."""
         self._in_transaction = False
+        self.gtid: str | None = None
+        """The GTID of the transaction whose rows ``events`` yields (an XA one's: its commit's)."""
         self._decoders: dict[TableId, RowDecoder] = {}
         self._column_decoders: dict[TableId, ColumnDecoder] = {}
         self.server_id = server_id
@@ -204,7 +207,7 @@ class BinlogReader:
             self.start,
             only_events=[
                 WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, PartialUpdateRowsEvent, XidEvent,
-                QueryEvent, XAPrepareEvent, MariadbGtidEvent, ExecuteLoadQueryEvent,
+                QueryEvent, XAPrepareEvent, MariadbGtidEvent, GtidEvent, ExecuteLoadQueryEvent,
             ],
             only_schemas=sorted({t.database for t in self.tables}),
             only_tables=sorted({t.table for t in self.tables}),
@@ -221,10 +224,11 @@ class BinlogReader:
             offset = BinlogOffset(stream.log_file, stream.log_pos)
             if self.end is not None and offset > self.end:
                 return
-            if isinstance(event, MariadbGtidEvent):
-                # A group MariaDB flags as a prepared XA transaction: its rows wait for its decision.
-                self._xa_group = [] if event.flags & FL_PREPARED_XA else None
-                self._in_transaction = not event.flags & FL_STANDALONE
+            if isinstance(event, MariadbGtidEvent | GtidEvent):  # MySQL's anonymous transactions have none
+                self.gtid = str(event.gtid)
+                if isinstance(event, MariadbGtidEvent):  # a group flagged as a prepared XA transaction:
+                    self._xa_group = [] if event.flags & FL_PREPARED_XA else None  # its rows wait
+                    self._in_transaction = not event.flags & FL_STANDALONE
                 continue
             self.last_offset, self.last_timestamp = offset, int(event.timestamp)
             if isinstance(event, XAPrepareEvent):
@@ -238,6 +242,7 @@ class BinlogReader:
             elif isinstance(event, XidEvent):
                 self._xa_group = None
                 self._in_transaction = False
+                self.gtid = None  # the next may have none (MySQL's anonymous transactions)
             elif (table := TableId(event.schema, event.table)) in self.tables:
                 if self._snapshot_holds(table, offset):
                     continue

@@ -21,7 +21,7 @@ from binlake.sink.history.changelog_writer import rows_in_ranges
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.soft_delete import live, live_mask, marked_deleted
 from binlake.sink.row_match import ClearRange, clear_mask, without
-from binlake.stream.records import images
+from binlake.stream.records import TransactionIds, images
 from binlake.stream.shares.table_sink import PreparedShare, TableSink
 
 #: The tables a sink table may keep beside it (``TableSink`` and ``PreparedShare`` attributes).
@@ -83,14 +83,16 @@ def _commit_companions(parts: list[PreparedShare], batch_id: int, end: BinlogOff
     return committed
 
 
-def batch_companions(sink: TableSink, changes: pa.Table, end: BinlogOffset) -> dict[str, pa.Table]:
+def batch_companions(
+    sink: TableSink, changes: pa.Table, end: BinlogOffset, gtids: TransactionIds | None = None
+) -> dict[str, pa.Table]:
     """The changelog rows of a table's share of a batch, for each of its changelog and history
     tables, computed once: each gets those past its own offset (``changes``: after the upsert
-    table's offset, which is never ahead of theirs)."""
+    table's offset, which is never ahead of theirs; ``gtids``: the batch's transactions)."""
     writers = sink.companions()
     if not writers:
         return {}
-    rows = sink.changelog_rows(changes, binlog_base(end))
+    rows = sink.changelog_rows(changes, binlog_base(end), gtids)
     return {kind: _past(rows, writer.stream_offset()) for kind, writer in writers.items()}
 
 
@@ -100,7 +102,11 @@ def _past(rows: pa.Table, offset: BinlogOffset | None) -> pa.Table:
 
 
 def backfill_companions(
-    sink: TableSink, changes: pa.Table, share: PreparedShare, end: BinlogOffset
+    sink: TableSink,
+    changes: pa.Table,
+    share: PreparedShare,
+    end: BinlogOffset,
+    gtids: TransactionIds | None = None,
 ) -> dict[str, pa.Table]:
     """The changelog rows of a share with backfill units, for each changelog and history table:
     the batch's changes of keys outside the units' ranges, then the ranges brought to the new
@@ -109,7 +115,7 @@ def backfill_companions(
     follow damage to the upsert table alone)."""
     clear: list[ClearRange] = share.clear
     outside = changes.filter(pc.invert(sink.in_ranges(changes, clear))) if clear else changes
-    stream = batch_companions(sink, outside, end)
+    stream = batch_companions(sink, outside, end, gtids)
     new = share.upserts.filter(clear_mask(share.upserts, clear)) if clear else share.upserts
     columns = [n for n in sink.sink_arrow.names if n in new.column_names and n not in SOFT_DELETE.names]
     found = {}

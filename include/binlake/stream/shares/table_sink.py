@@ -20,7 +20,7 @@ from binlake.sink.history.soft_delete import marked_deleted, marked_live
 from binlake.sink.row_match import ClearRange, clear_mask
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
-from binlake.stream.records import images, key_columns
+from binlake.stream.records import TransactionIds, images, key_columns
 from binlake.stream.shares.bucket_merge import BucketPlan, BucketResult
 from binlake.stream.shares.last_changes import KeyedChanges
 
@@ -97,10 +97,14 @@ class TableSink:
         kept = {"changelog": self.changelog, "history": self.history}
         return {kind: writer for kind, writer in kept.items() if writer is not None}
 
-    def changelog_rows(self, changes: pa.Table, binlog: str) -> pa.Table:
-        """The changes (before images included) as rows of the changelog table."""
+    def changelog_rows(self, changes: pa.Table, binlog: str, gtids: TransactionIds | None = None) -> pa.Table:
+        """The changes (before images included) as rows of the changelog table (``gtids``: of the
+        batch's transactions)."""
         kept = self.transform.keep(images(changes).cast(self.arrow)) if self.transform is not None else None
-        return changelog_rows(changes, kept, lambda c: self.rows(images(c)), binlog, self.changelog_updates)
+        gtid_of = gtids.of if gtids is not None else None
+        return changelog_rows(
+            changes, kept, lambda c: self.rows(images(c)), binlog, self.changelog_updates, gtid_of
+        )
 
     def softened(
         self, upserts: pa.Table, removed: pa.Table | None, vanished: pa.Table | None = None
