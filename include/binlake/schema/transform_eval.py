@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
 from binlake.schema.date_functions import date_format, timestamp_add, timestamp_diff
+from binlake.schema.str_to_date import UnrepresentableDateError, str_to_dates
 from binlake.schema.transform_sql import Node, SqlType
 
 #: An Arrow array, chunked array or scalar (pyarrow's compute functions take and give any of them).
@@ -358,6 +359,12 @@ class Evaluator:
         values = self.value(node.args[0])
         times = [values.as_py()] * self.rows.num_rows if isinstance(values, pa.Scalar) else values.to_pylist()
         return pa.array([None if t is None else date_format(t, node.value) for t in times], pa.string())
+
+    def _str_to_date(self, node: Node) -> Datum:
+        try:
+            return pa.array(str_to_dates(self._python(node.args[0]), *node.value), arrow_of(node.type))
+        except UnrepresentableDateError as e:
+            raise TransformInexactError(f"{self.where}: `{node.sql}` gives {e}") from None
 
     def _timestamp_diff(self, node: Node) -> Datum:
         starts, ends = (self._python(a) for a in node.args)

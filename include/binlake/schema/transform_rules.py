@@ -9,6 +9,8 @@ from typing import Any
 from sqlglot import exp
 
 from binlake.schema.date_functions import DATE_UNITS, UNITS, refused_specifiers
+from binlake.schema.str_to_date import refused_specifiers as str_to_date_refused
+from binlake.schema.str_to_date import result_kind
 from binlake.schema.transform_numbers import NUMBER_RULES, Rule, decimal_of
 from binlake.schema.transform_sql import _INT_DIGITS, MAX_PRECISION, NULL, Compiler, Node, SqlType, make
 
@@ -300,6 +302,26 @@ def _date_format(c: Compiler, node: exp.TimeToStr) -> Node:
     return make("date_format", SqlType("text", length=64), (arg,), node, fmt)
 
 
+def _str_to_date(c: Compiler, node: exp.Expression) -> Node:
+    """``STR_TO_DATE(text, 'constant')`` giving a DATE or a DATETIME (``schema.str_to_date``)."""
+    (arg,) = c.children(node, node.this)
+    if arg.type.kind not in ("text", "null"):
+        raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not text")
+    if not isinstance(node.args["format"], exp.Literal):
+        raise c.refuse(node, "its format is not a constant", "format with a constant string")
+    # sqlglot keeps the format in its own notation: the server's, as MySQL's SQL writes it back
+    written = exp.StrToDate(this=exp.column("x"), format=node.args["format"]).sql(dialect="mysql")
+    fmt = written[written.index("'") + 1 : written.rindex("'")].replace("''", "'")
+    refused = str_to_date_refused(fmt)
+    if refused:
+        raise c.refuse(node, f"binlake does not read {', '.join(refused)} as the server does")
+    kind = result_kind(fmt)
+    if kind == "time":
+        raise c.refuse(node, "its format has no date part: the server's result is a TIME")
+    result = {"date": SqlType("date"), "datetime": SqlType("datetime", 19, 0)}.get(kind)
+    return make("str_to_date", result or SqlType("datetime", 26, 6), (arg,), node, (fmt, kind))
+
+
 def _timestamp_diff(c: Compiler, node: exp.TimestampDiff) -> Node:
     """``TIMESTAMPDIFF(unit, start, end)`` of DATEs, DATETIMEs and TIMESTAMPs (``schema.date_functions``)."""
     end, start = c.children(node, node.this, node.expression)
@@ -364,6 +386,8 @@ RULES: dict[type[exp.Expression], Rule] = {
     exp.Length: _length,
     exp.TsOrDsToDate: _date,
     exp.TimeToStr: _date_format,
+    exp.StrToDate: _str_to_date,
+    exp.StrToTime: _str_to_date,
     exp.TimestampDiff: _timestamp_diff,
     exp.TimestampAdd: _timestamp_add,
     exp.DateAdd: _timestamp_add,
