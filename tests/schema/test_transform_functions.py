@@ -181,3 +181,34 @@ def test_where_the_server_stops_binlake_stops(
 def test_what_binlake_cannot_reproduce_is_refused(table: CreateTable, expression: str, reason: str) -> None:
     with pytest.raises(TransformError, match=reason):
         compile_transform(TransformSpec(f"id, {expression} AS r"), table)
+
+
+@pytest.mark.parametrize(
+    ("expression", "year_zero"),
+    [
+        ("TIMESTAMPADD(YEAR, -2024, at)", "2024-05-17 08:00:00"),
+        ("TIMESTAMPADD(MONTH, -1, DATE(at))", "0001-01-15 00:00:00"),
+        ("DATE_SUB(at, INTERVAL 1 YEAR)", "0001-05-17 08:00:00"),
+    ],
+)
+def test_months_back_into_year_zero_stop_where_days_are_null(
+    mariadb: PrivateMariaDB, database: str, expression: str, year_zero: str
+) -> None:
+    """Months taken into year 0: the server returns the date (`0000-…`), which no date type here
+    holds, so binlake stops; days or seconds taken past year 1 are NULL on both sides."""
+    mariadb.execute("CREATE TABLE y0 (id INT PRIMARY KEY, at DATETIME(6))", database=database)
+    days_back = "TIMESTAMPADD(DAY, -1, at)"
+    mariadb.execute(
+        f"INSERT INTO y0 VALUES (1, '{year_zero}'), (2, '0001-01-01 00:00:00')", database=database
+    )
+    with contextlib.closing(mariadb.admin_connection()) as conn:
+        schema = discover(conn, [TableId(database, "y0")])[0]
+    sql = f"SELECT CAST({expression} AS CHAR), CAST({days_back} AS CHAR) FROM t ORDER BY id"
+    server = source(mariadb, schema, sql)
+    assert str(server[0][0]).startswith("0000-")  # the server's year 0
+    assert server[1][1] is None  # a day before 0001-01-01: NULL
+    rows = arrow_rows(mariadb, schema)
+    with pytest.raises(TransformInexactError, match=r"year 0 .*Fix: filter such rows out"):
+        compile_transform(TransformSpec(f"id, {expression} AS r"), schema).project(rows.slice(0, 1))
+    nulls = compile_transform(TransformSpec(f"id, {days_back} AS r"), schema).project(rows.slice(1, 1))
+    assert nulls.column("r").to_pylist() == [None]

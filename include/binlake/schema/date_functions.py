@@ -4,7 +4,8 @@
   rules), with the server's default ``lc_time_names`` (en_US: English day and month names);
 - ``TIMESTAMPADD``/``DATE_ADD``/``DATE_SUB`` by a whole number of units: a month added keeps the
   day, or takes the month's last (``2024-01-31`` + 1 month is ``2024-02-29``); past year 9999 (or
-  before year 1) the server's result is NULL;
+  before year 1 by days and seconds) the server's result is NULL, but months taken back into year 0
+  give a date there (``UnrepresentableDateError``: no date type here holds it);
 - ``TIMESTAMPDIFF``: whole units from one moment to another, truncated toward zero; months (and
   quarters, years) counted as the server counts them (``calc_time_diff``/``TIMESTAMPDIFF``: a month
   is complete once the later moment's day and time of the month reach the earlier one's)."""
@@ -64,6 +65,10 @@ _MICROS = {
     "DAY": 86_400 * 10**6, "WEEK": 7 * 86_400 * 10**6,
 }  # fmt: skip
 _MONTHS_PER = {"MONTH": 1, "QUARTER": 3, "YEAR": 12}
+_YEAR_ZERO = (
+    " on a row, which the server returns and no date type holds. Fix: filter such rows out, or keep the "
+    "result within years 1 to 9999."
+)
 UNITS = frozenset(_MICROS) | frozenset(_MONTHS_PER)
 
 
@@ -95,18 +100,29 @@ DATE_UNITS = frozenset({"DAY", "WEEK", "MONTH", "QUARTER", "YEAR"})
 def timestamp_add(
     unit: str, amount: int, value: dt.datetime | dt.date, as_date: bool
 ) -> dt.datetime | dt.date | None:
-    """``TIMESTAMPADD(unit, amount, value)`` (a DATE when ``as_date``); None out of range."""
+    """``TIMESTAMPADD(unit, amount, value)`` (a DATE when ``as_date``); None out of range.
+
+    Raises:
+        UnrepresentableDateError: months added or taken land in year 0, which the server returns
+            and no date type here holds.
+    """
     moment = _moment(value)
-    try:
-        if unit in _MICROS:
+    if unit in _MICROS:  # the server counts days from year 1: before it, or past 9999, NULL
+        try:
             moment = moment + dt.timedelta(microseconds=amount * _MICROS[unit])
-        else:
-            months = moment.year * 12 + moment.month - 1 + amount * _MONTHS_PER[unit]
-            year, month = divmod(months, 12)
-            last = calendar.monthrange(year, month + 1)[1] if 1 <= year <= 9999 else 0
-            if not last:
-                return None
-            moment = moment.replace(year=year, month=month + 1, day=min(moment.day, last))
-    except (OverflowError, ValueError):  # past datetime's years: the server's NULL
-        return None
+        except OverflowError:
+            return None
+    else:  # months: year 0 is the server's too
+        months = moment.year * 12 + moment.month - 1 + amount * _MONTHS_PER[unit]
+        year, month = divmod(months, 12)
+        if year == 0:
+            raise UnrepresentableDateError(f"a date in year 0 (adding {amount} {unit}){_YEAR_ZERO}")
+        if not 1 <= year <= 9999:
+            return None
+        last = calendar.monthrange(year, month + 1)[1]
+        moment = moment.replace(year=year, month=month + 1, day=min(moment.day, last))
     return moment.date() if as_date else moment
+
+
+class UnrepresentableDateError(ValueError):
+    """The server's result is a date no date type here holds (year 0, a zero part, April 31st)."""

@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from binlake.schema.date_functions import UnrepresentableDateError
+
 #: Specifiers binlake reads as the server does.
 SUPPORTED = frozenset("YymcdeHkhIlisSfpTr")
 _TIME_PARTS = frozenset("HISThiklrs")  # the server's own lists (``get_date_time_result_type``)
@@ -40,10 +42,6 @@ _PART = {"Y": "year", "y": "year", "m": "month", "c": "month", "d": "day", "e": 
 _PART |= {"H": "hour", "k": "hour", "h": "hour", "I": "hour", "l": "hour", "s": "second", "S": "second"}
 
 Kind = Literal["date", "datetime", "datetime6", "time"]
-
-
-class UnrepresentableDateError(ValueError):
-    """The server's result has a zero part or a day past its month's end."""
 
 
 def refused_specifiers(fmt: str) -> list[str]:

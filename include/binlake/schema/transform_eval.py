@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
-from binlake.schema.date_functions import date_format, timestamp_add, timestamp_diff
-from binlake.schema.str_to_date import UnrepresentableDateError, str_to_dates
+from binlake.schema.date_functions import UnrepresentableDateError, date_format, timestamp_add, timestamp_diff
+from binlake.schema.str_to_date import str_to_dates
 from binlake.schema.transform_sql import Node, SqlType
 
 #: An Arrow array, chunked array or scalar (pyarrow's compute functions take and give any of them).
@@ -83,6 +83,8 @@ class Evaluator:
                 f"{self.where}: `{node.sql}` failed on a row ({str(e).splitlines()[0]}); the server stops "
                 "such a statement too (an overflow). Fix: change the transform so every row fits."
             ) from None
+        except UnrepresentableDateError as e:
+            raise TransformInexactError(f"{self.where}: `{node.sql}` gives {e}") from None
         return result
 
     def typed(self, node: Node, t: SqlType) -> Datum:
@@ -361,10 +363,7 @@ class Evaluator:
         return pa.array([None if t is None else date_format(t, node.value) for t in times], pa.string())
 
     def _str_to_date(self, node: Node) -> Datum:
-        try:
-            return pa.array(str_to_dates(self._python(node.args[0]), *node.value), arrow_of(node.type))
-        except UnrepresentableDateError as e:
-            raise TransformInexactError(f"{self.where}: `{node.sql}` gives {e}") from None
+        return pa.array(str_to_dates(self._python(node.args[0]), *node.value), arrow_of(node.type))
 
     def _timestamp_diff(self, node: Node) -> Datum:
         starts, ends = (self._python(a) for a in node.args)
