@@ -207,7 +207,9 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
             from airflow.sdk import get_current_context
 
             context = get_current_context()
-            return work.plan_backfill(path, context["run_id"], dict(context["params"]))
+            # A healing run (``airflow/healing_runs.py``) names the stream's backfill in its conf.
+            backfill_id = (context["dag_run"].conf or {}).get("backfill_id") or context["run_id"]
+            return work.plan_backfill(path, backfill_id, dict(context["params"]))
 
         planned: Any = plan()  # its dict's keys are XComs of their own (multiple_outputs)
         backfill = BinlakeSparkSubmitOperator(
@@ -216,7 +218,7 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
             config_path=path,
             pipeline=pipeline.name,
             catalog=pipeline.catalog,
-            backfill_id="{{ run_id }}",
+            backfill_id="{{ (dag_run.conf or {}).get('backfill_id') or run_id }}",
             conn_id=pipeline.airflow.spark_conn_id,
             pool=pipeline.airflow.pool,
             doc_md="Reads the planned chunks with watermarks (one Spark job) and stages them.",
@@ -373,6 +375,10 @@ or after a fix in the source — without stopping anything:
 4. **quality** of the backfilled tables.
 
 A rerun of the same DAG run resumes: chunks staged or applied are not read again.
+
+Runs named `heal-…` are the stream's own (`stream.on_gap: backfill`): a change it could not
+replicate held a table back, and it reads the backfill that repairs it by itself; the run shows it
+here, waits until the stream has applied it, and checks the table's quality.
 """
 
 _VERIFY_DOC = """\

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from binlake.airflow import assets
+from binlake.airflow.healing_runs import HealingRuns, healing_conf
 from binlake.airflow.runtime import load_pipeline, source_from_connection
 from binlake.airflow.source_secret import handoff
 from binlake.config import PipelineConfig
@@ -98,6 +100,11 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         }
         os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
         config = load_pipeline(self.config_path)
+        if self.job == "backfill" and healing_conf(context["dag_run"].conf):
+            self.log.info(
+                "a healing backfill: the stream reads it itself; this run waits for it, then checks it"
+            )
+            return self._summary(context, config)
         master, deploy_mode = self._master()
         source = handoff(
             source_from_connection(self.config_path), master, deploy_mode, config.airflow.kubernetes_secret
@@ -107,8 +114,14 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
         self.application_args = [*(self.application_args or []), *source.args]
         if source.files:
             self.files = ",".join(f for f in (self.files, source.files) if f)
+        healing = (
+            HealingRuns(config, f"binlake__{self.pipeline}__backfill")
+            if self.job == "stream" and config.stream.on_gap == "backfill"
+            else contextlib.nullcontext()
+        )
         try:
-            super().execute(context)
+            with healing:
+                super().execute(context)
         finally:
             source.remove()  # the password's file lives only while spark-submit runs
         return self._summary(context, config)
