@@ -13,7 +13,6 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseOperatorLink
 
 from binlake.airflow import assets
-from binlake.airflow.healing_runs import HealingRuns, healing_conf
 from binlake.airflow.runtime import load_pipeline, source_from_connection
 from binlake.airflow.source_secret import handoff
 from binlake.config import PipelineConfig
@@ -99,6 +98,8 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
             "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         os.environ["PATH"] = env["PATH"]  # the hook looks spark-submit up on this process's PATH
+        from binlake.airflow.healing_runs import HealingRuns, healing_conf  # pyiceberg: not at parse time
+
         config = load_pipeline(self.config_path)
         if self.job == "backfill" and healing_conf(context["dag_run"].conf):
             self.log.info(
