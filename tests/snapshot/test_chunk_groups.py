@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from binlake.events import TableId
-from binlake.snapshot.chunks import chunk_groups
+from binlake.snapshot.chunks import chunk_groups, chunk_waves
 from binlake.source.chunks.splitter import Chunk, ChunkRange, split_evenly
 from binlake.state.plans import ChunkState
 
@@ -25,3 +25,26 @@ def test_each_tables_last_chunk_is_read_first_and_alone() -> None:
     assert all(c["end"] is not None for g in groups[2:] for c in g)
     assert sorted(rest + tails) == sorted((s.chunk.table.name, s.chunk.chunk_id) for s in pending)
     assert max(len(g) for g in groups) <= 3
+
+
+def test_a_tables_groups_are_even_longest_first_and_the_tails_ride_in_the_first_job() -> None:
+    """36 chunks in groups of at most 22 make two of 18 (not 32 and 4: one slot would wait for the
+    other); groups come longest first; each table's last chunk is read in the first Spark job,
+    beside the first groups, not in jobs of their own."""
+    orders, items, tiny = TableId("shop", "orders"), TableId("shop", "items"), TableId("shop", "tiny")
+    pending = (
+        _states(orders, split_evenly(1, 3700, 100))  # 37 chunks: 36 and the tail
+        + _states(items, split_evenly(1, 500, 100))  # 5: 4 and the tail
+        + _states(tiny, split_evenly(1, 50, 100))  # its one chunk is its tail
+    )
+    groups = chunk_groups(pending, parallelism=1, chunks_per_task=32)
+    bounded = [(g[0]["table"], len(g)) for g in groups if g[0]["end"] is not None]
+    assert bounded == [("shop.orders", 18), ("shop.orders", 18), ("shop.items", 4)]
+    waves = chunk_waves(groups, parallelism=1)
+    first = waves[0]
+    assert [g[0]["table"] for g in first if g[0]["end"] is None] == ["shop.items", "shop.orders", "shop.tiny"]
+    assert sum(1 for g in first if g[0]["end"] is not None) == 2  # parallelism × 2 bounded groups
+    assert [len(w) for w in waves] == [5, 1]
+    assert sorted(c["id"] for w in waves for g in w for c in g if c["table"] == "shop.orders") == list(
+        range(37)
+    )

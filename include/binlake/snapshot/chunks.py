@@ -66,11 +66,13 @@ def chunk_groups(
     pending: list[ChunkState], parallelism: int, chunks_per_task: int
 ) -> list[list[dict[str, Any]]]:
     """Consecutive chunks of one table per group: at most ``chunks_per_task``, and small enough that
-    a small snapshot still keeps every slot busy.
+    a small snapshot still keeps every slot busy; a table's runs as even as its chunks allow (36
+    chunks in groups of at most 32 make two of 18, not 32 and 4: a slot would wait for the other).
 
     Each table's last chunk (``[x, +inf)``) is a group of its own, and those come first: it holds
     every row inserted since the plan until it is read, so on a table growing during its snapshot
-    it is read before the others, not after them all (Flink CDC's unbounded-chunk-first)."""
+    it is read before the others, not after them all (Flink CDC's unbounded-chunk-first). The
+    others follow longest first (chunks hold even rows), so the slots of a Spark job end together."""
     by_table: dict[str, list[ChunkState]] = defaultdict(list)
     for state in pending:
         by_table[state.chunk.table.name].append(state)
@@ -80,9 +82,35 @@ def chunk_groups(
     for table, states in sorted(by_table.items()):
         bounded = [s for s in states if not unbounded(s)]
         tails += [[_task_chunk(table, s)] for s in states if unbounded(s)]
-        for i in range(0, len(bounded), per_group):
-            groups.append([_task_chunk(table, s) for s in bounded[i : i + per_group]])
+        groups += [[_task_chunk(table, s) for s in run] for run in _even_runs(bounded, per_group)]
+    groups.sort(key=len, reverse=True)  # stable: by table among equals
     return tails + groups
+
+
+def chunk_waves(groups: list[list[dict[str, Any]]], parallelism: int) -> list[list[list[dict[str, Any]]]]:
+    """The groups of each Spark job (one commit each): ``parallelism × TASKS_PER_SLOT`` groups, and
+    the tails (each table's last chunk, a group of its own) in the first beside them — a job of
+    tails alone would cost a job's start for a few rows."""
+    tails = [g for g in groups if g[0]["end"] is None]
+    rest = [g for g in groups if g[0]["end"] is not None]
+    size = max(1, parallelism * TASKS_PER_SLOT)
+    waves = [rest[i : i + size] for i in range(0, len(rest), size)] or [[]]
+    waves[0] = tails + waves[0]
+    return [w for w in waves if w]
+
+
+def _even_runs(states: list[ChunkState], most: int) -> list[list[ChunkState]]:
+    """``states`` in consecutive runs of at most ``most``, their lengths differing by one at most."""
+    if not states:
+        return []
+    runs = math.ceil(len(states) / most)
+    base, longer = divmod(len(states), runs)
+    found, at = [], 0
+    for i in range(runs):
+        size = base + (1 if i < longer else 0)
+        found.append(states[at : at + size])
+        at += size
+    return found
 
 
 def unbounded(state: ChunkState) -> bool:

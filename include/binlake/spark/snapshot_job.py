@@ -40,7 +40,7 @@ from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.partition_files import Partitioning
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
-from binlake.snapshot.chunks import TASKS_PER_SLOT, chunk_groups, planned, reconcile, selected
+from binlake.snapshot.chunks import chunk_groups, chunk_waves, planned, reconcile, selected
 from binlake.snapshot.progress import Progress, SnapshotReport, snapshot_figures, track
 from binlake.snapshot.rereads import (
     changed_tables,
@@ -172,13 +172,11 @@ def _read_pending(
     track(report, plans)
     base = task_options(config, schemas, writers)
     groups = chunk_groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
-    wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
     held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
     try:
-        for wave in range(0, len(groups), wave_size):
+        for wave_groups in chunk_waves(groups, config.pipeline.parallelism):
             _hold(store, name, held, holder)  # taken, or renewed, before every wave
             try:
-                wave_groups = groups[wave : wave + wave_size]
                 _run_wave(spark, base, wave_groups, store, name, writers, changelogs, report)
             except TaskError as e:
                 changed = changed_under(config, {t: schemas[t] for t in writers if t in schemas})
