@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import SecretStr, model_validator
 
@@ -47,3 +47,10 @@ class TlsConfig(Model):
                 "`mode: disabled` uses no certificate: remove `ca`/`cert`/`key`, or choose a mode"
             )
         return self
+
+
+def with_tls_key(source: dict[str, Any], options: dict[str, str]) -> None:
+    """Put the TLS client key of a Spark job's ``options`` back into a source section read from
+    JSON (the key travels apart from the rest, as a secret option)."""
+    if options.get("tls_key_secret"):
+        source.setdefault("tls", {})["key"] = options["tls_key_secret"]

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from binlake.config import SourceConfig
+from binlake.config_tls import with_tls_key
 from binlake.events import TableId, table_from_dict
 from binlake.schema.routes import with_source_table
 from binlake.schema.transforms import TransformSpec, compile_transform
@@ -30,7 +31,6 @@ from binlake.sink.partition_files import Partitioning
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
-from binlake.stream.positions import with_tls_key
 
 log = logging.getLogger(__name__)
 

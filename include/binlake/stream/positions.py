@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from binlake.config import PipelineConfig, SourceConfig
+from binlake.config_tls import with_tls_key
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.scan import Boundary, binary_logs, transactions
 from binlake.source.binlog.xa import PreparedXa, Xid
@@ -56,12 +57,6 @@ def config_options(config: PipelineConfig) -> dict[str, str]:
 def tls_key(source: SourceConfig) -> str:
     """The TLS client key as a Spark option's value (``""``: none), apart from the rest."""
     return source.tls.key.get_secret_value() if source.tls.key else ""
-
-
-def with_tls_key(source: dict[str, Any], options: dict[str, str]) -> None:
-    """Put the TLS client key of ``options`` back into a source section read from JSON."""
-    if options.get("tls_key_secret"):
-        source.setdefault("tls", {})["key"] = options["tls_key_secret"]
 
 
 def config_from_options(options: dict[str, str]) -> PipelineConfig:
