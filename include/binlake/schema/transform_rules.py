@@ -291,15 +291,20 @@ def _date_format(c: Compiler, node: exp.TimeToStr) -> Node:
     (arg,) = c.children(node, inner)
     if arg.type.kind not in ("date", "datetime", "timestamp"):
         raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not a DATE, DATETIME or TIMESTAMP")
-    if not isinstance(node.args["format"], exp.Literal):
-        raise c.refuse(node, "its format is not a constant", "format with a constant string")
-    # sqlglot keeps the format in its own notation: the server's, as MySQL's SQL writes it back
-    written = exp.TimeToStr(this=exp.column("x"), format=node.args["format"]).sql(dialect="mysql")
-    fmt = written[written.index("'") + 1 : written.rindex("'")].replace("''", "'")
+    fmt = _constant_format(c, node, exp.TimeToStr)
     refused = refused_specifiers(fmt)
     if refused:
         raise c.refuse(node, f"week numbers ({', '.join(refused)}) follow MySQL's own week rules")
     return make("date_format", SqlType("text", length=64), (arg,), node, fmt)
+
+
+def _constant_format(c: Compiler, node: exp.Expression, kind: type[exp.Expression]) -> str:
+    """A date function's format, which must be a constant, in the server's notation."""
+    if not isinstance(node.args["format"], exp.Literal):
+        raise c.refuse(node, "its format is not a constant", "format with a constant string")
+    # sqlglot keeps the format in its own notation: the server's, as MySQL's SQL writes it back
+    written = kind(this=exp.column("x"), format=node.args["format"]).sql(dialect="mysql")
+    return written[written.index("'") + 1 : written.rindex("'")].replace("''", "'")
 
 
 def _str_to_date(c: Compiler, node: exp.Expression) -> Node:
@@ -307,11 +312,7 @@ def _str_to_date(c: Compiler, node: exp.Expression) -> Node:
     (arg,) = c.children(node, node.this)
     if arg.type.kind not in ("text", "null"):
         raise c.refuse(node, f"`{arg.sql}` is {arg.type.kind}, not text")
-    if not isinstance(node.args["format"], exp.Literal):
-        raise c.refuse(node, "its format is not a constant", "format with a constant string")
-    # sqlglot keeps the format in its own notation: the server's, as MySQL's SQL writes it back
-    written = exp.StrToDate(this=exp.column("x"), format=node.args["format"]).sql(dialect="mysql")
-    fmt = written[written.index("'") + 1 : written.rindex("'")].replace("''", "'")
+    fmt = _constant_format(c, node, exp.StrToDate)
     refused = str_to_date_refused(fmt)
     if refused:
         raise c.refuse(node, f"binlake does not read {', '.join(refused)} as the server does")
