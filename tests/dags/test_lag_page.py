@@ -81,6 +81,14 @@ def test_a_window_without_batches_says_so(section: PipelineSection) -> None:
     assert "No stream batch in the last 1 h." in render_page(view, 1)
 
 
+def test_a_pipeline_that_never_ran_has_a_page_and_no_state_store_is_made(tmp_path: Path) -> None:
+    section = PipelineSection(name="fresh", work_dir=tmp_path / "fresh")
+    page = render_page(lag_view(section, 6, now=NOW), 6)
+    assert "not started" in page
+    assert "No stream batch in the last 6 h." in page
+    assert not (tmp_path / "fresh").exists()
+
+
 def test_dags_map_to_their_pipeline() -> None:
     names = ["shop", "shop_eu"]
     assert pipeline_of_dag("binlake__shop", names) == "shop"

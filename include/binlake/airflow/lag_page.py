@@ -78,6 +78,11 @@ def lag_view(section: PipelineSection, hours: float, now: dt.datetime | None = N
     """The page's figures for the pipeline ``section`` names, over the last ``hours``."""
     now = now or dt.datetime.now(dt.UTC)
     start = now - dt.timedelta(hours=hours)
+    if section.state_uri is None and not (section.work_dir.resolve() / "state.db").exists():
+        # Nothing has run yet: say so, without making the state store a page view would leave behind.
+        nothing = PipelineStatus(pipeline=section.name, tables=[], switch_offset=None, stream=None,
+                                 schema_changes=[], quality=None, backfills=[])  # fmt: skip
+        return LagView(nothing, [], start, now)
     status = pipeline_status(section)
     with StateStore(section.resolved_state_uri) as store:
         batches = store.stream_history(section.name).batches(limit=STREAM_HISTORY, since=start)
