@@ -49,6 +49,14 @@ def run_binlake(*args: str, env: Mapping[str, str] | None = None, timeout: float
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def config_dict(config: PipelineConfig) -> dict[str, Any]:
+    """``config`` as the YAML a user writes, its source password in clear (a dump hides it): to
+    change a setting and validate again, or write the file a process reads."""
+    raw = config.model_dump(mode="json", exclude_none=True)
+    raw["source"]["password"] = config.source.password.get_secret_value()
+    return raw
+
+
 def pipeline_dict(
     server: PrivateMariaDB,
     tables: list[str],
@@ -120,8 +128,7 @@ def stream_config(
     1 s triggers and small segments."""
     mode = source.pop("startup_mode", "initial")
     config = config_for(server, database, tmp_path, **source)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = server.password
+    raw = config_dict(config)
     raw["source"]["startup_mode"] = mode
     raw["stream"] = {"trigger_interval_s": 1, "segment_bytes": 4096, **(stream or {})}
     return PipelineConfig.model_validate(raw)
@@ -190,8 +197,7 @@ def write_config_file(tmp_path: Path, config: PipelineConfig, server: PrivateMar
     """``config`` as a YAML file a job can read (with the server's password)."""
     import yaml
 
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = server.password
+    raw = config_dict(config)
     path = tmp_path / "status.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

@@ -23,6 +23,7 @@ from binlake.planner import plan
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
+from tests.helpers import config_dict
 
 ROOT = Path(__file__).parents[2]
 BIN = Path(sys.executable).parent
@@ -183,6 +184,5 @@ def start_stream_of(
     config: PipelineConfig, mariadb: PrivateMariaDB, write_config: Any
 ) -> subprocess.Popen[str]:
     """``start_stream`` of ``config`` (written to a file with its password)."""
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     return start_stream(write_config(raw))

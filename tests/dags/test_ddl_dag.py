@@ -16,6 +16,7 @@ from binlake.state.store import StateStore
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
 from tests.dags.conftest import airflow_pipeline, config_of, start_stream, stop_stream, wait_for
+from tests.helpers import config_dict
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +37,7 @@ def test_ddl_dag_applies_the_change_a_running_stream_waits_on(
     plan(config)
     assert run_snapshot(config, spark).complete
     store = StateStore(config.pipeline.resolved_state_uri)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     path = write_config(raw)
     stream = start_stream(path)
     try:

@@ -15,6 +15,7 @@ from binlake.source.server.connection import server_version
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
 from tests.dags.conftest import airflow_pipeline, config_of
+from tests.helpers import config_dict
 
 
 def test_chunk_groups_spread_the_unfinished_chunks_and_a_rerun_skips_finished_ones(
@@ -29,8 +30,7 @@ def test_chunk_groups_spread_the_unfinished_chunks_and_a_rerun_skips_finished_on
     )
     pipeline: dict[str, Any] = airflow_pipeline(database, tmp_path / "work")
     config = config_of(pipeline, mariadb)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw.pop("airflow")  # the source is in the file: no Airflow connection to read
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(raw))

@@ -18,12 +18,11 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import page_text, run_binlake, stream_config
+from tests.helpers import config_dict, page_text, run_binlake, stream_config
 
 
 def _with_quality(config: PipelineConfig, quality: dict[str, Any]) -> PipelineConfig:
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = config.source.password.get_secret_value()
+    raw = config_dict(config)
     raw["quality"] = quality
     return PipelineConfig.model_validate(raw)
 
@@ -115,8 +114,7 @@ def test_a_row_lost_from_the_sink_fails_the_run_and_the_report_names_it(
     assert "less than or equal to 300" in text
 
     # The CLI: exit 1 under `fail`, 0 under `warn`, the failures named either way.
-    raw = failing.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = config.source.password.get_secret_value()
+    raw = config_dict(failing)
     path = write_config(raw)
     result = run_binlake("--config", str(path), "quality", "--table", f"{database}.t")
     assert result.returncode == 1, result.output

@@ -29,6 +29,7 @@ from binlake.sink.catalog import CatalogError, catalog_properties, open_catalog
 from binlake.sink.layout import TableLayout
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.stream.positions import config_from_options, config_options
+from tests.helpers import config_dict
 
 POSTGRES = "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 BASE = """
@@ -140,8 +141,7 @@ def test_passwords_in_the_state_store_and_catalog_urls_are_secrets(tmp_path: Pat
     from binlake.logs import mask
 
     settings = config(tmp_path, "type: sql\nuri: 'postgresql+psycopg2://cat:c%40t-s3cr3t@db:5432/cat'")
-    raw = settings.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = "pw"
+    raw = config_dict(settings)
     raw["pipeline"]["state_uri"] = "postgresql+psycopg2://state:st4te-s3cr3t@db:5432/state"
     settings = PipelineConfig.model_validate(raw)
     assert {"c%40t-s3cr3t", "st4te-s3cr3t"} <= set(settings.secrets())

@@ -26,7 +26,7 @@ from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore
 from binlake.testing.compare import compare, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import assert_sink_equals_source, job_metric, stream_config, with_metrics_dir
+from tests.helpers import assert_sink_equals_source, config_dict, job_metric, stream_config, with_metrics_dir
 
 
 def sink_table(config: PipelineConfig, table: TableId) -> Any:
@@ -144,8 +144,7 @@ def test_backfill_repairs_the_sink_rolled_forward_past_the_stream(
     store.close()
 
     # `binlake status` lists the backfills with their units.
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     capsys.readouterr()
     assert cli_main(["--config", str(write_config(raw)), "status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
@@ -223,8 +222,7 @@ def test_backfills_the_pipeline_cannot_take_are_refused(
     )
     metrics = tmp_path / "metrics"
     config = with_metrics_dir(stream_config(mariadb, database, tmp_path), metrics)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     cli = binlake_cli("--config", str(write_config(raw)), "backfill", "--table", f"{database}.t")
     assert cli.returncode != 0
     assert "binlake backfill: error: Pipeline `test` has no finished snapshot" in cli.stderr

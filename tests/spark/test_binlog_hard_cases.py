@@ -38,6 +38,7 @@ from binlake.testing.workload import Workload
 from tests.conftest import ServerFactory
 from tests.helpers import (
     assert_sink_equals_source,
+    config_dict,
     hold_commit,
     kill_9_at,
     run_binlake,
@@ -463,7 +464,6 @@ def _caught_up(primary: PrivateMariaDB, replica: PrivateMariaDB, timeout: float 
 
 
 def _pointed_at(config: PipelineConfig, server: PrivateMariaDB, password: str) -> PipelineConfig:
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = password
+    raw = config_dict(config)
     raw["source"]["port"] = server.port  # the accounts came over from the primary, passwords too
     return PipelineConfig.model_validate(raw)

@@ -27,7 +27,14 @@ from binlake.testing import duckdb_iceberg
 from binlake.testing.compare import bag, replay_changelog, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
-from tests.helpers import assert_sink_equals_source, in_session, kill_9_at, stream_config, write_config_file
+from tests.helpers import (
+    assert_sink_equals_source,
+    config_dict,
+    in_session,
+    kill_9_at,
+    stream_config,
+    write_config_file,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +52,7 @@ def _config(
     config = stream_config(
         mariadb, database, tmp_path, chunk_size=100, chunk_key_columns={f"{database}.visits": "n"}
     )
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["pipeline"]["schema_change_behavior"] = behavior  # `evolve` applies a TRUNCATE
     raw["sink"]["modes"] = [  # a table without a key has no versions to keep apart: no history
         {"source_table": rf"{database}\.orders", "mode": ["upsert", "changelog", "history"]},
@@ -313,8 +319,7 @@ def test_shards_routed_into_one_table_share_its_changelog_and_history(
         database=database,
     )
     config = stream_config(mariadb, database, tmp_path, chunk_size=80)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
     raw["sink"]["modes"] = [
         {"source_table": rf"{database}\.orders_[0-9]+", "mode": ["upsert", "changelog", "history"]}

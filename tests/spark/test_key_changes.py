@@ -20,7 +20,7 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import assert_sink_equals_source, kill_9_at, stream_config, write_config_file
+from tests.helpers import assert_sink_equals_source, config_dict, kill_9_at, stream_config, write_config_file
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +53,7 @@ KEY_CHANGES = [
 def _config(mariadb: PrivateMariaDB, database: str, tmp_path: Path, mode: str) -> PipelineConfig:
     chunk_keys = {f"{database}.notes": "id", f"{database}.loose": "id"}
     config = stream_config(mariadb, database, tmp_path, chunk_size=100, chunk_key_columns=chunk_keys)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["sink"]["table_properties"] = {"write.merge.mode": mode}
     return PipelineConfig.model_validate(raw)
 

@@ -21,7 +21,7 @@ from binlake.testing import demo
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from tests.dags.conftest import wait_for
-from tests.helpers import stream_config
+from tests.helpers import config_dict, stream_config
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +56,7 @@ def test_metrics_follow_a_workload_and_the_lag_falls_to_zero(
     textfile = tmp_path / "textfile" / "binlake.prom"
     base = stream_config(mariadb, database, tmp_path, chunk_size=200,
                          chunk_key_columns={f"{database}.page_views": "customer_id"})  # fmt: skip
-    raw = base.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(base)
     raw["stream"] |= {"metrics_address": f"127.0.0.1:{port}", "metrics_textfile": str(textfile)}
     config = PipelineConfig.model_validate(raw)
     plan(config)

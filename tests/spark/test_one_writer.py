@@ -31,6 +31,7 @@ from tests.helpers import (
     ROOT,
     assert_sink_equals_source,
     concurrent_writes,
+    config_dict,
     pipeline_dict,
     run_binlake,
     start_snapshot_process,
@@ -98,8 +99,7 @@ def test_a_stream_paused_past_its_lease_and_taken_over_never_commits_again(
         database=database,
     )
     config = stream_config(mariadb, database, tmp_path, chunk_size=300)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["pipeline"]["writer_lease_s"] = 3
     config = PipelineConfig.model_validate(raw)
     path = write_config_file(tmp_path, config, mariadb)

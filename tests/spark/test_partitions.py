@@ -22,7 +22,7 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
-from tests.helpers import assert_sink_equals_source, kill_9_at, stream_config, write_config_file
+from tests.helpers import assert_sink_equals_source, config_dict, kill_9_at, stream_config, write_config_file
 
 pytestmark = pytest.mark.slow
 
@@ -44,8 +44,7 @@ def _config(
     config = stream_config(
         mariadb, database, tmp_path, chunk_size=150, chunk_key_columns={f"{database}.visits": "n"}
     )
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["sink"]["table_properties"] = {"write.merge.mode": mode}
     raw["sink"]["layout"] = [
         {"source_table": rf"{database}\.orders", "partition_by": orders, "sort_by": ["created_at DESC"]},

@@ -17,7 +17,7 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.compare import sink_rows
 from binlake.testing.private_server import PrivateMariaDB
-from tests.helpers import assert_sink_equals_source, stream_config
+from tests.helpers import assert_sink_equals_source, config_dict, stream_config
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +33,7 @@ def test_shards_merge_into_one_table_and_a_column_added_to_one_shard_appears(
         database=database,
     )
     config = stream_config(mariadb, database, tmp_path, chunk_size=200)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
     config = PipelineConfig.model_validate(raw)
     plan(config)

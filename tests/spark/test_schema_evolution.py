@@ -27,6 +27,7 @@ from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import (
     assert_sink_equals_source,
     concurrent_writes,
+    config_dict,
     kill_9_at,
     run_binlake,
     start_stream_process,
@@ -61,8 +62,7 @@ def _config(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, behavior: str, **stream: Any
 ) -> PipelineConfig:
     config = stream_config(mariadb, database, tmp_path, stream or None, startup_mode="latest-offset")
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["pipeline"]["schema_change_behavior"] = behavior
     return PipelineConfig.model_validate(raw)
 
@@ -266,8 +266,7 @@ def test_renamed_out_of_and_into_the_captured_tables(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
     config = _config(mariadb, database, tmp_path, "evolve")
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["source"]["tables_exclude"] = [rf"{database}\.tmp_.*"]
     config = PipelineConfig.model_validate(raw)
     mariadb.execute("CREATE TABLE tmp_src (id INT PRIMARY KEY, v INT)", "INSERT INTO tmp_src VALUES (1, 1)",
@@ -406,8 +405,7 @@ def test_a_table_statement_it_cannot_read_stops_evolve_naming_where(
 
 
 def _only(mariadb: PrivateMariaDB, config: PipelineConfig, pattern: str) -> PipelineConfig:
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["source"]["tables"] = [pattern]
     return PipelineConfig.model_validate(raw)
 

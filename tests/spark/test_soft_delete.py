@@ -20,7 +20,14 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
-from tests.helpers import assert_sink_equals_source, in_session, kill_9_at, stream_config, write_config_file
+from tests.helpers import (
+    assert_sink_equals_source,
+    config_dict,
+    in_session,
+    kill_9_at,
+    stream_config,
+    write_config_file,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +39,7 @@ SET_UP = [
 
 def _config(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> PipelineConfig:
     config = stream_config(mariadb, database, tmp_path, chunk_size=100)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["sink"]["modes"] = [{"source_table": rf"{database}\.orders", "mode": "upsert", "soft_delete": True}]
     return PipelineConfig.model_validate(raw)
 

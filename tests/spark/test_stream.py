@@ -32,6 +32,7 @@ from binlake.testing.workload import Workload
 from tests.conftest import ServerFactory
 from tests.helpers import (
     assert_sink_equals_source,
+    config_dict,
     kill_9_at,
     run_binlake,
     start_stream_process,
@@ -55,8 +56,7 @@ MODES = ["copy-on-write", "merge-on-read", "executors"]
 
 def _merged(config: Any, mode: str) -> Any:
     """``config`` with its sink tables in merge ``mode`` (merge-on-read: through the key index)."""
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = config.source.password.get_secret_value()
+    raw = config_dict(config)
     merge = "merge-on-read" if mode == "executors" else mode
     raw["sink"]["table_properties"] = {**raw["sink"].get("table_properties", {}), "write.merge.mode": merge}
     if mode == "executors":

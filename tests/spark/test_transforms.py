@@ -25,7 +25,7 @@ from binlake.testing import demo, duckdb_iceberg
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from binlake.verify.verification import verify
-from tests.helpers import assert_sink_equals_source, stream_config, stream_during
+from tests.helpers import assert_sink_equals_source, config_dict, stream_config, stream_during
 
 PROJECTION = "id, name, UPPER(status) AS status_u, amount * 100 AS cents, CONCAT(name, '/', status) AS label"
 FILTER = "status <> 'test' AND amount > 0"
@@ -36,8 +36,7 @@ TABLE = (
 
 
 def transformed(config: PipelineConfig, database: str, **stream: Any) -> PipelineConfig:
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = config.source.password.get_secret_value()
+    raw = config_dict(config)
     raw["transform"] = [
         {"source_table": rf"{database}\.t",
          "projection": f"{PROJECTION}, __op_ts__ AS changed_at, __binlog_position__ AS changed_in, "
@@ -162,8 +161,7 @@ def test_schema_changes_through_a_transform(
     )
     config = transformed(stream_config(mariadb, database, tmp_path), database)
     # `binlake validate` compiles each rule against the tables it matches.
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["transform"][0]["filter"] = "status > 'm' AND RAND() < 0.5"
     raw["transform"].append({"source_table": r"nowhere\..*", "projection": "id"})
     [error, unused] = [c for c in validate(PipelineConfig.model_validate(raw)) if c.name == "transform"]

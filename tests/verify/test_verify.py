@@ -27,6 +27,7 @@ from binlake.testing.workload import Workload
 from binlake.verify.verification import VerifyReport, verify
 from tests.helpers import (
     assert_sink_equals_source,
+    config_dict,
     job_metric,
     stream_config,
     stream_during,
@@ -175,8 +176,7 @@ def test_under_a_workload_no_false_drift_then_the_damage_exactly_and_repair(
 ) -> None:  # fmt: skip
     demo.load(mariadb.admin_connection, 8000, database=database)
     config = _setup(mariadb, database, tmp_path, spark)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     path = write_config(raw)
     workload = Workload(mariadb.admin_connection, database=database, rate=80, txn_size=2).start()
     stop = threading.Event()
@@ -235,8 +235,7 @@ def test_a_long_merge_on_read_stream_compacting_and_expiring_stays_exact(
         mariadb, database, tmp_path, chunk_size=500,
         stream={"keep_snapshots": 3, "merge_manifests_at": 4, "executor_merge_from": 0},
     )  # fmt: skip
-    raw = config.model_dump(mode="json", exclude_none=True)
-    raw["source"]["password"] = mariadb.password
+    raw = config_dict(config)
     raw["sink"]["table_properties"] = {"write.merge.mode": "merge-on-read"}
     config = PipelineConfig.model_validate(raw)
     plan(config)
