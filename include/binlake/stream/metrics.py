@@ -52,6 +52,13 @@ log = logging.getLogger(__name__)
 PHASE_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 #: Seconds between looks at the server's head (the lag's other end).
 LOOK_S = 5.0
+#: Bytes behind the head few enough to look at the events there: a gap of this size after the last
+#: batch is most often what the server writes between transactions, which is no lag.
+LOOK_BYTES = 16 * 1024
+#: Events that carry no change (``SHOW BINLOG EVENTS``' names, MariaDB's and MySQL's).
+HOUSEKEEPING = frozenset(
+    {"Rotate", "Format_desc", "Gtid_list", "Binlog_checkpoint", "Previous_gtids", "Stop", "Start_encryption"}
+)
 
 
 class MetricsAddressError(BinlakeError):
@@ -248,9 +255,32 @@ def source_behind(
         sizes = {str(r[0]): int(r[1]) for r in cursor.fetchall()}
         cursor.execute("SHOW MASTER STATUS")
         row = cursor.fetchone()
-    if row is None:
-        return None, at
-    return bytes_behind(BinlogOffset(str(row[0]), int(row[1])), at, sizes), at
+        if row is None:
+            return None, at
+        head = BinlogOffset(str(row[0]), int(row[1]))
+        behind = bytes_behind(head, at, sizes)
+        if 0 < behind <= LOOK_BYTES and _housekeeping_only(cursor, at, head, sizes):
+            behind = 0  # a rotation or a checkpoint since the last batch: nothing to apply
+    return behind, at
+
+
+def _housekeeping_only(cursor: Any, at: BinlogOffset, head: BinlogOffset, sizes: dict[str, int]) -> bool:
+    """Whether the binlog from ``at`` to ``head`` holds only events that are no change (the server
+    writes a rotation, a format description, a GTID list or a binlog checkpoint when it pleases,
+    after the last transaction). False when the server will not list them (a privilege)."""
+    files = sorted((f for f in sizes if at.file <= f <= head.file), key=lambda f: BinlogOffset(f, 0))
+    try:
+        for file in files:
+            cursor.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, at.pos if file == at.file else 4))
+            for _, pos, kind, *_ in cursor.fetchall():
+                if file == head.file and int(pos) >= head.pos:
+                    break
+                if str(kind) not in HOUSEKEEPING:
+                    return False
+    except Exception as e:  # counted as bytes behind, as before
+        log.debug("could not list the binlog's events after %s: %s", at, e)
+        return False
+    return True
 
 
 def stream_metrics(
