@@ -127,7 +127,7 @@ class StreamMetrics:
         self.last_batch.set(batch.finished_at.timestamp())
         for table in batch.changes:
             self.table_applied.labels(self.pipeline, table).set(batch.finished_at.timestamp())
-        self.file_number.set(_file_number(batch.end_offset.file))
+        self.file_number.set(batch.end_offset.sequence)
         self.position.set(batch.end_offset.pos)
         if batch.lag_s is not None:
             self._newest_event = batch.finished_at.timestamp() - batch.lag_s
@@ -150,12 +150,6 @@ class StreamMetrics:
         """The metrics as a textfile (written aside and renamed: a collector never reads half)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         write_to_textfile(str(path), self.registry)
-
-
-def _file_number(name: str) -> int:
-    """The sequence number of a binlog file (``mysql-bin.000042`` → 42)."""
-    suffix = name.rpartition(".")[2]
-    return int(suffix) if suffix.isdigit() else 0
 
 
 def _phases(spent: dict[str, float]) -> dict[str, float]:
@@ -188,6 +182,7 @@ class MetricsServer:
         self._server: Any = None
 
     def __enter__(self) -> MetricsServer:
+        self.look()  # the lag from the start: a gauge nothing has set yet reads 0, "caught up"
         if self.address:
             host, _, port = self.address.rpartition(":")
             try:
@@ -268,7 +263,10 @@ def _housekeeping_only(cursor: Any, at: BinlogOffset, head: BinlogOffset, sizes:
     """Whether the binlog from ``at`` to ``head`` holds only events that are no change (the server
     writes a rotation, a format description, a GTID list or a binlog checkpoint when it pleases,
     after the last transaction). False when the server will not list them (a privilege)."""
-    files = sorted((f for f in sizes if at.file <= f <= head.file), key=lambda f: BinlogOffset(f, 0))
+    between = {f: BinlogOffset(f, 0).sequence for f in sizes}
+    files = sorted(
+        (f for f, n in between.items() if at.sequence <= n <= head.sequence), key=between.__getitem__
+    )
     try:
         for file in files:
             cursor.execute("SHOW BINLOG EVENTS IN %s FROM %s", (file, at.pos if file == at.file else 4))
