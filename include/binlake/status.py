@@ -60,6 +60,14 @@ class StreamStatus(BaseModel):
     writer: str | None = None
     """Who holds (or last held) it."""
 
+    @property
+    def lag_s(self) -> float | None:
+        """The lag now: 0 once the stream holds what the source's binlog did when it last looked,
+        else its last batch's (None: no batch yet)."""
+        if self.caught_up:
+            return 0.0
+        return self.last_batch.lag_s if self.last_batch is not None else None
+
 
 class SchemaChangeStatus(BaseModel):
     offset: str
@@ -120,20 +128,24 @@ class PipelineStatus(BaseModel):
 def pipeline_status(section: PipelineSection) -> PipelineStatus:
     """The status of the pipeline ``section`` names, as its state store holds it now (only the
     ``pipeline`` section: the Airflow API server's lag page cannot complete the source)."""
-    name = section.name
     with StateStore(section.resolved_state_uri) as store:
-        switch = store.offsets(name).load(SWITCH)
-        return PipelineStatus(
-            pipeline=name,
-            tables=[_table(p) for p in store.plans(name).load()],
-            switch_offset=switch.to_dict() if switch else None,
-            stream=_stream(store, name),
-            schema_changes=_schema_changes(store, name),
-            quality=_quality(store, name),
-            backfills=_backfills(store, name),
-            verification=_verification(store, name),
-            repairs=_repairs(store, name),
-        )
+        return status_in(store, section.name)
+
+
+def status_in(store: StateStore, name: str) -> PipelineStatus:
+    """The status of pipeline ``name`` in an open state store."""
+    switch = store.offsets(name).load(SWITCH)
+    return PipelineStatus(
+        pipeline=name,
+        tables=[_table(p) for p in store.plans(name).load()],
+        switch_offset=switch.to_dict() if switch else None,
+        stream=_stream(store, name),
+        schema_changes=_schema_changes(store, name),
+        quality=_quality(store, name),
+        backfills=_backfills(store, name),
+        verification=_verification(store, name),
+        repairs=_repairs(store, name),
+    )
 
 
 def _table(plan: StoredPlan) -> TableStatus:
@@ -257,8 +269,8 @@ def stream_problems(status: PipelineStatus, max_lag_s: float | None) -> list[str
     if stream is None:
         return [f"pipeline `{status.pipeline}` has no stream yet (run `binlake stream`)"]
     problems = [] if stream.running else [f"the stream of `{status.pipeline}` is not running"]
-    lag = stream.last_batch.lag_s if stream.last_batch is not None else None
-    if max_lag_s is not None and not stream.caught_up and lag is not None and lag > max_lag_s:
+    lag = stream.lag_s
+    if max_lag_s is not None and lag is not None and lag > max_lag_s:
         problems.append(
             f"the stream of `{status.pipeline}` is {lag:.0f} s behind (more than {max_lag_s:g} s)"
         )

@@ -70,7 +70,7 @@ def test_the_page_shows_the_windows_batches_tables_and_a_held_table(section: Pip
     assert "tables held back by a gap: db.customers" in page
     assert "<code>db.orders</code>" in page
 
-    index = render_index([view])
+    index = render_index([view.status])
     assert 'href="/binlake/lag/shop"' in index
     assert "3.0 s" in index
 

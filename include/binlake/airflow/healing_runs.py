@@ -46,6 +46,7 @@ class HealingRuns:
         self._thread = threading.Thread(target=self._run, name="binlake healing runs", daemon=True)
 
     def __enter__(self) -> HealingRuns:
+        self._store = StateStore(self.config.pipeline.resolved_state_uri)  # one for every look
         self._thread.start()
         return self
 
@@ -53,6 +54,7 @@ class HealingRuns:
         self._stop.set()
         self._thread.join()
         self._look()  # a gap opened and healed within the last look
+        self._store.close()
 
     def _run(self) -> None:
         while not self._stop.wait(LOOK_S):
@@ -69,9 +71,7 @@ class HealingRuns:
             log.warning("could not show a healing backfill in Airflow: %s: %s", type(e).__name__, e)
 
     def _heals(self) -> list[tuple[str, str]]:
-        name = self.config.pipeline.name
-        with StateStore(self.config.pipeline.resolved_state_uri) as store:
-            repairs = RepairLedger(store, name).repairs()
+        repairs = RepairLedger(self._store, self.config.pipeline.name).repairs()
         return [
             (r.backfill_id, r.table.name)
             for r in repairs

@@ -21,7 +21,14 @@ from binlake.airflow.page_access import PREFIX, may_read_dag, pipeline_names, pi
 from binlake.config import PipelineSection
 from binlake.state.store import StateStore
 from binlake.state.stream_history import STREAM_HISTORY, StreamBatch
-from binlake.status import PipelineStatus, RepairStatus, TableStatus, pipeline_status, stream_problems
+from binlake.status import (
+    PipelineStatus,
+    RepairStatus,
+    TableStatus,
+    pipeline_status,
+    status_in,
+    stream_problems,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -64,29 +71,35 @@ class LagView:
 
     @property
     def lag_s(self) -> float | None:
-        """The lag now: 0 once the stream holds what the server's binlog does, else the last
-        batch's (None: no stream yet, or nothing applied)."""
-        stream = self.status.stream
-        if stream is None:
-            return None
-        if stream.caught_up:
-            return 0.0
-        return stream.last_batch.lag_s if stream.last_batch else None
+        """The lag now (``StreamStatus.lag_s``; None: no stream yet)."""
+        return self.status.stream.lag_s if self.status.stream is not None else None
 
 
 def lag_view(section: PipelineSection, hours: float, now: dt.datetime | None = None) -> LagView:
     """The page's figures for the pipeline ``section`` names, over the last ``hours``."""
     now = now or dt.datetime.now(dt.UTC)
     start = now - dt.timedelta(hours=hours)
-    if section.state_uri is None and not (section.work_dir.resolve() / "state.db").exists():
-        # Nothing has run yet: say so, without making the state store a page view would leave behind.
-        nothing = PipelineStatus(pipeline=section.name, tables=[], switch_offset=None, stream=None,
-                                 schema_changes=[], quality=None, backfills=[])  # fmt: skip
-        return LagView(nothing, [], start, now)
-    status = pipeline_status(section)
+    if not _ran(section):
+        return LagView(_not_started(section.name), [], start, now)
     with StateStore(section.resolved_state_uri) as store:
+        status = status_in(store, section.name)
         batches = store.stream_history(section.name).batches(limit=STREAM_HISTORY, since=start)
     return LagView(status, batches[::-1], start, now)
+
+
+def overview(section: PipelineSection) -> PipelineStatus:
+    """The pipeline's status for the index (its lag now, without the batches of a window)."""
+    return pipeline_status(section) if _ran(section) else _not_started(section.name)
+
+
+def _ran(section: PipelineSection) -> bool:
+    """Whether the pipeline has a state store: nothing a page view would make and leave behind."""
+    return section.state_uri is not None or (section.work_dir.resolve() / "state.db").exists()
+
+
+def _not_started(name: str) -> PipelineStatus:
+    return PipelineStatus(pipeline=name, tables=[], switch_offset=None, stream=None, schema_changes=[],
+                          quality=None, backfills=[])  # fmt: skip
 
 
 def table_lines(view: LagView) -> list[TableLine]:
@@ -119,8 +132,7 @@ def _where(plan: TableStatus | None, held: RepairStatus | None, status: Pipeline
     if plan is not None and plan.finished_chunks < plan.chunks:
         return f"snapshot: {plan.finished_chunks} of {plan.chunks} chunks", plan.max_high_watermark
     if status.stream is not None:
-        offset = status.stream.offset
-        return "streaming", f"{offset['file']}:{offset['pos']}"
+        return "streaming", _offset_text(status.stream.offset)
     return "snapshot done", plan.max_high_watermark if plan else ""
 
 
@@ -248,16 +260,16 @@ def render_page(view: LagView, hours: int) -> str:
     )
 
 
-def render_index(views: list[LagView]) -> str:
+def render_index(statuses: list[PipelineStatus]) -> str:
     """Every pipeline the user may read, with its lag now."""
     pipelines = [
         {
-            "name": v.status.pipeline,
-            "state": _stream_state(v.status),
-            "lag": _lag_text(v.lag_s),
-            "applied": _offset_text(v.status.stream.offset) if v.status.stream else "",
+            "name": s.pipeline,
+            "state": _stream_state(s),
+            "lag": _lag_text(s.stream.lag_s if s.stream else None),
+            "applied": _offset_text(s.stream.offset) if s.stream else "",
         }
-        for v in views
+        for s in statuses
     ]
     return _INDEX.render(pipelines=pipelines, prefix=PREFIX, style=_STYLE, refresh=REFRESH_S)
 
@@ -303,7 +315,7 @@ def add_lag_routes(app: "FastAPI") -> None:
 
     @app.get("/lag/", response_class=HTMLResponse)
     def index(request: Request, user: GetUserDep) -> HTMLResponse:
-        views = []
+        statuses = []
         for name in pipeline_names():
             section = pipeline_section(name)
             try:
@@ -311,8 +323,8 @@ def add_lag_routes(app: "FastAPI") -> None:
             except HTTPException:
                 continue
             if section is not None:
-                views.append(lag_view(section, DEFAULT_HOURS))
-        return HTMLResponse(render_index(views))
+                statuses.append(overview(section))
+        return HTMLResponse(render_index(statuses))
 
     @app.get("/lag/dag/{dag_id}", response_class=HTMLResponse)
     def dag_tab(dag_id: str, request: Request, user: GetUserDep, hours: int = DEFAULT_HOURS) -> HTMLResponse:

@@ -49,8 +49,8 @@ def stream_line(stream: StreamStatus) -> str:
     last = stream.last_batch
     if stream.caught_up:
         lag = "caught up"
-    elif last and last.lag_s is not None:
-        lag = f"lag {last.lag_s:.1f} s"
+    elif stream.lag_s is not None:
+        lag = f"lag {stream.lag_s:.1f} s"
     else:
         lag = "behind"
     seen = f", source last checked {stream.source_checked_at}" if stream.source_checked_at else ""

@@ -63,30 +63,18 @@ class BatchApplier:
         hooks: BatchHooks | None = None,
         merge_from: int | None = None,
     ) -> None:
-        healing, hooks = healing or Healing(), hooks or BatchHooks()
         self.pipeline = pipeline
         self.run_id = run_id
         self.store = store
-        # The parts' fields, as the batch's steps read them (``stream.applier_parts`` says what each is).
-        self.sinks = tables.sinks
-        self.snapshot_filter = tables.snapshot_filter
-        self.make_sink = tables.make_sink
-        self.tracker = tables.tracker
-        self.complete = tables.complete
-        self.backfills = healing.backfills
-        self.repairs = healing.repairs
-        self.on_backfill = healing.on_backfill
-        self.before_batch = hooks.before_batch
-        self.on_batch = hooks.on_batch
-        self.anchor = hooks.anchor
+        self.tables = tables
+        self.healing = healing or Healing()
+        self.hooks = hooks or BatchHooks()
         self.error: BaseException | None = None
         # Batches (Spark's callback thread) and backfills applied between them (the job's thread)
         # commit one at a time.
         self._lock = threading.Lock()
         self._last_batch = time.monotonic()
         self._held: dict[str, BinlogOffset] = {}
-        self._gtids: TransactionIds | None = None
-        """The GTIDs of the batch being applied (its changelog rows show them)."""
         self.merge_from = merge_from
         """Changes of a merge-on-read table in one batch from which the executors merge them
         (``stream.shares.bucket_merge``; None: never)."""
@@ -95,7 +83,8 @@ class BatchApplier:
         """Whether a sink table of the pipeline may have its share merged on the executors (else a
         batch is best collected whole, in one Spark job)."""
         return self.merge_from is not None and any(
-            s.keyed and not s.routed and merge_on_read(s.writer.table.metadata) for s in self.sinks.values()
+            s.keyed and not s.routed and merge_on_read(s.writer.table.metadata)
+            for s in self.tables.sinks.values()
         )
 
     def __call__(self, frame: BatchFrame, batch_id: int) -> None:
@@ -138,18 +127,18 @@ class BatchApplier:
         ``idle_s``: only when no batch has finished for this long (a busy stream applies them in
         its next batch, without a commit of their own).
         """
-        if self.backfills is None or time.monotonic() - self._last_batch < idle_s:
+        if self.healing.backfills is None or time.monotonic() - self._last_batch < idle_s:
             return 0
         with self._lock:
             streamed = self.store.offsets(self.pipeline).load(STREAM)
-            due = self.backfills.due(streamed) if streamed is not None else {}
+            due = self.healing.backfills.due(streamed) if streamed is not None else {}
             if streamed is None or not due:
                 return 0
-            if self.before_batch is not None:
-                self.before_batch()
+            if self.hooks.before_batch is not None:
+                self.hooks.before_batch()
             by_sink: dict[str, list[PreparedShare]] = {}
             for name, units in sorted(due.items()):
-                sink = self.sinks.get(name)
+                sink = self.tables.sinks.get(name)
                 if sink is None:
                     continue
                 at = _later(streamed, sink.writer.stream_offset())
@@ -159,15 +148,15 @@ class BatchApplier:
             for parts in by_sink.values():
                 writer = parts[0].sink.writer
                 at = _later(streamed, writer.stream_offset())
-                commit_shares(parts, writer.last_batch_id() or 0, at, self.complete, force=True)
+                commit_shares(parts, writer.last_batch_id() or 0, at, self.tables.complete, force=True)
             units = [u for parts in by_sink.values() for p in parts for u in p.units]
             if units:
-                self.backfills.applied(units)
-                if self.repairs is not None:
-                    self.repairs.applied(units)
+                self.healing.backfills.applied(units)
+                if self.healing.repairs is not None:
+                    self.healing.repairs.applied(units)
                 log.info("applied %d backfill units between batches, at %s", len(units), streamed)
-                if self.on_backfill is not None:
-                    self.on_backfill(
+                if self.healing.on_backfill is not None:
+                    self.healing.on_backfill(
                         {p.name: p.backfilled for parts in by_sink.values() for p in parts}, streamed
                     )
             return len(units)
@@ -179,9 +168,8 @@ class BatchApplier:
         segments = head.filter(pc.equal(head.column("kind"), SEGMENT))
         if segments.num_rows == 0:
             return None
-        self._gtids = TransactionIds(head)
-        if self.before_batch is not None:
-            self.before_batch()
+        if self.hooks.before_batch is not None:
+            self.hooks.before_batch()
         last = segments.take([pc.index(segments.column("at"), pc.max(segments.column("at"))).as_py()])
         end = BinlogOffset.unpacked(last.column("file")[0].as_py(), last.column("at")[0].as_py())
         found = gaps(head)
@@ -189,7 +177,7 @@ class BatchApplier:
             self._meet_gaps(found)
             self._follow_schemas(end)
         counts = block_counts(head)
-        due = self.backfills.due(end) if self.backfills is not None else {}
+        due = self.healing.backfills.due(end) if self.healing.backfills is not None else {}
         plans = self._bucket_plans(
             counts, first_positions(head), set(due) | {g.table.name for g in found}, binlog_base(end)
         )
@@ -200,14 +188,17 @@ class BatchApplier:
         applied: dict[str, dict[str, int]] = {}
         conflicts = 0
         by_sink: dict[str, list[PreparedShare]] = {}
+        gtids = TransactionIds(head)  # the transaction of each change, for changelog rows
         with clock.phase("prepare"):
             streamed = self.store.offsets(self.pipeline).load(STREAM) if due else None
             for name in sorted(set(changes) | set(due)):
-                prepared = self._prepare(name, changes.get(name), batch_id, end, due.get(name, []), streamed)
+                prepared = self._prepare(
+                    name, changes.get(name), batch_id, end, due.get(name, []), streamed, gtids
+                )
                 if prepared is not None:
                     by_sink.setdefault(prepared.sink.writer.identifier, []).append(prepared)
             for name, result in sorted(merged.items()):
-                sink = self.sinks[name]
+                sink = self.tables.sinks[name]
                 empty = sink.sink_arrow.empty_table()
                 by_sink.setdefault(sink.writer.identifier, []).append(
                     PreparedShare(name, sink, empty, empty, merged=result)
@@ -216,7 +207,7 @@ class BatchApplier:
             table_started = time.monotonic()
             crash_point("before-commit")
             with clock.phase(f"commit {identifier}"):
-                conflicts += commit_shares(parts, batch_id, end, self.complete)
+                conflicts += commit_shares(parts, batch_id, end, self.tables.complete)
             for part in parts:
                 applied[part.name] = part.counts()
             log.info(
@@ -228,7 +219,7 @@ class BatchApplier:
         batch = StreamBatch(
             self.run_id,
             batch_id,
-            self.anchor(end) if self.anchor is not None else end,
+            self.hooks.anchor(end) if self.hooks.anchor is not None else end,
             applied,
             sum(counts.values()),
             time.monotonic() - started,
@@ -241,17 +232,17 @@ class BatchApplier:
         crash_point("after-commit")
         units = [u for parts in by_sink.values() for p in parts for u in p.units]
         with clock.phase("state"):
-            if units and self.backfills is not None:
-                self.backfills.applied(units)  # a crash before this re-applies them: same result
-                if self.repairs is not None:
-                    self.repairs.applied(units)
+            if units and self.healing.backfills is not None:
+                self.healing.backfills.applied(units)  # a crash before this re-applies them: same result
+                if self.healing.repairs is not None:
+                    self.healing.repairs.applied(units)
             self.store.stream_history(self.pipeline).record(batch, STREAM)
         log.info(
             "batch %d: %d changes in %.2f s: %s", batch_id, batch.rows, time.monotonic() - started,
             clock.summary(), extra={"phases": dict(clock.spent)},
         )  # fmt: skip
-        if self.on_batch is not None:
-            self.on_batch(batch)
+        if self.hooks.on_batch is not None:
+            self.hooks.on_batch(batch)
         return batch
 
     def _bucket_plans(
@@ -262,7 +253,7 @@ class BatchApplier:
         must do (``driver``: backfill units due, gaps; a repair's hold; a snapshot still filtering)."""
         plans = {}
         for name, n in counts.items():
-            sink = self.sinks.get(name)
+            sink = self.tables.sinks.get(name)
             if self.merge_from is None or n < self.merge_from or name in driver or name in self._held:
                 continue
             if sink is None or not sink.keyed or sink.routed or not merge_on_read(sink.writer.table.metadata):
@@ -271,8 +262,9 @@ class BatchApplier:
                 continue
             done = sink.writer.stream_offset()
             after = done.packed if done is not None else -1
-            filtering = self.snapshot_filter is not None and not self.snapshot_filter.passes_all(
-                name, max(after + 1, firsts[name])
+            filtering = (
+                self.tables.snapshot_filter is not None
+                and not self.tables.snapshot_filter.passes_all(name, max(after + 1, firsts[name]))
             )
             if not filtering:
                 plans[name] = sink.bucket_plan(after, binlog)
@@ -295,29 +287,29 @@ class BatchApplier:
     def _meet_gaps(self, found: list[Gap]) -> None:
         """Changes binlake cannot replicate: held back under a repair, or the stream stops
         (``stream.repairs``) — before anything of the batch is committed."""
-        if self.repairs is None:
+        if self.healing.repairs is None:
             if found:
                 raise UnreplicableChangeError(gap_message(found[0]), found[0])
             return
-        self._held = self.repairs.meet(found)
+        self._held = self.healing.repairs.meet(found)
 
     def _follow_schemas(self, end: BinlogOffset) -> None:
         """Sinks for the schema versions in force in this batch (a batch never crosses a change)."""
-        if self.tracker is None or self.make_sink is None:
+        if self.tables.tracker is None or self.tables.make_sink is None:
             return
-        for table, version in self.tracker.versions_at(end).items():
-            current = self.sinks.get(table.name)
+        for table, version in self.tables.tracker.versions_at(end).items():
+            current = self.tables.sinks.get(table.name)
             if current is not None and current.version == version.offset:
                 continue
             if current is not None and current.version is None and current.schema == version.schema:
                 current.version = version.offset  # the version the stream started with
                 continue
             assert version.schema is not None
-            sink = self.make_sink(version.schema, version.offset)
+            sink = self.tables.make_sink(version.schema, version.offset)
             if sink is None:
-                self.sinks.pop(table.name, None)
+                self.tables.sinks.pop(table.name, None)
             else:
-                self.sinks[table.name] = sink
+                self.tables.sinks[table.name] = sink
 
     def _prepare(
         self,
@@ -327,10 +319,11 @@ class BatchApplier:
         end: BinlogOffset,
         units: list[BackfillUnit],
         streamed: BinlogOffset | None,
+        gtids: TransactionIds,
     ) -> PreparedShare | None:
         """Filter and compact one source table's changes (and due backfill units) into rows for
-        its sink table."""
-        sink = self.sinks.get(name)
+        its sink table (``gtids``: the batch's transactions, for its changelog rows)."""
+        sink = self.tables.sinks.get(name)
         if sink is None:
             if rows is not None:
                 log.warning(
@@ -344,11 +337,11 @@ class BatchApplier:
         done = sink.writer.stream_offset()
         if done is not None:
             rows = rows.filter(pc.greater(rows.column("at"), done.packed))
-        if self.snapshot_filter is not None:
-            rows = self.snapshot_filter.keep(name, rows)
+        if self.tables.snapshot_filter is not None:
+            rows = self.tables.snapshot_filter.keep(name, rows)
         if units:
             at = done if streamed is None else _later(streamed, done)
-            backfill = self._backfill(name, sink, rows, end, units, at)
+            backfill = self._backfill(name, sink, rows, end, units, at, gtids=gtids)
             if backfill is not None:
                 return backfill
         held = self._held.get(name)
@@ -358,7 +351,7 @@ class BatchApplier:
             return None
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
-        companions = batch_companions(sink, rows, end, self._gtids)
+        companions = batch_companions(sink, rows, end, gtids)
         rows = upserts_only(rows)
         if sink.keyed:
             keyed = last_per_key(rows, sink.keys)
@@ -383,31 +376,32 @@ class BatchApplier:
         units: list[BackfillUnit],
         streamed: BinlogOffset | None,
         replay: bool = True,
+        gtids: TransactionIds | None = None,
     ) -> PreparedShare | None:
         """The table's share with its due backfill units (None: they wait, or went stale).
 
         ``replay``: whether a batch that ends where the table is already (Spark replays the last
         batch after a restart) is possible; its units wait for the next batch.
         """
-        assert self.backfills is not None
+        assert self.healing.backfills is not None
         if replay and streamed is not None and end <= streamed:
             return None
-        if self.tracker is not None:
+        if self.tables.tracker is not None:
             low = lowest_high(units)
             then, now = (
-                self.tracker.versions_at(low).get(sink.schema.table),
-                self.tracker.versions_at(end).get(sink.schema.table),
+                self.tables.tracker.versions_at(low).get(sink.schema.table),
+                self.tables.tracker.versions_at(end).get(sink.schema.table),
             )
             if then is None or now is None or then.offset != now.offset:
-                self.backfills.stale(
+                self.healing.backfills.stale(
                     units,
                     f"the schema of {name} changed between the backfill's read ({low}) and the stream "
                     f"({end})",
                 )
                 return None
-        part = self.backfills.prepare(sink.schema, sink, units, upserts_only(rows), streamed)
+        part = self.healing.backfills.prepare(sink.schema, sink, units, upserts_only(rows), streamed)
         share = PreparedShare(name, sink, part.upserts, part.deletes, part.clear, part.units, part.rows)
-        share.companions = backfill_companions(sink, rows, share, end, self._gtids)
+        share.companions = backfill_companions(sink, rows, share, end, gtids)
         if sink.soft_delete:
             soften_backfill(sink, share, part.removed, end)
         return share

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +45,7 @@ from binlake.source.server.connection import connect
 from binlake.source.server.discovery import same_schema
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore, StoredPlan
-from binlake.state.verifications import ChunkVerdict
+from binlake.state.verifications import ChunkVerdict, Status
 from binlake.stream.records import images
 from binlake.stream.segments import distance
 from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, rolled_forward, sink_sums
@@ -149,8 +149,8 @@ def verify(
 
     def observed(result: TableVerification) -> None:
         # By sink table: a table's history is verified as well as its upsert table.
-        states = ("equal", "drifted", "unverified", "repaired")
-        metrics.observe({result.sink: result.rows}, {result.sink: {s: result.count(s) for s in states}})
+        verdicts = {s: result.count(s) for s in get_args(Status)}
+        metrics.observe({result.sink: result.rows}, {result.sink: verdicts})
         if progress is not None:
             progress(result)
 
