@@ -242,10 +242,12 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
         assert _as_of(history, position, columns, "history") == rows
     _assert_history_is_current(config, database)
 
-    # verify checks the history's current versions against the source too.
+    # verify checks the history's current versions and the changelogs' replayed state too.
     report = verify(config, "v1")
     checked = {t.sink: {v.status for v in t.verdicts} for t in report.tables}
-    assert checked[sink_name(config, TableId(database, "orders")) + "_history"] == {"equal"}
+    for suffix in ("_history", "_changelog"):
+        assert checked[sink_name(config, TableId(database, "orders")) + suffix] == {"equal"}
+    assert checked[sink_name(config, TableId(database, "visits")) + "_changelog"] == {"equal"}
     assert set().union(*checked.values()) == {"equal"}
 
     # A run with nothing new appends nothing (a replayed batch is skipped).

@@ -14,7 +14,7 @@ held the source at ``O`` — whether the stream runs meanwhile or not, and witho
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,10 @@ class ChunkIndex:
         return np.where(nulls, 0 if self._open_start else -1, found).astype(np.int64)
 
 
+#: Sums of a pinned sink table's rows (``sink_sums``), or of the state they stand for.
+SumsReader = Callable[[PinnedSink, CreateTable, Sequence[Column], str, ChunkIndex, bool], Sums]
+
+
 def sink_sums(
     pinned: PinnedSink,
     schema: CreateTable,
@@ -114,17 +118,18 @@ def sink_sums(
         if routed:
             rows = rows.filter(pc.equal(rows.column(SOURCE_TABLE_COLUMN), schema.table.name))
         if rows.num_rows:
-            _add(counts, totals, chunks.of(rows.column(key)), row_hashes(rows, columns), 1)
+            add_rows(counts, totals, chunks.of(rows.column(key)), row_hashes(rows, columns), 1)
     return counts, totals
 
 
-def _add(
+def add_rows(
     counts: np.ndarray[Any, Any],
     totals: np.ndarray[Any, Any],
     at: np.ndarray[Any, Any],
     hashes: np.ndarray[Any, Any],
     sign: int | np.ndarray[Any, Any],
 ) -> None:
+    """Add (``sign`` 1) or remove (-1) rows of hash ``hashes`` to the chunks ``at`` (-1: none)."""
     inside = at >= 0
     signs = np.broadcast_to(np.asarray(sign, dtype=np.int64), at.shape)[inside]
     hashes = hashes[inside]
@@ -157,5 +162,5 @@ def rolled_forward(
     due = (at >= 0) & (changes.column("at").to_numpy() <= limit[np.clip(at, 0, None)])
     hashes = row_hashes(rows, columns)
     signs = changes.column("delta").to_numpy().astype(np.int64)
-    _add(counts, totals, np.where(due, at, -1), hashes, signs)
+    add_rows(counts, totals, np.where(due, at, -1), hashes, signs)
     return counts, totals

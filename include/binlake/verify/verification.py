@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -34,9 +35,11 @@ from binlake.quality.reconcile import changes_after
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.transform_sql import TransformError
 from binlake.schema.transforms import Transform, transform_of, transform_rule
+from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import stream_offset
-from binlake.sink.history.scd2 import history_name
+from binlake.sink.history.changelog import OP, changelog_rule
+from binlake.sink.history.companions import companion_names
 from binlake.source.binlog.change_reader import SchemaChangedError
 from binlake.source.binlog.event_rows import UnreplicableChangeError
 from binlake.source.binlog.scan import BinlogPurgedError, binary_logs
@@ -48,7 +51,8 @@ from binlake.state.store import StateStore, StoredPlan
 from binlake.state.verifications import ChunkVerdict, Status
 from binlake.stream.records import images
 from binlake.stream.segments import distance
-from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, rolled_forward, sink_sums
+from binlake.verify.changelog_sums import changelog_sums
+from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, SumsReader, rolled_forward, sink_sums
 from binlake.verify.source_sums import ChunkSum, source_sums
 
 log = logging.getLogger(__name__)
@@ -171,11 +175,12 @@ def verify(
             store.verifications(name).record(verify_id, result.verdicts)
             report.tables.append(result)
             observed(result)
-            history = history_name(config, stored.table)
-            if history is not None:  # its current versions are the source's rows too (not recorded:
-                # the store keeps one verdict per chunk of a source table — the upsert table's)
+            # A history's current versions and a changelog's replayed state are the source's rows
+            # too (not recorded: the store keeps one verdict per chunk of a source table — the
+            # upsert table's).
+            for companion in companion_names(config, stored.table):
                 result = _verify_table(
-                    config, store, schema, column.name, chunks, plans, consistent_snapshot, history
+                    config, store, schema, column.name, chunks, plans, consistent_snapshot, companion
                 )
                 report.tables.append(result)
                 observed(result)
@@ -247,7 +252,9 @@ def _verify_table(
         # every source position is at or after the sink's offset).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-sink") as pool:
             clock = time.monotonic()
-            reading = pool.submit(sink_sums, pinned, schema, columns, key, chunks, routed)
+            reading = pool.submit(
+                _sums_of(config, schema, pinned), pinned, schema, columns, key, chunks, routed
+            )
             reading.add_done_callback(lambda _: setattr(result, "sink_seconds", time.monotonic() - clock))
             verdicts, rows, seconds = _compare(
                 config,
@@ -282,6 +289,18 @@ def _verify_table(
         result.count("equal"), result.count("drifted"), result.count("unverified"),
     )  # fmt: skip
     return result
+
+
+def _sums_of(config: PipelineConfig, schema: CreateTable, pinned: PinnedSink) -> SumsReader:
+    """How the pinned table's rows are summed: as rows, or (a changelog) as the state its changes
+    replay to — by key where an update may be its after image alone."""
+    if OP not in pinned.table.schema().column_names:
+        return sink_sums
+    rule = changelog_rule(config, schema.table)
+    if rule is None or rule.changelog_updates == "both":
+        return changelog_sums
+    upsert = open_catalog(config).load_table(sink_name(config, schema.table))
+    return functools.partial(changelog_sums, keys=identifier_columns(upsert.schema()))
 
 
 class _TooFarError(Exception):
