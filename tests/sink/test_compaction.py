@@ -10,9 +10,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.table import FileScanTask
 
+from binlake.config_layout import parse_partition_term
 from binlake.offsets import BinlogOffset
 from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.partition_files import Partitioning
 from binlake.sink.writer import IcebergWriter
 from binlake.testing import duckdb_iceberg
 from tests.sink.helpers import (
@@ -207,3 +212,30 @@ def test_kill_9_during_a_compaction_then_the_stream_goes_on_exact(
     own = duckdb_iceberg.read(writer.table).to_pylist()
     assert {r["id"]: r["v"] for r in own} == expected
     assert len(own) == len(expected)
+
+
+def test_a_partitioned_table_compacts_every_partition_into_files_of_its_own(tmp_path: Path) -> None:
+    """Small files in every partition, rewritten in one compaction: each new file holds rows of one
+    partition only, as its manifest entry says."""
+    catalog = make_catalog(tmp_path)
+    identifier = create(
+        catalog, properties=SMALL_FILES_MOR, partition_by=(parse_partition_term("bucket(4, id)"),)
+    )
+    writer = IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index", compaction=POLICY)
+    expected = fill(writer, 2000)
+    for batch in range(1, 2 * POLICY.small_files + 1):
+        touched = list(range(batch * 7, 2000, 97))  # every bucket, every batch
+        writer.merge_batch(batch, rows(touched, f"b{batch}-"), pa.table({"id": pa.array([], pa.int64())}),
+                           BinlogOffset("mysql-bin.000001", 1000 + batch))  # fmt: skip
+        expected.update({k: f"b{batch}-{k}" for k in touched})
+    assert compactions(writer) >= 1
+    assert content(writer) == expected
+    writer.table.refresh()
+    partitioning = Partitioning.of(writer.table.metadata)
+    assert partitioning is not None
+    tasks = list(writer.table.scan().plan_files())
+    assert len({repr(t.file.partition) for t in tasks}) == 4
+    for task in tasks:
+        stored = ArrowScan(writer.table.metadata, writer.table.io, writer.table.schema(), AlwaysTrue())
+        data = stored.to_table(tasks=[FileScanTask(task.file)])
+        assert partitioning.partition(data) == task.file.partition

@@ -170,13 +170,16 @@ def compact(table: Table, plan: Compaction, tasks: Sequence[FileScanTask]) -> Co
             retired_delete_files=retired,
             merge_manifests=True,
         ) as snap:
-            for group in _by_partition(plan.rewrite):
-                # One scan of them all: pyiceberg brings the files' columns to one Arrow schema
-                # (files from other writers hold string or large_string, say).
-                data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=group)
+            if plan.rewrite:
+                # One scan of every partition's files (pyiceberg brings their columns to one Arrow
+                # schema: files from other writers hold string or large_string, say), written back
+                # split by partition: a scan per partition cost more than its few small files.
+                data = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(
+                    tasks=plan.rewrite
+                )
                 rows += data.num_rows
                 data = sorted_rows(data, metadata, keys)
-                for task in group:
+                for task in plan.rewrite:
                     snap.delete_data_file(task.file)
                 if data.num_rows:
                     for data_file in write_data_files(metadata, data, table.io, write_uuid, counter):
