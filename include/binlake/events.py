@@ -216,11 +216,16 @@ class AlterPrimaryKey:
 @dataclass(frozen=True)
 class TruncateTable:
     table: TableId
+    statement_time: int | None = field(default=None, compare=False)
+    """When the statement ran (its binlog event's time, epoch seconds): when the rows it removes
+    left the source (a changelog's ``-D``, a history's closed versions, soft-deleted rows)."""
 
 
 @dataclass(frozen=True)
 class DropTable:
     table: TableId
+    statement_time: int | None = field(default=None, compare=False)
+    """When the statement ran, as ``TruncateTable``'s."""
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,9 @@ def test_a_changelog_starts_from_and_clears_an_upsert_table_whose_file_lost_ever
     changelog = ChangelogWriter(catalog, "db.t_changelog")
     at = BinlogOffset("binlog.000001", 400)
     assert changelog.start_from(upsert.table, at, []) == 2
-    assert changelog.remove_all(upsert.table, BinlogOffset("binlog.000001", 500), "truncate#1") == 2
+    assert (
+        changelog.remove_all(upsert.table, BinlogOffset("binlog.000001", 500), "truncate#1", 1_700_000_000)
+        == 2
+    )
     found = sorted((r["__op__"], r["id"], r["v"]) for r in changelog.table.scan().to_arrow().to_pylist())
     assert found == [("+I", 1, "v1"), ("+I", 2, "u2"), ("-D", 1, "v1"), ("-D", 2, "u2")]

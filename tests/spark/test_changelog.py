@@ -5,6 +5,7 @@ through DuckDB's own reader."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import threading
 from collections import Counter
@@ -297,13 +298,19 @@ def test_a_changelog_added_later_minimal_images_and_a_healed_gap(
     _assert_replays_to_the_upsert_table(config, database, "orders")
     _assert_history_is_current(config, database)
 
-    # A TRUNCATE removes every row: each a -D in the changelog.
+    # A TRUNCATE removes every row: each a -D in the changelog, each current version closed — at
+    # the statement's time (the session's clock set, so its binlog event carries a known time).
     before = Counter(r["__op__"] for r in rows)
-    mariadb.execute("TRUNCATE TABLE orders", "INSERT INTO orders VALUES (7, 1, 'new', 2)", database=database)
+    in_session(mariadb, database, "SET TIMESTAMP = 1700000000", "TRUNCATE TABLE orders")
+    mariadb.execute("INSERT INTO orders VALUES (7, 1, 'new', 2)", database=database)
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)
     rows = _changelog(config, database, "orders").scan().to_arrow().to_pylist()
     assert Counter(r["__op__"] for r in rows) - before == {"-D": 288, "+I": 1}
+    then = dt.datetime.fromtimestamp(1_700_000_000, dt.UTC)
+    assert Counter(r["__op__"] for r in rows if r["__event_time__"] == then) == {"-D": 288}
+    closed = _history(config, database).scan(row_filter="__current__ == False").to_arrow().to_pylist()
+    assert sum(v["__valid_to__"] == then for v in closed) == 288
     _assert_replays_to_the_upsert_table(config, database, "orders")
     _assert_history_is_current(config, database)
 

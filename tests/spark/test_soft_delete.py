@@ -1,10 +1,12 @@
 """Soft deletes (issue 43): a row the source deletes stays in the upsert table, marked with the
 time and binlog position of its delete; a re-insert makes it live again — exact through kills, a
-key update, a MINIMAL-image delete and a statement-logged delete healed by a backfill; verify and
-the comparison see the live rows, DuckDB reads what pyiceberg reads."""
+key update, a MINIMAL-image delete, a statement-logged delete healed by a backfill and a TRUNCATE
+(every live row marked at its time and position); verify and the comparison see the live rows,
+DuckDB reads what pyiceberg reads."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from pathlib import Path
 from typing import Any
@@ -13,11 +15,14 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
+from binlake.offsets import BinlogOffset
 from binlake.planner import plan
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.history.soft_delete import DELETED, DELETED_AT, DELETED_POSITION
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
+from binlake.testing import duckdb_iceberg
+from binlake.testing.compare import bag
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
 from tests.helpers import (
@@ -107,3 +112,26 @@ def test_deleted_rows_stay_marked_through_kills_key_updates_and_a_healed_gap(
     assert len(healed) == 2
     assert all(r["note"] is not None for r in healed)
     assert {r[DELETED] for r in rows.to_pylist() if r["id"] in source} == {False}
+
+    # A TRUNCATE under `evolve`: every live row marked deleted at the statement's time and position
+    # (the session's clock set, so the binlog event carries a known time); rows deleted earlier keep
+    # their marks; a key inserted after it is live again.
+    raw = config_dict(config)
+    raw["pipeline"]["schema_change_behavior"] = "evolve"
+    config = PipelineConfig.model_validate(raw)
+    earlier = {r["id"]: (r[DELETED_AT], r[DELETED_POSITION]) for r in deleted}
+    in_session(mariadb, database, "SET TIMESTAMP = 1700000000", "TRUNCATE TABLE orders")
+    file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
+    kept = min(source)
+    mariadb.execute(f"INSERT INTO orders VALUES ({kept}, 1, 'after the truncate', 1)", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    assert {v.status for v in verify(config, "v2").verdicts} == {"equal"}
+    table = open_catalog(config).load_table(sink_name(config, TableId(database, "orders")))
+    after = table.scan().to_arrow().to_pylist()
+    assert bag(duckdb_iceberg.read(table).to_pylist()) == bag(after)
+    marks = {r["id"]: (r[DELETED_AT], r[DELETED_POSITION]) for r in after if r[DELETED]}
+    truncated = (dt.datetime.fromtimestamp(1_700_000_000, dt.UTC), BinlogOffset(file, int(pos)).packed)
+    assert marks == {**dict.fromkeys(source - {kept}, truncated), **earlier}
+    assert [(r["id"], r["note"]) for r in after if not r[DELETED]] == [(kept, "after the truncate")]
+    assert {r["note"] for r in after if r["id"] in source - {kept}} != {None}  # the rows as truncated

@@ -344,9 +344,19 @@ def _log_removals(
         return
     upsert = catalog.load_table(identifier)
     for writer in companion_writers(config, catalog, table, upsert):
-        removed = writer.remove_all(upsert, request.offset, f"{request.offset}#{request.seq}")
+        change_id = f"{request.offset}#{request.seq}"
+        removed = writer.remove_all(upsert, request.offset, change_id, removal_time(request))
         what = describe_change(request.change)
         log.info("%s: %d rows removed by %s, in %s", table, removed, what, writer.identifier)
+
+
+def removal_time(request: SchemaChangeRequest) -> int:
+    """When a TRUNCATE's or DROP's rows left the source: the statement's time (requests recorded
+    by an older binlake: when the stream met it)."""
+    change = request.change
+    if isinstance(change, TruncateTable | DropTable) and change.statement_time is not None:
+        return change.statement_time
+    return int(request.requested_at.timestamp())
 
 
 def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChangeRequest) -> str:
@@ -360,6 +370,7 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     """
     from binlake.schema.transform_sql import TransformError
     from binlake.sink.catalog import open_catalog, sink_identifier
+    from binlake.sink.history.soft_delete import soft_deletes, truncate_marking
     from binlake.sink.layout import layouts  # see SchemaTracker.ddl
     from binlake.sink.metadata_applier import IcebergMetadataApplier, UnsupportedSchemaChangeError
 
@@ -407,6 +418,14 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
             step_id = None if shared and isinstance(step, CreateTable) else f"{request.offset}#{request.seq}"
             if isinstance(step, (TruncateTable, DropTable)):
                 _log_removals(config, applier, step.table, request)
+            if isinstance(step, TruncateTable) and soft_deletes(config, step.table):
+                # The rows stay, marked deleted by the TRUNCATE (sink/history/soft_delete.py).
+                table = applier.catalog.load_table(applier.identifier(step.table))
+                marked = truncate_marking(
+                    table, removal_time(request), request.offset, f"{request.offset}#{request.seq}"
+                )
+                log.info("%s: %d rows marked deleted by its truncate", step.table, marked)
+                continue
             applier.apply(step, step_id)
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"

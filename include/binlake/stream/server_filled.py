@@ -13,7 +13,7 @@ from dataclasses import replace
 import pymysql
 
 from binlake.config import PipelineConfig, SourceConfig
-from binlake.events import AddColumn, Column, SchemaChange, TableId
+from binlake.events import AddColumn, Column, DropTable, SchemaChange, TableId, TruncateTable
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.event_rows import Gap
 from binlake.source.binlog.scan import Boundary
@@ -22,13 +22,16 @@ from binlake.state.store import StateStore
 
 
 def clocked(source: SourceConfig, changes: list[SchemaChange], boundary: Boundary) -> list[SchemaChange]:
-    """``changes`` with each added column carrying the statement's clock: its time, fraction, and
-    wall-clock time in the session's time zone where a default reads it."""
+    """``changes`` with the statement's clock where they need it: each added column its time,
+    fraction, and wall-clock time in the session's time zone where a default reads it; a TRUNCATE
+    or DROP its time (when the rows it removes left the source)."""
     adds = [c for c in changes if isinstance(c, AddColumn)]
     local = local_time(source, boundary) if any(_reads_local_time(c.column) for c in adds) else None
     return [
         replace(c, statement_time=boundary.timestamp, statement_micros=boundary.micros, statement_local=local)
         if isinstance(c, AddColumn)
+        else replace(c, statement_time=boundary.timestamp)
+        if isinstance(c, TruncateTable | DropTable)
         else c
         for c in changes
     ]

@@ -165,18 +165,18 @@ class ChangelogWriter(IcebergWriter):
                  ".".join(upsert.name()), at)  # fmt: skip
         return rows
 
-    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str) -> int:
-        """``-D`` of every row ``upsert`` holds, at ``at`` (a TRUNCATE or DROP of the source table,
-        applied to the upsert table next), once: the commit records ``change_id``; returns the rows."""
+    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int) -> int:
+        """``-D`` of every row ``upsert`` holds, at ``at`` and ``event_time`` (a TRUNCATE or DROP of
+        the source table, applied to the upsert table next), once: the commit records
+        ``change_id``; returns the rows."""
         self.settle()
         self.table.refresh()
         if any(s.summary and s.summary.additional_properties.get(CHANGE_KEY) == change_id
                for s in self.table.metadata.snapshots):  # fmt: skip
             return 0
-        now = int(time.time())
         with transaction(self.table) as tx:
             files, rows = self._live_rows_as(
-                tx, upsert, lambda data: read_rows(data, now, at, "binlog", DELETE)
+                tx, upsert, lambda data: read_rows(data, event_time, at, "binlog", DELETE)
             )
             with tx.update_snapshot(snapshot_properties={CHANGE_KEY: change_id}).fast_append() as append:
                 for data_file in files:

@@ -9,7 +9,6 @@ running pipeline) is the changelog's (``ChangelogWriter``), with the rows as cur
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -72,15 +71,16 @@ class HistoryWriter(ChangelogWriter):
         self._versions(units_summary(units), rows)
         return True
 
-    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str) -> int:
-        """Close every current version at ``at`` (a TRUNCATE or DROP of the source table), once."""
+    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int) -> int:
+        """Close every current version at ``at`` and ``event_time`` (a TRUNCATE or DROP of the
+        source table), once."""
         self.settle()
         self.table.refresh()
         if any(s.summary and s.summary.additional_properties.get(CHANGE_KEY) == change_id
                for s in self.table.metadata.snapshots):  # fmt: skip
             return 0
         current = self.table.scan(row_filter=f"{CURRENT} == True").to_arrow()
-        closed = _closed(current, int(time.time()), at.packed)
+        closed = _closed(current, event_time, at.packed)
         self._merge_rows({CHANGE_KEY: change_id}, closed)
         return int(closed.num_rows)
 

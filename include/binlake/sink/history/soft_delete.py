@@ -8,21 +8,32 @@ A table whose ``sink.modes`` rule sets ``soft_delete`` (``config_modes.py``) has
 - ``__deleted_position__``: the delete's binlog position (file number × 2³² + offset).
 
 The stream turns a batch's deletes into upserts of their whole before images (read whole for these
-tables, ``stream.shares.patches`` completes MINIMAL ones); a backfill marks the rows of its ranges the
-source no longer has. The readers that compare the sink with the source — ``verify``, the quality
-checks, the tests' comparison — read the live rows (``live``). A row a transform's filter lets out
-leaves the table as ever: it was not deleted on the source.
+tables, ``stream.shares.patches`` completes MINIMAL ones); a backfill marks the rows of its ranges
+the source no longer has; a TRUNCATE marks every live row (``truncate_marking``). The readers that
+compare the sink with the source — ``verify``, the quality checks, the tests' comparison — read the
+live rows (``live``). A row a transform's filter lets out leaves the table as ever: it was not
+deleted on the source.
 """
 
 from __future__ import annotations
 
+import itertools
+import uuid
+
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from binlake.config import PipelineConfig
 from binlake.config_base import first_match
 from binlake.events import TableId
+from binlake.offsets import BinlogOffset
+from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.layout import sorted_rows
+from binlake.sink.metadata_applier import TRUNCATE_ID
+from binlake.sink.pyiceberg_internals import transaction, write_data_files
 
 DELETED = "__deleted__"
 DELETED_AT = "__deleted_at__"
@@ -81,3 +92,43 @@ def _marked(rows: pa.Table, deleted: pa.Array, micros: pa.Array, positions: pa.A
         column = array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array], array.type)
         rows = rows.append_column(field, column.cast(field.type))
     return rows
+
+
+def truncate_marking(table: Table, event_time: int, at: BinlogOffset, change_id: str) -> int:
+    """A TRUNCATE of the source table: every live row of ``table`` marked deleted at ``event_time``
+    and ``at`` (rows deleted earlier keep their marks), file by file in one commit that records
+    ``change_id`` as a truncate does (a replay marks nothing twice); returns the rows marked."""
+    if table.properties.get(TRUNCATE_ID) == change_id:
+        return 0
+    ensure_columns(table)
+    marked = 0
+    keys = identifier_columns(table.schema())
+    with transaction(table) as tx:
+        metadata = tx.table_metadata
+        write_uuid, counter = uuid.uuid4(), itertools.count(0)
+        with tx.update_snapshot().overwrite(write_uuid) as overwrite:
+            for task in table.scan().plan_files():
+                rows = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
+                rows, newly = _all_deleted(rows, event_time, at)
+                marked += newly
+                overwrite.delete_data_file(task.file)
+                if not rows.num_rows:  # every row of the file deleted already (merge-on-read)
+                    continue
+                rows = sorted_rows(rows, metadata, keys)
+                for data_file in write_data_files(metadata, rows, table.io, write_uuid, counter):
+                    overwrite.append_data_file(data_file)
+        tx.set_properties({TRUNCATE_ID: change_id})
+    return marked
+
+
+def _all_deleted(rows: pa.Table, event_time: int, at: BinlogOffset) -> tuple[pa.Table, int]:
+    """``rows`` with the live ones marked deleted at ``event_time`` and ``at``; how many were live."""
+    alive = live_mask(rows)
+    if alive is None:
+        raise ValueError("the rows have no soft-delete columns")
+    gone = rows.filter(alive)
+    n = gone.num_rows
+    gone = marked_deleted(gone, pa.array([event_time] * n, pa.int64()), pa.array([at.packed] * n, pa.int64()))
+    return pa.concat_tables(
+        [rows.filter(pc.invert(alive)), gone.select(rows.column_names).cast(rows.schema)]
+    ), n
