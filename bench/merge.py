@@ -19,6 +19,9 @@ the issue's steady 2,000 changes/s); 0 (default) runs them back to back, as a ca
 ``ordered_at`` spans 90 days at ``--rows`` (the newest ids the newest days; 4× the rows reach 4×
 as far back), and the ``day(ordered_at)`` layout partitions by it (``sink.layout``);
 ``day_scan_files_share`` is the share of a full scan's files a one-day scan plans (goal ≤ 0.1).
+``days_touched_median`` counts the days (that layout's partitions) a batch's changes touch, and
+``ms_per_day_touched`` what each cost: ``recent`` changes touch every day of a grown table (10 %
+land anywhere), ``newest`` changes the same few days at any size.
 """
 
 from __future__ import annotations
@@ -131,10 +134,13 @@ def _summed(summary: Any, key: str) -> int:
 
 def pick(rng: random.Random, live: list[int], count: int, workload: str, hot_keys: int) -> list[int]:
     """``count`` live keys: uniform; ``skewed``, 90 % among the newest 10 % of the keys; ``recent``,
-    90 % among the newest ``hot_keys`` (the same recent days whatever the table's size)."""
+    90 % among the newest ``hot_keys`` (the same recent days whatever the table's size);
+    ``newest``, all of them there."""
     if workload == "uniform":
         return rng.sample(live, count)
     newest = live[int(len(live) * 0.9) :] if workload == "skewed" else live[-hot_keys:]
+    if workload == "newest":
+        return rng.sample(newest, count)
     hot = set(rng.sample(newest, int(count * 0.9)))
     while len(hot) < count:
         hot.add(rng.choice(live))
@@ -154,7 +160,8 @@ def make_batches(
         touched = pick(rng, live, changes, workload, hot_keys)
         deleted = touched[: changes // 10]
         upserts = rows(sorted(touched[changes // 10 :]), rng, batch, table_rows, step_s)
-        conn.send((pa.table({"id": pa.array(deleted, pa.int64())}), upserts))
+        days = len({int((table_rows - k) * step_s // 86_400) for k in touched})  # day(ordered_at)s
+        conn.send((pa.table({"id": pa.array(deleted, pa.int64())}), upserts, days))
         gone = set(deleted)
         live = [k for k in live if k not in gone]
 
@@ -180,7 +187,7 @@ def run(
         writer.table.refresh()
         table_bytes = sum(t.file.file_size_in_bytes for t in writer.table.scan().plan_files())
         files = len(list(writer.table.scan().plan_files()))
-        seconds, rewritten, written, upkeep, waited = [], [], [], [], []
+        seconds, rewritten, written, upkeep, waited, touched_days = [], [], [], [], [], []
         known = {s.snapshot_id for s in writer.table.snapshots()}
         expected = table_rows
         ours, theirs = multiprocessing.get_context("spawn").Pipe()
@@ -194,7 +201,8 @@ def run(
                 time.sleep(max(0.0, due - time.monotonic()))  # the stream's trigger: a batch every N s
                 due = time.monotonic() + args.trigger_s
                 ours.send(True)
-                deletes, upserts = ours.recv()
+                deletes, upserts, days = ours.recv()
+                touched_days.append(days)
                 started = time.monotonic()
                 # Inline, the batch's upkeep (a compaction, …) is in its time; in the background it
                 # overlaps making the next batch (the stream: reading it), and the next batch waits
@@ -226,6 +234,11 @@ def run(
             "files": files,
             "seconds_per_batch": [round(s, 3) for s in seconds],
             "median_s": round(statistics.median(seconds), 3),
+            # Days (the partitioned layout's partitions) a batch's changes touch, and the cost of each.
+            "days_touched_median": statistics.median(touched_days),
+            "ms_per_day_touched": round(
+                1000 * statistics.median(seconds) / statistics.median(touched_days), 2
+            ),
             "max_s": round(max(seconds), 3),
             "first_batch_s": round(seconds[0], 3),  # an indexed layout builds its index here
             "rewritten_share_median": round(statistics.median(rewritten) / table_bytes, 3),
@@ -251,6 +264,11 @@ def run(
         }
 
 
+def _per_day(seconds: list[float], days: list[int]) -> float:
+    """Milliseconds of a median batch per day it touches."""
+    return round(1000 * statistics.median(seconds) / statistics.median(days), 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -265,9 +283,9 @@ def main() -> None:
     parser.add_argument(
         "--workload",
         action="append",
-        choices=["uniform", "skewed", "recent"],
+        choices=["uniform", "skewed", "recent", "newest"],
         help="only these workloads (default uniform and skewed; recent: 90 %% of the changes in the newest "
-        "--rows/10 keys, the same days at any size)",
+        "--rows/10 keys, the same days at any size, 10 %% anywhere; newest: all of them there)",
     )
     parser.add_argument(
         "--upkeep",
@@ -299,6 +317,10 @@ def main() -> None:
                 "layout": small["layout"],
                 "workload": small["workload"],
                 "cost_growth_4x": round(large["median_s"] / small["median_s"], 2),
+                "days_touched_4x": round(large["days_touched_median"] / small["days_touched_median"], 2),
+                "cost_per_day_touched_growth_4x": round(
+                    large["ms_per_day_touched"] / small["ms_per_day_touched"], 2
+                ),
                 "written_share_4x": large["written_share_median"],
             }
             for small, large in zip(results[::2], results[1::2], strict=True)

@@ -23,6 +23,8 @@ from binlake.airflow.operators import (
 from binlake.airflow.pipelines import PipelineFile, read_pipeline_files
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+#: The backfill id a task planned (its XCom), for the Spark task's arguments: decided in one place.
+_PLANNED_ID = "{{{{ ti.xcom_pull(task_ids='{task}', key='backfill_id') }}}}"
 
 
 def build_dags(folder: Path | None = None) -> dict[str, DAG]:
@@ -218,7 +220,7 @@ def backfill_dag(pipeline: PipelineFile) -> DAG:
             config_path=path,
             pipeline=pipeline.name,
             catalog=pipeline.catalog,
-            backfill_id="{{ (dag_run.conf or {}).get('backfill_id') or run_id }}",
+            backfill_id=_PLANNED_ID.format(task="plan"),
             conn_id=pipeline.airflow.spark_conn_id,
             pool=pipeline.airflow.pool,
             doc_md="Reads the planned chunks with watermarks (one Spark job) and stages them.",
@@ -291,7 +293,8 @@ def verify_dag(pipeline: PipelineFile) -> DAG:
         staged: Any = stage_repair()
         backfill = BinlakeSparkSubmitOperator(
             task_id="backfill", job="backfill", config_path=path, pipeline=pipeline.name,
-            catalog=pipeline.catalog, backfill_id="{{ run_id }}", conn_id=pipeline.airflow.spark_conn_id,
+            catalog=pipeline.catalog, backfill_id=_PLANNED_ID.format(task="stage_repair"),
+            conn_id=pipeline.airflow.spark_conn_id,
             pool=pipeline.airflow.pool, doc_md="Reads the drifted chunks again (a Spark job), stages them.",
         )  # fmt: skip
         again = BinlakeVerifyOperator(
