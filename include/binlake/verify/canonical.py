@@ -17,8 +17,10 @@ Canonical text of a value, per type (SQL rendering ↔ Python rendering of the m
   microseconds;
 - text (CHAR … JSON, ENUM, SET): the value's UTF-8 bytes; binary and geometry (WKB): upper-case hex.
 
-A row is ``len:value`` (bytes) or ``N`` (NULL) per column, joined by ``,``: lengths make it
-unambiguous whatever the values hold.
+A row is one piece per column, joined by ``,``: ``N`` for NULL; a text column's value as
+``len:value`` (bytes), the length making it unambiguous whatever the text holds; any other
+column's rendering alone — digits, signs, dates, hex never hold a comma or read ``N`` — which
+spares the server computing each value twice (a third of the checksum's cost on the demo's orders).
 """
 
 from __future__ import annotations
@@ -74,9 +76,17 @@ def row_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = N
     columns by name (a transform's projection)."""
     pieces = []
     for column in columns:
-        value = f"CONVERT({value_sql(column, (expressions or {}).get(column.name))} USING utf8mb4)"
-        pieces.append(f"IFNULL(CONCAT(OCTET_LENGTH({value}), ':', {value}), 'N')")
+        value = value_sql(column, (expressions or {}).get(column.name))
+        if _length_prefixed(column):
+            value = f"CONVERT({value} USING utf8mb4)"
+            value = f"CONCAT(OCTET_LENGTH({value}), ':', {value})"
+        pieces.append(f"IFNULL({value}, 'N')")
     return f"CONCAT_WS(',', {', '.join(pieces)})"
+
+
+def _length_prefixed(column: Column) -> bool:
+    """Whether ``column``'s canonical text may hold anything (a comma): text, JSON, ENUM, SET."""
+    return column.data_type in _TEXT_TYPES
 
 
 def checksum_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = None) -> str:
@@ -157,8 +167,10 @@ def row_texts(rows: pa.Table, columns: Sequence[Column]) -> pa.Array:
     for column in columns:
         values = rows.column(column.name).combine_chunks().cast(arrow_type(column))
         text = pc.cast(value_renderer(column)(values), pa.binary())
-        length = pc.cast(pc.cast(pc.binary_length(text), pa.string()), pa.binary())
-        pieces.append(pc.fill_null(pc.binary_join_element_wise(length, text, b":"), b"N"))
+        if _length_prefixed(column):
+            length = pc.cast(pc.cast(pc.binary_length(text), pa.string()), pa.binary())
+            text = pc.binary_join_element_wise(length, text, b":")
+        pieces.append(pc.fill_null(text, b"N"))
     if not pieces:
         return pa.array([b""] * rows.num_rows, pa.binary())
     joined = pc.binary_join_element_wise(*pieces, b",")
