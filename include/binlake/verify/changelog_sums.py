@@ -22,10 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake.events import Column, CreateTable
-from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.sink.history.changelog import AFTER, INSERT, OP, ORDER, POSITION
 from binlake.verify.canonical import row_hashes
-from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, add_rows
+from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, add_rows, no_sums, pinned_rows
 
 #: Changes held before folding them to each key's last (bounds the by-key reading's memory).
 _FOLD_ROWS = 1_000_000
@@ -46,20 +45,11 @@ def changelog_sums(
 ) -> Sums:
     """Rows and hash sums per chunk of the state ``schema.table``'s changes in the pinned changelog
     replay to; ``keys``: the sink table's key, to replay by (empty: signed)."""
-    counts = np.zeros(len(chunks), dtype=np.int64)
-    totals = np.zeros(len(chunks), dtype=np.uint64)
-    if pinned.snapshot_id is None:
-        return counts, totals
-    names = [c.name for c in columns] + ([SOURCE_TABLE_COLUMN] if routed else [])
+    counts, totals = no_sums(len(chunks))
+    names = [c.name for c in columns]
     names += [k for k in keys if k not in names] + [OP, POSITION, ORDER]
-    scan = pinned.table.scan(snapshot_id=pinned.snapshot_id, selected_fields=tuple(names))
     last = _LastByKey(keys) if keys else None
-    for batch in scan.to_arrow_batch_reader():
-        rows = pa.Table.from_batches([batch])
-        if routed:
-            rows = rows.filter(pc.equal(rows.column(SOURCE_TABLE_COLUMN), schema.table.name))
-        if rows.num_rows == 0:
-            continue
+    for rows in pinned_rows(pinned, schema, names, routed):
         at, hashes = chunks.of(rows.column(key)), row_hashes(rows, columns)
         adds = pc.is_in(rows.column(OP), pa.array([INSERT, AFTER])).to_numpy(zero_copy_only=False)
         if last is None:

@@ -14,7 +14,7 @@ held the source at ``O`` — whether the stream runs meanwhile or not, and witho
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,22 +104,38 @@ def sink_sums(
     routed: bool,
 ) -> Sums:
     """Rows and hash sums per chunk of ``schema.table``'s rows in the pinned snapshot."""
-    counts = np.zeros(len(chunks), dtype=np.int64)
-    totals = np.zeros(len(chunks), dtype=np.uint64)
-    if pinned.snapshot_id is None:
-        return counts, totals
-    names = [c.name for c in columns] + ([SOURCE_TABLE_COLUMN] if routed else [])
+    counts, totals = no_sums(len(chunks))
+    names = [c.name for c in columns]
     present = set(pinned.table.schema().column_names)
     # Soft deletes: the live rows are the source's; a history: its current versions.
     names += [c for c in (DELETED, CURRENT) if c in present]
-    scan = pinned.table.scan(snapshot_id=pinned.snapshot_id, selected_fields=tuple(names))
-    for batch in scan.to_arrow_batch_reader():
-        rows = current(live(pa.Table.from_batches([batch])))
-        if routed:
-            rows = rows.filter(pc.equal(rows.column(SOURCE_TABLE_COLUMN), schema.table.name))
+    for rows in pinned_rows(pinned, schema, names, routed):
+        rows = current(live(rows))
         if rows.num_rows:
             add_rows(counts, totals, chunks.of(rows.column(key)), row_hashes(rows, columns), 1)
     return counts, totals
+
+
+def no_sums(chunks: int) -> Sums:
+    """Zero rows in each of ``chunks`` chunks."""
+    return np.zeros(chunks, dtype=np.int64), np.zeros(chunks, dtype=np.uint64)
+
+
+def pinned_rows(
+    pinned: PinnedSink, schema: CreateTable, names: Sequence[str], routed: bool
+) -> Iterator[pa.Table]:
+    """The pinned snapshot's rows of ``schema.table`` (columns ``names``), a batch at a time; of a
+    shared sink table (``routed``), those its source table wrote."""
+    if pinned.snapshot_id is None:
+        return
+    names = [*names, SOURCE_TABLE_COLUMN] if routed and SOURCE_TABLE_COLUMN not in names else list(names)
+    scan = pinned.table.scan(snapshot_id=pinned.snapshot_id, selected_fields=tuple(names))
+    for batch in scan.to_arrow_batch_reader():
+        rows = pa.Table.from_batches([batch])
+        if routed:
+            rows = rows.filter(pc.equal(rows.column(SOURCE_TABLE_COLUMN), schema.table.name))
+        if rows.num_rows:
+            yield rows
 
 
 def add_rows(
