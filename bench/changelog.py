@@ -95,15 +95,16 @@ def _last_per_key(changes: pa.Table) -> tuple[pa.Table, pa.Table]:
     return upserts, deletes
 
 
-def _companion(side: str, catalog: Any, upsert: Any) -> ChangelogWriter:
-    """The changelog or history table, holding the upsert table's rows (as reads, or versions)."""
+def _companion(side: str, catalog: Any, upsert: Any, index: Path) -> ChangelogWriter:
+    """The changelog or history table, holding the upsert table's rows (as reads, or versions);
+    a history written as the stream writes it (its key index, compaction)."""
     name = f"bench.orders_{side}"
     if side == "changelog":
         ensure_changelog(catalog, name, upsert)
         writer = ChangelogWriter(catalog, name)
     else:
         ensure_history(catalog, name, upsert, ["id"])
-        writer = HistoryWriter(catalog, name, ["id"])
+        writer = HistoryWriter(catalog, name, ["id"], key_index_dir=index, compaction=CompactionPolicy())
     writer.start_from(upsert, BinlogOffset("binlog.000001", 4), [])
     return writer
 
@@ -123,7 +124,7 @@ def run(side: str, table_rows: int, args: argparse.Namespace) -> dict[str, Any]:
         upsert.refresh()
         seconds = []
         if side in ("changelog", "history"):
-            writer: IcebergWriter = _companion(side, catalog, upsert)
+            writer: IcebergWriter = _companion(side, catalog, upsert, Path(tmp) / "index")
         else:
             indexed = layout_name is not None
             writer = IcebergWriter(

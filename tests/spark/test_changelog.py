@@ -237,6 +237,7 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     assert "seen" in _changelog(config, database, "orders").schema().column_names
     # The table as of positions the source was seen at, by the docs' query (the columns then).
     history = _history(config, database)
+    assert history.properties["write.merge.mode"] == "merge-on-read"  # position deletes, a key index
     for position, rows in states:
         columns = [name for name, _ in next(iter(rows))]
         assert _as_of(_changelog(config, database, "orders"), position, columns) == rows

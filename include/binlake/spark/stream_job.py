@@ -184,7 +184,7 @@ def _stream(
                     identifier,
                     config.stream.merge_manifests_at,
                     config.key_index_dir,
-                    CompactionPolicy() if config.stream.compact else None,
+                    _compaction(config),
                     config.stream.keep_snapshots,
                     background_upkeep=True,  # settled before the table's next batch
                 )
@@ -285,6 +285,11 @@ def _add_changelog(
     sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
 
 
+def _compaction(config: PipelineConfig) -> CompactionPolicy | None:
+    """How the stream's writers compact their tables (``stream.compact``)."""
+    return CompactionPolicy() if config.stream.compact else None
+
+
 def _add_history(
     config: PipelineConfig, catalog: Any, sink: TableSink, writers: dict[str, IcebergWriter]
 ) -> None:
@@ -297,8 +302,8 @@ def _add_history(
     history = writers.get(name)
     if not isinstance(history, HistoryWriter) or not _refreshed(history):
         history = writers[name] = HistoryWriter(
-            catalog, name, keys, config.stream.merge_manifests_at,
-            keep_snapshots=config.stream.keep_snapshots, background_upkeep=True,
+            catalog, name, keys, config.stream.merge_manifests_at, config.stream.keep_snapshots,
+            background_upkeep=True, key_index_dir=config.key_index_dir, compaction=_compaction(config),
         )  # fmt: skip
     sink.history = history
 

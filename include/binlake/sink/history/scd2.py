@@ -41,6 +41,7 @@ from binlake.events import TableId
 from binlake.sink.catalog import sink_name
 from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION, mode_rule
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
+from binlake.sink.merge_on_read import MERGE_MODE, MERGE_ON_READ
 
 VALID_FROM = "__valid_from__"
 VALID_TO = "__valid_to__"
@@ -98,7 +99,10 @@ def ensure_history(catalog: Catalog, identifier: str, sink: Table, keys: Sequenc
                 for k in [*keys, OPENED, OPENED_ORDER]
             )
         )
-        return catalog.create_table(identifier, wanted, sort_order=order, properties={"format-version": "2"})
+        # Merge-on-read: a batch closing versions all over the table writes position deletes and
+        # its new versions, not every file it touches (an existing table keeps its mode).
+        properties = {"format-version": "2", MERGE_MODE: MERGE_ON_READ}
+        return catalog.create_table(identifier, wanted, sort_order=order, properties=properties)
     have = set(table.schema().column_names)
     missing = [f for f in wanted.fields if f.name not in have]
     if missing:

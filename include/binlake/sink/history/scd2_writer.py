@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -18,6 +19,7 @@ from pyiceberg.table import Table
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.exactly_once import CommitResult
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
@@ -46,9 +48,11 @@ class HistoryWriter(ChangelogWriter):
         merge_manifests_at: int = 0,
         keep_snapshots: int = 0,
         background_upkeep: bool = False,
+        key_index_dir: Path | None = None,
+        compaction: CompactionPolicy | None = None,
     ) -> None:
         super().__init__(
-            catalog, identifier, merge_manifests_at, keep_snapshots=keep_snapshots,
+            catalog, identifier, merge_manifests_at, key_index_dir, compaction, keep_snapshots,
             background_upkeep=background_upkeep,
         )  # fmt: skip
         self.keys = list(keys)
