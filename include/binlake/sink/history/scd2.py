@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
@@ -116,26 +117,76 @@ def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], schema: 
     current), and the key's versions current before it (``current``) that they close.
 
     ``changes``: changelog rows (sink columns and ``sink/history/changelog.py``'s metadata) in replay
-    order; ``schema``: the history table's.
+    order; ``schema``: the history table's. Each change ends its key's open version (an after image
+    alone ends it too) and a ``+I``/``+U`` opens the next: per key, in replay order, a change's
+    version is closed by the key's next change; the first change closes the version current before.
     """
-    columns = [n for n in schema.names if n not in METADATA.names]
-    open_: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in current.to_pylist():
-        open_[tuple(row[k] for k in keys)] = row
-    out: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for change in changes.to_pylist():
-        key = tuple(change[k] for k in keys)
-        version = open_.pop(key, None)
-        if version is not None:  # ended by this change (an after image alone ends it too)
-            version.update({VALID_TO: change[EVENT_TIME], CURRENT: False, CLOSED: change[POSITION]})
-            out[(*key, version[OPENED], version[OPENED_ORDER])] = version
-        if change[OP] in ("+I", "+U"):
-            opened = {c: change.get(c) for c in columns}
-            opened.update({VALID_FROM: change[EVENT_TIME], VALID_TO: None, CURRENT: True,
-                           OPENED: change[POSITION], OPENED_ORDER: change[ORDER], CLOSED: None})  # fmt: skip
-            open_[key] = opened
-            out[(*key, change[POSITION], change[ORDER])] = opened
-    return pa.Table.from_pylist(list(out.values()), schema=schema)
+    n = changes.num_rows
+    ordered = changes.append_column("__at__", pa.array(np.arange(n), pa.int64()))
+    ordered = ordered.sort_by([(k, "ascending") for k in keys] + [("__at__", "ascending")])
+    same_next = _same_as_next(ordered, keys)  # the next row (in key order) changes the same key
+    first = np.ones(n, dtype=bool)
+    first[1:] = ~same_next[:-1]
+    closer = np.where(same_next, np.arange(n) + 1, -1)  # the change that ends each change's version
+    opened = _opened(ordered, closer, schema)
+    return pa.concat_tables([_ended(ordered.filter(pa.array(first)), current, keys, schema), opened])
+
+
+def _same_as_next(rows: pa.Table, keys: Sequence[str]) -> np.ndarray:
+    """Whether each row's key (every column of ``keys``) is the next row's."""
+    n = rows.num_rows
+    same = np.zeros(n, dtype=bool)
+    if n < 2:
+        return same
+    same[:-1] = True
+    for name in keys:
+        values = rows.column(name)
+        equal = pc.fill_null(pc.equal(values.slice(0, n - 1), values.slice(1)), False)
+        same[:-1] &= equal.to_numpy(zero_copy_only=False)
+    return same
+
+
+def _opened(changes: pa.Table, closer: np.ndarray, schema: pa.Schema) -> pa.Table:
+    """The versions ``changes`` (in key order) open, each closed by its ``closer`` (-1: current)."""
+    opens = pc.is_in(changes.column(OP), pa.array(["+I", "+U"])).to_numpy(zero_copy_only=False)
+    ends = changes.take(pa.array(np.clip(closer, 0, None)))
+    closed = pa.array(closer >= 0)
+    meta = {
+        VALID_FROM: changes.column(EVENT_TIME),
+        VALID_TO: pc.if_else(closed, ends.column(EVENT_TIME), pa.scalar(None, _TIME)),
+        CURRENT: pc.invert(closed),
+        OPENED: changes.column(POSITION),
+        OPENED_ORDER: changes.column(ORDER),
+        CLOSED: pc.if_else(closed, ends.column(POSITION), pa.scalar(None, pa.int64())),
+    }
+    return _shaped(changes, meta, schema).filter(pa.array(opens))
+
+
+def _ended(firsts: pa.Table, current: pa.Table, keys: Sequence[str], schema: pa.Schema) -> pa.Table:
+    """The versions current before the batch that its keys' first changes (``firsts``) close."""
+    if not current.num_rows or not firsts.num_rows:
+        return schema.empty_table()
+    ends = {k: firsts.column(k).cast(current.schema.field(k).type) for k in keys}
+    ends.update(__end_time__=firsts.column(EVENT_TIME), __end_at__=firsts.column(POSITION))
+    joined = current.join(pa.table(ends), keys=list(keys), join_type="inner")
+    meta = {
+        VALID_TO: joined.column("__end_time__"),
+        CURRENT: pa.array([False] * joined.num_rows, pa.bool_()),
+        CLOSED: joined.column("__end_at__"),
+    }
+    return _shaped(joined, meta, schema)
+
+
+def _shaped(rows: pa.Table, meta: dict[str, Any], schema: pa.Schema) -> pa.Table:
+    """``rows``' columns of ``schema`` (nulls where they have none), ``meta`` in place of theirs."""
+    n = rows.num_rows
+    arrays = []
+    for field in schema:
+        values = meta.get(field.name)
+        if values is None:
+            values = rows.column(field.name) if field.name in rows.column_names else pa.nulls(n, field.type)
+        arrays.append(pc.cast(values, field.type))
+    return pa.table(arrays, schema=schema)
 
 
 def current(rows: pa.Table) -> pa.Table:
