@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ import pytest
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
-from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.catalog import catalog_properties, open_catalog, sink_name
 from binlake.sink.fenced_commits import epoch_key
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.state.leases import Command
@@ -89,6 +90,38 @@ def test_a_second_snapshot_is_refused_naming_the_first(
     assert_sink_equals_source(config)
 
 
+def _sqlite_files(config: PipelineConfig) -> list[Path]:
+    """The SQLite files the pipeline writes: its state store and its catalog."""
+    uris = [config.pipeline.resolved_state_uri, str(catalog_properties(config).get("uri", ""))]
+    return [Path(u.split("sqlite:///", 1)[1]) for u in uris if u.startswith("sqlite:///")]
+
+
+def _stop_between_writes(pid: int, databases: list[Path]) -> None:
+    """SIGSTOP the process group while it holds no lock on these SQLite files. A process frozen
+    inside a transaction keeps every other writer of the file out until it runs again (SQLite's own
+    lock, whatever binlake's lease says) — not the case this test is about: a writer paused between
+    its writes, whose lease runs out."""
+    for _ in range(400):
+        os.killpg(pid, signal.SIGSTOP)
+        if not any(_locked(db) for db in databases):
+            return
+        os.killpg(pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"the stream held a lock on {databases} at every pause")
+
+
+def _locked(database: Path) -> bool:
+    conn = sqlite3.connect(database, timeout=0)
+    try:
+        conn.execute("BEGIN EXCLUSIVE")  # fails while any other connection reads or writes it
+        conn.rollback()
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        conn.close()
+
+
 @pytest.mark.slow
 def test_a_stream_paused_past_its_lease_and_taken_over_never_commits_again(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
@@ -118,7 +151,7 @@ def test_a_stream_paused_past_its_lease_and_taken_over_never_commits_again(
         while not store.stream_history("test").batches() and time.monotonic() < deadline:
             assert paused.poll() is None, paused.stderr.read().decode() if paused.stderr else ""
             time.sleep(0.2)
-        os.killpg(paused.pid, signal.SIGSTOP)
+        _stop_between_writes(paused.pid, _sqlite_files(config))
         try:
             time.sleep(config.pipeline.writer_lease_s + 1.5)  # its lease expires: it is not renewed
             taker = start_stream_process(path, None)
