@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -104,3 +105,18 @@ def in_range(rows: pa.Table, column: str, low: Any, high: Any) -> pa.ChunkedArra
         pc.greater_equal(values, pa.scalar(low, bound_type)),
         pc.less_equal(values, pa.scalar(high, bound_type)),
     )
+
+
+def same_key_as_next(rows: pa.Table, keys: Sequence[str]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Whether each row's key (every column of ``keys``) is the next row's; rows sorted by key
+    hold each key's rows together, so this marks all but each key's last."""
+    n = rows.num_rows
+    same = np.zeros(n, dtype=bool)
+    if n < 2:
+        return same
+    same[:-1] = True
+    for name in keys:
+        values = rows.column(name)
+        equal = pc.fill_null(pc.equal(values.slice(0, n - 1), values.slice(1)), False)
+        same[:-1] &= equal.to_numpy(zero_copy_only=False)
+    return same

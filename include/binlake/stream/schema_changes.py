@@ -344,10 +344,14 @@ def _log_removals(
         return
     upsert = catalog.load_table(identifier)
     for writer in companion_writers(config, catalog, table, upsert):
-        change_id = f"{request.offset}#{request.seq}"
-        removed = writer.remove_all(upsert, request.offset, change_id, removal_time(request))
+        removed = writer.remove_all(upsert, request.offset, change_id(request), removal_time(request))
         what = describe_change(request.change)
         log.info("%s: %d rows removed by %s, in %s", table, removed, what, writer.identifier)
+
+
+def change_id(request: SchemaChangeRequest) -> str:
+    """The id a sink records with the change it made for ``request`` (a replay finds it there)."""
+    return f"{request.offset}#{request.seq}"
 
 
 def removal_time(request: SchemaChangeRequest) -> int:
@@ -415,15 +419,13 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         shared = routed(config, change.table)
         for step in planned:
             # a routed source's creation never replaces the table the other sources share
-            step_id = None if shared and isinstance(step, CreateTable) else f"{request.offset}#{request.seq}"
+            step_id = None if shared and isinstance(step, CreateTable) else change_id(request)
             if isinstance(step, (TruncateTable, DropTable)):
                 _log_removals(config, applier, step.table, request)
             if isinstance(step, TruncateTable) and soft_deletes(config, step.table):
                 # The rows stay, marked deleted by the TRUNCATE (sink/history/soft_delete.py).
                 table = applier.catalog.load_table(applier.identifier(step.table))
-                marked = truncate_marking(
-                    table, removal_time(request), request.offset, f"{request.offset}#{request.seq}"
-                )
+                marked = truncate_marking(table, removal_time(request), request.offset, change_id(request))
                 log.info("%s: %d rows marked deleted by its truncate", step.table, marked)
                 continue
             applier.apply(step, step_id)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from binlake.events import Column, CreateTable
 from binlake.sink.history.changelog import AFTER, INSERT, OP, ORDER, POSITION
+from binlake.sink.row_match import same_key_as_next
 from binlake.verify.canonical import row_hashes
 from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, add_rows, no_sums, pinned_rows
 
@@ -89,13 +90,4 @@ class _LastByKey:
         table = pa.concat_tables(self._parts, promote_options="permissive").combine_chunks()
         order = [(k, "ascending") for k in self._keys] + [(POSITION, "ascending"), (ORDER, "ascending")]
         table = table.sort_by(order)
-        n = table.num_rows
-        if n <= 1:
-            return table
-        # A row is its key's last when the next row's key differs (every key column compared).
-        differs = np.zeros(n - 1, dtype=bool)
-        for name in self._keys:
-            values = table.column(name)
-            here, after = values.slice(0, n - 1), values.slice(1)
-            differs |= pc.fill_null(pc.not_equal(here, after), True).to_numpy(zero_copy_only=False)
-        return table.filter(pa.array(np.append(differs, True)))
+        return table.filter(pa.array(~same_key_as_next(table, self._keys)))  # each key's last change

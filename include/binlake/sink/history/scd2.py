@@ -43,6 +43,7 @@ from binlake.sink.catalog import sink_name
 from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION, mode_rule
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.merge_on_read import MERGE_MODE, MERGE_ON_READ
+from binlake.sink.row_match import same_key_as_next
 
 VALID_FROM = "__valid_from__"
 VALID_TO = "__valid_to__"
@@ -124,26 +125,12 @@ def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], schema: 
     n = changes.num_rows
     ordered = changes.append_column("__at__", pa.array(np.arange(n), pa.int64()))
     ordered = ordered.sort_by([(k, "ascending") for k in keys] + [("__at__", "ascending")])
-    same_next = _same_as_next(ordered, keys)  # the next row (in key order) changes the same key
+    same_next = same_key_as_next(ordered, keys)  # the next row (in key order) changes the same key
     first = np.ones(n, dtype=bool)
     first[1:] = ~same_next[:-1]
     closer = np.where(same_next, np.arange(n) + 1, -1)  # the change that ends each change's version
     opened = _opened(ordered, closer, schema)
     return pa.concat_tables([_ended(ordered.filter(pa.array(first)), current, keys, schema), opened])
-
-
-def _same_as_next(rows: pa.Table, keys: Sequence[str]) -> np.ndarray:
-    """Whether each row's key (every column of ``keys``) is the next row's."""
-    n = rows.num_rows
-    same = np.zeros(n, dtype=bool)
-    if n < 2:
-        return same
-    same[:-1] = True
-    for name in keys:
-        values = rows.column(name)
-        equal = pc.fill_null(pc.equal(values.slice(0, n - 1), values.slice(1)), False)
-        same[:-1] &= equal.to_numpy(zero_copy_only=False)
-    return same
 
 
 def _opened(changes: pa.Table, closer: np.ndarray, schema: pa.Schema) -> pa.Table:
@@ -169,12 +156,14 @@ def _ended(firsts: pa.Table, current: pa.Table, keys: Sequence[str], schema: pa.
     ends = {k: firsts.column(k).cast(current.schema.field(k).type) for k in keys}
     ends.update(__end_time__=firsts.column(EVENT_TIME), __end_at__=firsts.column(POSITION))
     joined = current.join(pa.table(ends), keys=list(keys), join_type="inner")
-    meta = {
-        VALID_TO: joined.column("__end_time__"),
-        CURRENT: pa.array([False] * joined.num_rows, pa.bool_()),
-        CLOSED: joined.column("__end_at__"),
-    }
-    return _shaped(joined, meta, schema)
+    return closed(joined, joined.column("__end_time__"), joined.column("__end_at__"), schema)
+
+
+def closed(versions: pa.Table, times: Any, positions: Any, schema: pa.Schema) -> pa.Table:
+    """``versions`` (current ones) closed at ``times`` (their ends' event times) and ``positions``,
+    as rows of ``schema``."""
+    meta = {VALID_TO: times, CURRENT: pa.array([False] * versions.num_rows, pa.bool_()), CLOSED: positions}
+    return _shaped(versions, meta, schema)
 
 
 def _shaped(rows: pa.Table, meta: dict[str, Any], schema: pa.Schema) -> pa.Table:

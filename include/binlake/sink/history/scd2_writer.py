@@ -28,7 +28,7 @@ from binlake.sink.history.changelog_writer import (
     rows_in_ranges,
     units_summary,
 )
-from binlake.sink.history.scd2 import CLOSED, CURRENT, METADATA, VALID_TO, current, opened_rows, versions
+from binlake.sink.history.scd2 import CURRENT, METADATA, VALID_TO, closed, current, opened_rows, versions
 from binlake.sink.pyiceberg_internals import transaction
 from binlake.sink.row_match import ClearRange
 
@@ -84,9 +84,11 @@ class HistoryWriter(ChangelogWriter):
                for s in self.table.metadata.snapshots):  # fmt: skip
             return 0
         current = self.table.scan(row_filter=f"{CURRENT} == True").to_arrow()
-        closed = _closed(current, event_time, at.packed)
-        self._merge_rows({CHANGE_KEY: change_id}, closed)
-        return int(closed.num_rows)
+        n = current.num_rows
+        times = pa.array([event_time * 1_000_000] * n, pa.int64()).cast(METADATA.field(VALID_TO).type)
+        ended = closed(current, times, pa.array([at.packed] * n, pa.int64()), current.schema)
+        self._merge_rows({CHANGE_KEY: change_id}, ended)
+        return int(n)
 
     def state_in_ranges(self, clear: Sequence[ClearRange], columns: Sequence[str]) -> pa.Table:
         """The current versions in the ``clear`` ranges (``columns``)."""
@@ -122,15 +124,3 @@ class HistoryWriter(ChangelogWriter):
 
     def _empty(self) -> pa.Table:
         return self.table.schema().as_arrow().empty_table()
-
-
-def _closed(current: pa.Table, now: int, position: int) -> pa.Table:
-    n = current.num_rows
-    ends = {
-        VALID_TO: pa.array([now * 1_000_000] * n, pa.int64()).cast(METADATA.field(VALID_TO).type),
-        CURRENT: pa.array([False] * n, pa.bool_()),
-        CLOSED: pa.array([position] * n, pa.int64()),
-    }
-    for name, values in ends.items():
-        current = current.set_column(current.schema.get_field_index(name), METADATA.field(name), values)
-    return current
