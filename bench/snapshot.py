@@ -51,7 +51,7 @@ TRANSFORMS = [
 
 
 def _config(
-    server: PrivateMariaDB, work: str, name: str, chunk_size: int, transform: bool = False
+    server: PrivateMariaDB, work: str, name: str, chunk_size: int | None, transform: bool = False
 ) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
@@ -105,7 +105,7 @@ def _rss_mb() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--chunk-size", type=int, default=8096)
+    parser.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: by bytes)")
     parser.add_argument("--transform", action="store_true", help="a third run with TRANSFORMS")
     args = parser.parse_args()
     cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
@@ -129,7 +129,7 @@ def main() -> None:
             if spark is not None:
                 spark.stop()
         native, _ = native_rows_per_s(server, list(demo.COLUMNS))
-        spread = chunk_spread(server, args.rows // 10, args.chunk_size)
+        spread = chunk_spread(server, args.rows // 10, args.chunk_size or 8096)
     result: dict[str, object] = {"benchmark": "snapshot", "rows": args.rows, "master": "local[2]"}
     for run, (seconds, report, driver_growth) in runs.items():
         rate = report.rows / seconds

@@ -33,7 +33,7 @@ from snapshot import PeakRss, _config  # a sibling benchmark script
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--chunk-size", type=int, default=8096)
+    parser.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: by bytes)")
     args = parser.parse_args()
     cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:

@@ -90,9 +90,10 @@ class PipelineSection(Model):
     """Folder for local state, catalog, warehouse and reports (relative to the current folder)."""
     parallelism: int = Field(default=2, ge=1)
     """How many chunks or binlog segments are read at once."""
-    snapshot_chunks_per_task: int = Field(default=128, ge=1)
+    snapshot_chunks_per_task: int = Field(default=32, ge=1)
     """Chunks one Spark task reads and commits together: fewer commit more often (less work lost
-    in a crash), more cost a little more overhead."""
+    in a crash), more cost a little more overhead. A Spark job holds at most
+    ``parallelism × 4 ×`` this many chunks (at 8 MiB a chunk, 2 GiB of rows at the defaults)."""
     schema_change_behavior: SchemaChangeBehavior = "lenient"
     """What a schema change in the source does to the sink (Flink CDC's meanings)."""
     state_uri: str | None = None
@@ -170,8 +171,12 @@ class SourceConfig(Model):
     """Regexes over ``database.table`` (full match) of the tables to capture."""
     tables_exclude: list[Regex] = Field(default_factory=list)
     """Regexes of tables to leave out even if ``tables`` matches them."""
-    chunk_size: int = Field(default=8096, ge=1)
-    """Rows per snapshot chunk."""
+    chunk_size: int | None = Field(default=None, ge=1)
+    """Rows per snapshot chunk; default: as many as hold about ``chunk_bytes`` at the table's
+    average row length (the server's statistics), 1,024 to 65,536 — each chunk costs a query and
+    two watermarks, so narrow rows read in bigger chunks (docs/benchmarks.md)."""
+    chunk_bytes: int = Field(default=8 << 20, ge=1)
+    """Bytes per snapshot chunk when ``chunk_size`` is not set (at the table's average row length)."""
     fetch_size: int = Field(default=1024, ge=1)
     """Rows fetched per round trip while reading a chunk."""
     zero_dates: Literal["null", "reject"] = "null"

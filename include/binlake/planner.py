@@ -138,7 +138,9 @@ def plan(
         plans: list[SplitPlan] = []
         if todo:
             with contextlib.closing(connect(config.source)) as conn:
-                splitter = ChunkSplitter(conn, config.source.chunk_size, progress=progress)
+                splitter = ChunkSplitter(
+                    conn, config.source.chunk_size, progress=progress, chunk_bytes=config.source.chunk_bytes
+                )
                 for schema in todo:
                     plans.append(
                         splitter.split(schema, config.source.chunk_key_columns.get(schema.table.name))

@@ -28,8 +28,8 @@ def test_each_tables_last_chunk_is_read_first_and_alone() -> None:
 
 
 def test_a_tables_groups_are_even_longest_first_and_the_tails_ride_in_the_first_job() -> None:
-    """36 chunks in groups of at most 22 make two of 18 (not 32 and 4: one slot would wait for the
-    other); groups come longest first; each table's last chunk is read in the first Spark job,
+    """36 chunks in groups of at most 11 make four of 9 (not three of 11 and one of 3: a slot would
+    wait for the other); groups come longest first; each table's last chunk is read in the first Spark job,
     beside the first groups, not in jobs of their own."""
     orders, items, tiny = TableId("shop", "orders"), TableId("shop", "items"), TableId("shop", "tiny")
     pending = (
@@ -39,12 +39,30 @@ def test_a_tables_groups_are_even_longest_first_and_the_tails_ride_in_the_first_
     )
     groups = chunk_groups(pending, parallelism=1, chunks_per_task=32)
     bounded = [(g[0]["table"], len(g)) for g in groups if g[0]["end"] is not None]
-    assert bounded == [("shop.orders", 18), ("shop.orders", 18), ("shop.items", 4)]
-    waves = chunk_waves(groups, parallelism=1)
+    assert bounded == [("shop.orders", 9)] * 4 + [("shop.items", 4)]
+    waves = chunk_waves(groups, parallelism=1, chunks_per_task=32)
     first = waves[0]
     assert [g[0]["table"] for g in first if g[0]["end"] is None] == ["shop.items", "shop.orders", "shop.tiny"]
-    assert sum(1 for g in first if g[0]["end"] is not None) == 2  # parallelism × 2 bounded groups
-    assert [len(w) for w in waves] == [5, 1]
+    # 40 bounded chunks, under the 128 a job may hold (parallelism × 4 × 32): one job, not a second
+    # one for the last group of 4
+    assert [len(w) for w in waves] == [8]
     assert sorted(c["id"] for w in waves for g in w for c in g if c["table"] == "shop.orders") == list(
         range(37)
+    )
+
+
+def test_a_job_holds_at_most_what_a_crash_may_lose() -> None:
+    """Jobs are cut by chunks — ``parallelism × 4 × chunks_per_task`` at most, each job as full as
+    whole groups make it — so a crash loses at most that many chunks' reads."""
+    orders, items = TableId("shop", "orders"), TableId("shop", "items")
+    pending = _states(orders, split_evenly(1, 3700, 100)) + _states(items, split_evenly(1, 500, 100))
+    groups = chunk_groups(pending, parallelism=1, chunks_per_task=8)
+    bounded = [len(g) for g in groups if g[0]["end"] is not None]
+    assert bounded == [8, 7, 7, 7, 7, 4]
+    waves = chunk_waves(groups, parallelism=1, chunks_per_task=8)
+    sizes = [[len(g) for g in w if g[0]["end"] is not None] for w in waves]
+    assert sizes == [[8, 7, 7, 7], [7, 4]]
+    assert [sum(1 for g in w if g[0]["end"] is None) for w in waves] == [2, 0]
+    assert sorted((c["table"], c["id"]) for w in waves for g in w for c in g) == sorted(
+        (s.chunk.table.name, s.chunk.chunk_id) for s in pending
     )

@@ -59,7 +59,8 @@ def _snapshotted(
     tables: tuple[str, ...] = ("t",),
     behavior: str = "lenient",
 ) -> PipelineConfig:
-    """Planned tables of 400 rows in 16 chunks each, read two chunks per task: waves of 4 tasks."""
+    """Planned tables of 400 rows in 16 chunks each, read one chunk per task: Spark jobs of at most
+    8 chunks (parallelism × 4 × 1), the table's last chunk beside the first 8."""
     for table in tables:
         mariadb.execute(
             f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)",
@@ -68,7 +69,7 @@ def _snapshotted(
         )
     raw = stream_config(mariadb, database, tmp_path, chunk_size=25).model_dump(mode="json")
     raw["source"]["password"] = mariadb.password
-    raw["pipeline"]["snapshot_chunks_per_task"] = 2
+    raw["pipeline"]["snapshot_chunks_per_task"] = 1
     raw["pipeline"]["schema_change_behavior"] = behavior
     config = PipelineConfig.model_validate(raw)
     plan(config)

@@ -13,7 +13,6 @@ from binlake.backfill import BackfillError
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
-from binlake.snapshot.chunks import TASKS_PER_SLOT
 from binlake.source.chunks.splitter import ChunkRange, ChunkSplitter, choose_key_column
 from binlake.source.server.connection import connect
 from binlake.state.backfills import BackfillLedger, BackfillUnit
@@ -21,6 +20,9 @@ from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore, StoredPlan
 
 log = logging.getLogger(__name__)
+
+#: Units per Spark job, per unit of parallelism: enough to balance, few enough to hand over often.
+UNITS_PER_SLOT = 2
 
 
 @dataclass(frozen=True)
@@ -74,28 +76,31 @@ def _plan(
 ) -> list[BackfillUnit]:
     name = config.pipeline.name
     plans = checked_plans(config, store, schemas, tables, key_range)
-    size = chunk_size or config.source.chunk_size
     split: dict[TableId, list[ChunkRange]] = {}
+    rows: dict[TableId, int] = {}  # each table's rows per chunk
     with contextlib.closing(connect(config.source)) as conn:
-        splitter = ChunkSplitter(conn, size)
+        splitter = ChunkSplitter(
+            conn, chunk_size or config.source.chunk_size, chunk_bytes=config.source.chunk_bytes
+        )
         for stored in plans:
             chunks = splitter.split(schemas[stored.table], stored.key_column).chunks
             split[stored.table] = [r for r in (clip(c.range, key_range) for c in chunks) if r is not None]
+            rows[stored.table] = splitter.chunk_size
     # Units small enough for the stream to hold (unit_rows) and many enough to keep every Spark
     # slot busy, like the snapshot's groups.
     total = sum(len(r) for r in split.values())
-    slots = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
-    per_unit = max(
-        1,
-        min(
-            config.pipeline.snapshot_chunks_per_task,
-            config.backfill.unit_rows // size,
-            math.ceil(total / slots),
-        ),
-    )
+    slots = max(1, config.pipeline.parallelism * UNITS_PER_SLOT)
     units: list[tuple[TableId, str, list[ChunkRange]]] = []
     for stored in plans:
         ranges = split[stored.table]
+        per_unit = max(
+            1,
+            min(
+                config.pipeline.snapshot_chunks_per_task,
+                config.backfill.unit_rows // rows[stored.table],
+                math.ceil(total / slots),
+            ),
+        )
         for i in range(0, len(ranges), per_unit):
             units.append((stored.table, stored.key_column, ranges[i : i + per_unit]))
     if not units:

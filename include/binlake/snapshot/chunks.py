@@ -19,7 +19,7 @@ from binlake.state.store import ChunkState, StateStore, StoredPlan
 log = logging.getLogger(__name__)
 
 #: Tasks per wave, per unit of parallelism: enough to balance, few enough to commit often.
-TASKS_PER_SLOT = 2
+TASKS_PER_SLOT = 4
 
 
 def planned(store: StateStore, pipeline: str, tables: Sequence[str] | None) -> list[StoredPlan]:
@@ -87,15 +87,25 @@ def chunk_groups(
     return tails + groups
 
 
-def chunk_waves(groups: list[list[dict[str, Any]]], parallelism: int) -> list[list[list[dict[str, Any]]]]:
-    """The groups of each Spark job (one commit each): ``parallelism × TASKS_PER_SLOT`` groups, and
-    the tails (each table's last chunk, a group of its own) in the first beside them — a job of
-    tails alone would cost a job's start for a few rows."""
+def chunk_waves(
+    groups: list[list[dict[str, Any]]], parallelism: int, chunks_per_task: int
+) -> list[list[list[dict[str, Any]]]]:
+    """The groups of each Spark job (one commit each), in order: a job holds at most
+    ``parallelism × TASKS_PER_SLOT × chunks_per_task`` chunks — the most a crash can lose — and
+    every group that fits under that; the tails (each table's last chunk, a group of its own) ride
+    in the first. Cutting jobs by groups instead left a job of one small group on its own (its
+    start paid again, one slot idle): a snapshot that fits in one job runs as one."""
     tails = [g for g in groups if g[0]["end"] is None]
     rest = [g for g in groups if g[0]["end"] is not None]
-    size = max(1, parallelism * TASKS_PER_SLOT)
-    waves = [rest[i : i + size] for i in range(0, len(rest), size)] or [[]]
-    waves[0] = tails + waves[0]
+    most = max(1, parallelism * TASKS_PER_SLOT * chunks_per_task)
+    waves: list[list[list[dict[str, Any]]]] = [list(tails)]
+    held = 0
+    for group in rest:
+        if held and held + len(group) > most:
+            waves.append([])
+            held = 0
+        waves[-1].append(group)
+        held += len(group)
     return [w for w in waves if w]
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from binlake.backfill import BackfillError
-from binlake.backfill.plan import KeyRange, plan_backfill
+from binlake.backfill.plan import UNITS_PER_SLOT, KeyRange, plan_backfill
 from binlake.backfill.progress import BackfillReport, Progress, backfill_figures
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
@@ -31,7 +31,6 @@ from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.writer import IcebergWriter
-from binlake.snapshot.chunks import TASKS_PER_SLOT
 from binlake.source.chunks.splitter import ChunkId
 from binlake.spark.chunk_jobs import TaskError, read_chunk_groups
 from binlake.spark.snapshot_job import task_options
@@ -111,7 +110,7 @@ def _read(
     base = task_options(config, schemas, writers)
     base["server_ids"] = config.backfill.reader_server_ids(config.source, config.pipeline.parallelism)
     base["folder"] = f"backfill/{_safe(todo[0].backfill_id)}"
-    wave_size = max(1, config.pipeline.parallelism * TASKS_PER_SLOT)
+    wave_size = max(1, config.pipeline.parallelism * UNITS_PER_SLOT)
     for first in range(0, len(todo), wave_size):
         wave = todo[first : first + wave_size]
         groups = [_specs(u) for u in wave]

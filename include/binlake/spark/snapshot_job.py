@@ -171,10 +171,11 @@ def _read_pending(
         )
     track(report, plans)
     base = task_options(config, schemas, writers)
-    groups = chunk_groups(pending, config.pipeline.parallelism, config.pipeline.snapshot_chunks_per_task)
+    per_task = config.pipeline.snapshot_chunks_per_task
+    groups = chunk_groups(pending, config.pipeline.parallelism, per_task)
     held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
     try:
-        for wave_groups in chunk_waves(groups, config.pipeline.parallelism):
+        for wave_groups in chunk_waves(groups, config.pipeline.parallelism, per_task):
             _hold(store, name, held, holder)  # taken, or renewed, before every wave
             try:
                 _run_wave(spark, base, wave_groups, store, name, writers, changelogs, report)

@@ -80,6 +80,36 @@ def test_extreme_values(mariadb: PrivateMariaDB, database: str) -> None:
     assert rows[18446744073709551615]["g"][:1] in (b"\x00", b"\x01")  # WKB starts with its byte order
 
 
+def test_dates_are_read_through_the_check_from_the_first_zero_date_on(
+    mariadb: PrivateMariaDB, database: str
+) -> None:
+    """Dates are selected as they are (no check on the server) until a chunk holds a zero date,
+    which connectorx refuses; that chunk and every later one are read through the check."""
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("CREATE TABLE d (id INT PRIMARY KEY, d DATE, dt DATETIME(3), ts TIMESTAMP NULL)")
+        cur.execute(
+            "INSERT INTO d VALUES (1, '2024-01-31', '2024-01-31 10:00:00.125', '2024-01-31 10:00:00'),"
+            " (2, NULL, NULL, NULL), (11, '2024-02-00', '2024-02-01 00:00:00', '0000-00-00 00:00:00'),"
+            " (12, '2024-03-01', '0000-00-00 00:00:00', '2024-03-01 00:00:00'), (21, '1000-01-01',"
+            " '9999-12-31 23:59:59.999', '1970-01-01 00:00:01')"
+        )
+    source = source_config(mariadb, database)
+    with contextlib.closing(connect(source)) as conn:
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+        (schema,) = discover(conn, [TableId(database, "d")])
+        fast, slow = ConnectorxSelect(source, schema, conn), PymysqlSelect(source, schema, conn)
+        checked = []
+        for i, bounds in enumerate([(None, 10), (10, 20), (20, None)]):
+            chunk = Chunk(schema.table, i, "id", ChunkRange(*bounds))
+            got, want = fast.select(chunk), slow.select(chunk)
+            assert got.equals(want), (got.to_pylist(), want.to_pylist())
+            checked.append(fast._dates_checked)
+    assert checked == [False, True, True]
+    assert fast.zero_dates == slow.zero_dates == 2  # rows 11 and 12
+
+
 def test_connectorx_error_is_clear_and_hides_the_password(mariadb: PrivateMariaDB, database: str) -> None:
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
     source = source_config(mariadb, database)

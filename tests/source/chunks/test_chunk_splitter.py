@@ -22,6 +22,7 @@ from binlake.source.chunks.splitter import (
     SplitPlan,
     choose_key_column,
     distribution_factor,
+    rows_per_chunk,
     split_evenly,
 )
 from binlake.source.server.connection import connect
@@ -273,6 +274,45 @@ def test_empty_and_one_row_tables(split: Make) -> None:
 def test_stale_statistics_fall_back_to_counting(split: Make) -> None:
     plan = split("CREATE TABLE t (id INT PRIMARY KEY)", [(i,) for i in range(1, 41)], 10, analyze=False)
     assert plan.estimated_rows > 0
+
+
+def test_rows_per_chunk_follow_the_row_length() -> None:
+    assert rows_per_chunk(8 << 20, 128) == 65536
+    assert rows_per_chunk(8 << 20, 1000) == 8388
+    assert rows_per_chunk(8 << 20, 100_000) == 1024  # wide rows: never fewer than 1,024 a chunk
+    assert rows_per_chunk(8 << 20, 10) == 65536  # narrow rows: never more than 65,536
+    assert rows_per_chunk(8 << 20, 0) == 8096  # no statistics yet: Flink CDC's default
+
+
+def test_chunks_without_a_size_hold_the_bytes_asked_for(mariadb: PrivateMariaDB, database: str) -> None:
+    """Unless ``chunk_size`` is given, a table's chunks hold about ``chunk_bytes`` at its average
+    row length: two tables of 20,000 rows, one with rows four times as wide, and the same bytes
+    asked of each: the wide one's chunks hold about a quarter of the rows."""
+    for name, width in (("narrow", 50), ("wide", 200 * 4)):
+        mariadb.execute(
+            f"CREATE TABLE {name} (id INT PRIMARY KEY, v VARCHAR(1000))",
+            f"INSERT INTO {name} SELECT seq, REPEAT('x', {width}) FROM seq_1_to_20000",
+            f"ANALYZE TABLE {name}",
+            database=database,
+        )
+    lengths = dict(
+        mariadb.query(
+            "SELECT TABLE_NAME, AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s",
+            (database,),
+        )
+    )
+    with contextlib.closing(connect(source_config(mariadb, database))) as conn:
+        tables = discover(conn, [TableId(database, "narrow"), TableId(database, "wide")])
+        splitter = ChunkSplitter(conn, None, chunk_bytes=2_000_000)
+        sizes = {}
+        for table in tables:
+            plan = splitter.split(table)
+            assert_covers(mariadb, database, table.table.table, plan)
+            sizes[table.table.table] = (splitter.chunk_size, len(plan.chunks))
+    for name, (rows, chunks) in sizes.items():
+        assert rows == 2_000_000 // int(lengths[name]), (name, lengths)
+        assert chunks == pytest.approx(20_000 / rows, abs=1.5)
+    assert sizes["wide"][0] < sizes["narrow"][0] / 3
 
 
 def test_key_column_choice_errors(mariadb: PrivateMariaDB, database: str) -> None:

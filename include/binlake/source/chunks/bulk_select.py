@@ -5,7 +5,11 @@ Two readers give the same result (tests compare them type by type):
 - ``connectorx`` (default): Rust decodes the rows straight into Arrow, about ten times the rate of
   pymysql's per-value Python decoding, which is what bounds a Python snapshot
   (docs/benchmarks.md). Types it reads differently are selected as expressions (TIME as microseconds,
-  DECIMAL as exact text, zero dates as NULL, geometries as WKB) and cast exactly in Arrow.
+  DECIMAL as exact text, geometries as WKB) and cast exactly in Arrow. Dates are read as they are
+  until connectorx meets a zero date, which it refuses (it never reads one as anything else): from
+  that chunk on, the table's dates are selected through a check that reads zero dates as NULL and
+  counts them — the check costs the server a third of a date-heavy table's SELECT, so it is paid
+  only where zero dates are.
 - ``pymysql``: a streamed (unbuffered) cursor and column-wise normalisation; the fallback, and the
   reader inside a consistent-snapshot transaction (connectorx opens connections of its own).
 
@@ -15,6 +19,7 @@ Both read ``fetch_size`` rows at a time and never take a lock.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Protocol
 from urllib.parse import quote as url_quote
 
@@ -35,6 +40,8 @@ log = logging.getLogger(__name__)
 
 _UTC_SESSION = "SET time_zone = '+00:00'"
 _ZERO_FLAG = "binlake__zero_date"
+#: connectorx's panic on a zero or partly zero date (mysql_common cannot make a chrono date of it).
+_ZERO_DATE_REFUSED = re.compile(r"chrono::naive::\w+::Naive(?:Date|DateTime)>`: Couldn't convert the value")
 
 
 class SelectError(BinlakeError):
@@ -51,13 +58,14 @@ class BulkSelect(Protocol):
     def select(self, chunk: Chunk) -> pa.Table: ...
 
 
-def select_expression(column: Column) -> str:
-    """The SELECT expression that reads ``column`` in a form connectorx decodes exactly."""
+def select_expression(column: Column, zero_dates: bool = True) -> str:
+    """The SELECT expression that reads ``column`` in a form connectorx decodes exactly; with
+    ``zero_dates``, a zero or partly zero date reads as NULL (without, connectorx refuses it)."""
     name = quote(column.name)
     t = column.data_type
     if t == "time":
         return f"CAST(TIME_TO_SEC({name}) * 1000000 AS SIGNED) AS {name}"
-    if t in ("date", "datetime", "timestamp"):
+    if t in ("date", "datetime", "timestamp") and zero_dates:
         # Zero and partly-zero dates ('0000-00-00', '2024-02-00') read as NULL.
         return f"IF(MONTH({name}) = 0 OR DAYOFMONTH({name}) = 0, NULL, {name}) AS {name}"
     if t == "decimal" or t == "json":
@@ -103,11 +111,14 @@ class ConnectorxSelect:
             # the server matches the login to another account ('user'@'localhost').
             "?prefer_socket=false"
         )
-        self._columns = ", ".join(select_expression(c) for c in table.columns)
+        self._checked = ", ".join(select_expression(c) for c in table.columns)
         temporal = [quote(c.name) for c in table.columns if c.data_type in TEMPORAL_TYPES]
         if temporal:
             flags = " OR ".join(f"IFNULL(MONTH({c}) = 0 OR DAYOFMONTH({c}) = 0, 0)" for c in temporal)
-            self._columns += f", CAST({flags} AS UNSIGNED) AS {_ZERO_FLAG}"
+            self._checked += f", CAST({flags} AS UNSIGNED) AS {_ZERO_FLAG}"
+        # Dates as they are until a zero date is met (the module docstring).
+        self._columns = ", ".join(select_expression(c, zero_dates=False) for c in table.columns)
+        self._dates_checked = not temporal
         self.zero_dates = 0
 
     def select(self, chunk: Chunk) -> pa.Table:
@@ -115,16 +126,8 @@ class ConnectorxSelect:
         # connectorx takes no query parameters: the borders are escaped by pymysql.
         parts = where.split("%s")
         where = parts[0] + "".join(self._literal(p) + part for p, part in zip(params, parts[1:], strict=True))
-        sql = f"SELECT {self._columns} FROM {self.table.table.quoted()} WHERE {where}"
         try:
-            reader = self._connectorx.read_sql(
-                self._uri,
-                sql,
-                return_type="arrow_stream",
-                batch_size=self.source.fetch_size,
-                pre_execution_query=_UTC_SESSION,
-            )
-            batches = list(reader)
+            batches = self._batches(chunk, where)
         except BaseException as e:  # connectorx raises RuntimeError, and PanicException (a BaseException)
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
@@ -134,6 +137,31 @@ class ConnectorxSelect:
                 "`source.select_reader: pymysql`."
             ) from None
         return self._typed(batches)
+
+    def _batches(self, chunk: Chunk, where: str) -> list[pa.RecordBatch]:
+        try:
+            return self._read(where)
+        except BaseException as e:
+            if self._dates_checked or not _ZERO_DATE_REFUSED.search(str(e)):
+                raise
+        log.info(
+            "chunk %s of `%s` holds zero dates, which connectorx refuses (its message above): the "
+            "table's dates are read through a check from now on (zero dates as NULL)",
+            chunk.name, self.table.table,
+        )  # fmt: skip
+        self._columns, self._dates_checked = self._checked, True
+        return self._read(where)
+
+    def _read(self, where: str) -> list[pa.RecordBatch]:
+        sql = f"SELECT {self._columns} FROM {self.table.table.quoted()} WHERE {where}"
+        reader = self._connectorx.read_sql(
+            self._uri,
+            sql,
+            return_type="arrow_stream",
+            batch_size=self.source.fetch_size,
+            pre_execution_query=_UTC_SESSION,
+        )
+        return list(reader)
 
     def _typed(self, batches: list[pa.RecordBatch]) -> pa.Table:
         if not batches:

@@ -28,6 +28,10 @@ from binlake.events import Column, CreateTable, TableId, quote
 log = logging.getLogger(__name__)
 
 DEFAULT_FACTOR_BOUNDS = (0.05, 1000.0)
+#: Rows per chunk when sized by bytes (``source.chunk_bytes``): at least this many (a chunk's query
+#: and watermarks cost the same at any size), and at most that many (a very narrow table).
+CHUNK_ROWS = (1024, 65536)
+UNKNOWN_LENGTH_ROWS = 8096
 
 Strategy = Literal["single", "even", "uneven"]
 
@@ -185,7 +189,9 @@ class ChunkSplitter:
 
     Args:
         conn: a connection to the source.
-        chunk_size: target rows per chunk.
+        chunk_size: target rows per chunk; None: as many as hold ``chunk_bytes`` at each table's
+            average row length (``CHUNK_ROWS`` bound it).
+        chunk_bytes: target bytes per chunk when ``chunk_size`` is None.
         factor_bounds: distribution factors within these bounds get the even split.
         progress: called with (table, chunks so far) while an uneven split runs.
     """
@@ -193,14 +199,17 @@ class ChunkSplitter:
     def __init__(
         self,
         conn: pymysql.Connection[Any],
-        chunk_size: int,
+        chunk_size: int | None,
         factor_bounds: tuple[float, float] = DEFAULT_FACTOR_BOUNDS,
         progress: Callable[[TableId, int], None] | None = None,
+        chunk_bytes: int = 8 << 20,
     ) -> None:
-        if chunk_size < 1:
+        if chunk_size is not None and chunk_size < 1:
             raise ValueError(f"chunk_size must be at least 1, got {chunk_size}")
         self.conn = conn
-        self.chunk_size = chunk_size
+        self.configured_size = chunk_size
+        self.chunk_bytes = chunk_bytes
+        self.chunk_size = chunk_size or CHUNK_ROWS[1]  # the table's own, once ``split`` reads it
         self.factor_bounds = factor_bounds
         self.progress = progress
 
@@ -209,7 +218,8 @@ class ChunkSplitter:
         key = choose_key_column(table, chunk_key)
         started = time.monotonic()
         min_key, max_key, same = self._min_max(table.table, key)
-        rows = self._estimated_rows(table.table)
+        rows, row_length = self._statistics(table.table)
+        self.chunk_size = self.configured_size or rows_per_chunk(self.chunk_bytes, row_length)
         strategy, reason, ranges = self._ranges(table.table, key, min_key, max_key, same, rows)
         chunks = tuple(Chunk(table.table, i, key.name, r) for i, r in enumerate(ranges))
         log.info(
@@ -344,17 +354,26 @@ class ChunkSplitter:
             low, high, same = cur.fetchone()
         return low, high, bool(same)
 
-    def _estimated_rows(self, table: TableId) -> int:
+    def _statistics(self, table: TableId) -> tuple[int, int]:
+        """The table's estimated rows and average row length in bytes (0: unknown)."""
         with self.conn.cursor() as cur:
             cur.execute(
-                "SELECT TABLE_ROWS FROM information_schema.TABLES "
+                "SELECT TABLE_ROWS, AVG_ROW_LENGTH FROM information_schema.TABLES "
                 "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
                 (table.database, table.table),
             )
             row = cur.fetchone()
             estimate = int(row[0] or 0) if row else 0
+            length = int(row[1] or 0) if row else 0
             if estimate == 0:
                 # InnoDB's estimate lags right after a bulk load; counting is exact and cheap then.
                 cur.execute(f"SELECT COUNT(*) FROM {table.quoted()}")
                 estimate = int(cur.fetchone()[0])
-        return estimate
+        return estimate, length
+
+
+def rows_per_chunk(chunk_bytes: int, row_length: int) -> int:
+    """Rows that hold about ``chunk_bytes`` at ``row_length`` bytes a row, within ``CHUNK_ROWS``;
+    Flink CDC's 8,096 when the server has no statistics of the table yet."""
+    low, high = CHUNK_ROWS
+    return UNKNOWN_LENGTH_ROWS if row_length <= 0 else max(low, min(high, chunk_bytes // row_length))
