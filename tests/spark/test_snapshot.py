@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import sqlalchemy
 
@@ -50,6 +51,17 @@ def test_demo_database_snapshot_equals_the_source(
     assert report.chunks_read == sum(t.chunks for t in report.tables.values())
     for schema in discover_tables(config):
         assert bag(sink_rows(config, schema.table)) == bag(source_rows(config, schema)), schema.table
+
+    # ENUM and SET columns are dictionary-encoded, the others not (``snapshot_task.DICTIONARY_TYPES``).
+    orders = open_catalog(config).load_table(sink_name(config, TableId(database, "orders")))
+    for task in orders.scan().plan_files():
+        with orders.io.new_input(task.file.file_path).open() as stream:
+            meta = pq.ParquetFile(stream).metadata
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        dictionary = {
+            n for i, n in enumerate(names) if "RLE_DICTIONARY" in meta.row_group(0).column(i).encodings
+        }
+        assert dictionary == {"status"}, (task.file.file_path, dictionary)
 
     # The high watermarks in the state store are those in the Iceberg snapshot summaries.
     store = StateStore(config.pipeline.resolved_state_uri)

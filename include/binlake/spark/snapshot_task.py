@@ -35,17 +35,26 @@ from binlake.state.codec import decode_key
 log = logging.getLogger(__name__)
 
 ROW_GROUP_ROWS = 128 * 1024
+#: Column types written dictionary-encoded: few distinct values by definition. Other columns are
+#: not — Arrow's dictionary attempt halves a snapshot's Parquet rate and, on columns of many values,
+#: falls back to plain after paying for it; zstd finds the repeats either way (the demo shop's files
+#: come out 19 % smaller without it).
+DICTIONARY_TYPES = frozenset({"enum", "set"})
 
 
 class RollingParquetWriter:
-    """Parquet files of one table, rolled at ``target_size`` bytes, in a folder given as a URI."""
+    """Parquet files of one table, rolled at ``target_size`` bytes, in a folder given as a URI;
+    the columns ``dictionary`` names are dictionary-encoded."""
 
-    def __init__(self, folder_uri: str, prefix: str, schema: pa.Schema, target_size: int) -> None:
+    def __init__(
+        self, folder_uri: str, prefix: str, schema: pa.Schema, target_size: int, dictionary: list[str]
+    ) -> None:
         self.filesystem, self.folder = file_system(folder_uri.rstrip("/"))
         self.scheme = folder_uri.split("://", 1)[0] + "://" if "://" in folder_uri else ""
         self.prefix = prefix
         self.schema = schema
         self.target_size = target_size
+        self.dictionary = dictionary
         self.files: list[str] = []
         self._buffer: list[pa.Table] = []
         self._buffered = 0
@@ -80,7 +89,9 @@ class RollingParquetWriter:
             path = f"{self.folder}/{self.prefix}-{len(self.files)}.parquet"
             self.filesystem.create_dir(self.folder, recursive=True)
             self._stream = self.filesystem.open_output_stream(path)
-            self._writer = pq.ParquetWriter(self._stream, self.schema, compression="zstd")
+            self._writer = pq.ParquetWriter(
+                self._stream, self.schema, compression="zstd", use_dictionary=self.dictionary
+            )
             self.files.append(self.scheme + path)
         self._writer.write_table(pa.concat_tables(self._buffer), row_group_size=ROW_GROUP_ROWS)
         self._buffer, self._buffered = [], 0
@@ -99,9 +110,16 @@ class PartitionedParquetWriter:
     file of one partition, as Iceberg wants), the rows buffered across them bounded."""
 
     def __init__(
-        self, folder_uri: str, prefix: str, schema: pa.Schema, target_size: int, partitioning: Partitioning
+        self,
+        folder_uri: str,
+        prefix: str,
+        schema: pa.Schema,
+        target_size: int,
+        dictionary: list[str],
+        partitioning: Partitioning,
     ) -> None:
         self.folder_uri, self.prefix, self.schema, self.target_size = folder_uri, prefix, schema, target_size
+        self.dictionary = dictionary
         self.partitioning = partitioning
         self._writers: dict[str, RollingParquetWriter] = {}
 
@@ -110,7 +128,9 @@ class PartitionedParquetWriter:
             writer = self._writers.get(path)
             if writer is None:
                 prefix = f"{self.prefix}-p{len(self._writers)}"
-                writer = RollingParquetWriter(self.folder_uri, prefix, self.schema, self.target_size)
+                writer = RollingParquetWriter(
+                    self.folder_uri, prefix, self.schema, self.target_size, self.dictionary
+                )
                 self._writers[path] = writer
             writer.write(rows)
         if sum(w.buffered for w in self._writers.values()) >= ROW_GROUP_ROWS:
@@ -158,11 +178,18 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         folder = locations[table_name] + "/" + options.get("folder", "data")
         target = int(options["target_file_size"])
         partitioning = json.loads(options.get("partitioning", "{}")).get(table_name)
+        dictionary = [c.name for c in schema.columns if c.data_type in DICTIONARY_TYPES]
+        dictionary = [name for name in dictionary if name in file_schema.names]
         writer: RollingParquetWriter | PartitionedParquetWriter = (
-            RollingParquetWriter(folder, f"snapshot-{tid}", file_schema, target)
+            RollingParquetWriter(folder, f"snapshot-{tid}", file_schema, target, dictionary)
             if partitioning is None
             else PartitionedParquetWriter(
-                folder, f"snapshot-{tid}", file_schema, target, Partitioning.from_json(partitioning)
+                folder,
+                f"snapshot-{tid}",
+                file_schema,
+                target,
+                dictionary,
+                Partitioning.from_json(partitioning),
             )
         )
         for spec in specs:
