@@ -1,11 +1,11 @@
 """End-to-end snapshot rate MySQL → Iceberg on Spark local[2], against the native client, as JSON.
 
-    .venv/bin/python bench/snapshot.py [--rows 1000000] [--transform]
+    .venv/bin/python bench/snapshot.py [--rows 1000000] [--transform] [--warm-runs 3]
 
 Loads the demo database into a private MariaDB, plans it, runs the snapshot job on ``local[2]`` and
 dumps the same tables with ``mariadb --batch --quick``, in the same run. Memory: the driver's peak
 RSS (Python) and the largest executor Python worker's peak RSS, as reported by the tasks. The
-issue's goals: at least 0.5 of the native client's rate; driver memory flat in the table size
+issue's goals: at least 0.7 of the native client's rate warm, 0.4 cold; driver memory flat in the table size
 (compare two --rows values). ``--transform`` adds a third run on the same session with
 ``TRANSFORMS`` (projections, computed columns and filters on orders and customers): its rows/s
 within 15 % of the warm run's (``transform_ratio`` ≥ 0.85). ``chunk_split``: tables of ``--rows`` / 10
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import threading
@@ -107,6 +108,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: by bytes)")
     parser.add_argument("--transform", action="store_true", help="a third run with TRANSFORMS")
+    parser.add_argument("--warm-runs", type=int, default=3, help="warm runs; the median is reported")
     args = parser.parse_args()
     cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     runs = {}
@@ -117,7 +119,8 @@ def main() -> None:
         try:
             # "cold" includes starting Spark's Python workers (a fixed ~4 s per Spark session);
             # "warm" is a second pipeline on the same session: the steady rate of a long snapshot.
-            for run in ("cold", "warm", "warm_transformed") if args.transform else ("cold", "warm"):
+            warm = [f"warm{i}" for i in range(args.warm_runs)]
+            for run in ["cold", *warm, *(["warm_transformed"] if args.transform else [])]:
                 config = _config(server, work, run, args.chunk_size, run == "warm_transformed")
                 plan(config)
                 spark = spark or spark_session(config, "bench")
@@ -128,7 +131,12 @@ def main() -> None:
         finally:
             if spark is not None:
                 spark.stop()
-        native, _ = native_rows_per_s(server, list(demo.COLUMNS))
+        # The median warm run stands for them all: runs differ by ±15 % on a shared machine.
+        middle = sorted(warm, key=lambda r: runs[r][0])[len(warm) // 2]
+        runs["warm"] = runs[middle]
+        warm_seconds = [round(runs.pop(r)[0], 2) for r in warm]
+        natives = [native_rows_per_s(server, list(demo.COLUMNS))[0] for _ in range(3)]
+        native = statistics.median(natives)
         spread = chunk_spread(server, args.rows // 10, args.chunk_size or 8096)
     result: dict[str, object] = {"benchmark": "snapshot", "rows": args.rows, "master": "local[2]"}
     for run, (seconds, report, driver_growth) in runs.items():
@@ -140,6 +148,7 @@ def main() -> None:
             "chunks": report.chunks_read,
             "driver_rss_growth_mb": round(driver_growth, 1),
         }
+    result["warm"]["runs_seconds"] = warm_seconds  # type: ignore[index]
     if "warm_transformed" in runs:
         result["transform_ratio"] = round(
             result["warm_transformed"]["rows_per_s"] / result["warm"]["rows_per_s"], 3
@@ -147,7 +156,9 @@ def main() -> None:
         result["goal_transform_ratio"] = 0.85
     result.update(
         native_client_rows_per_s=round(native),
-        goal_ratio=0.5,
+        native_client_runs_rows_per_s=[round(n) for n in natives],
+        goal_ratio_warm=0.7,
+        goal_ratio_cold=0.4,
         executor_python_peak_rss_mb=round(max(r.max_executor_rss_kb for _, r, _ in runs.values()) / 1024, 1),
     )
     result["chunk_split"] = spread  # keys not spread evenly: largest chunk ÷ median (bench/chunk_split.py)

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from binlake.config import PipelineConfig
-from binlake.spark.runtime.jvm_archive import with_archive
+from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, with_archive
 
 #: What every binlake session runs with; the pipeline's ``spark.conf`` comes after (and so wins).
 DEFAULTS: dict[str, Any] = {
@@ -16,6 +16,20 @@ DEFAULTS: dict[str, Any] = {
     # binlake prints its own progress (chunks, rows/s); Spark's stage bar would garble it.
     "spark.ui.showConsoleProgress": "false",
 }
+
+
+#: The driver JVM's just-in-time compiler on a local master: its first tier only. binlake's JVM hands
+#: rows between Spark and the Python workers and computes little, while the optimising tier's
+#: compiler threads took 1.4-2.5 s of CPU in a warm 1M-row snapshot on two cores — as much as the
+#: Python tasks reading and writing the rows (docs/benchmarks.md). A user's own option wins
+#: (``-XX:TieredStopAtLevel=4`` in ``spark.driver.extraJavaOptions``).
+LOCAL_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def with_local_jit(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with ``LOCAL_JIT`` before the driver's Java options already there (which win)."""
+    existing = conf.get(DRIVER_OPTIONS)
+    return {**conf, DRIVER_OPTIONS: f"{LOCAL_JIT} {existing}" if existing else LOCAL_JIT}
 
 
 def daemon_conf(master: str) -> dict[str, Any]:
@@ -55,6 +69,8 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
     conf = config.pipeline.spark.conf
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive
+        if config.pipeline.spark.master.startswith("local"):
+            conf = with_local_jit(conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
