@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import subprocess
+import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,9 @@ import pytest
 from binlake.events import AddColumn, Column, CreateTable, RenameTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.chunks.splitter import Chunk, ChunkRange, SplitPlan
+from binlake.state import store as state_store
 from binlake.state.codec import decode_key, encode_key
-from binlake.state.store import StateStore
+from binlake.state.store import StateStore, StateStoreLockedError
 
 
 @pytest.mark.parametrize(
@@ -207,3 +210,39 @@ def test_a_state_database_written_before_the_split_keeps_working(tmp_path: Path)
         store.offsets("demo").save("stream", BinlogOffset("binlog.000004", 4))
         assert store.plans("demo").load()[0].finished == 2
         assert store.offsets("demo").load("stream") == BinlogOffset("binlog.000004", 4)
+
+
+def test_a_sqlite_store_held_by_another_process_is_named_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process stopped inside a write keeps SQLite's lock; a writer that waited for it in vain
+    gets binlake's message (which file, why, what to do), not SQLite's "database is locked"."""
+    path = tmp_path / "state.db"
+    with StateStore(f"sqlite:///{path}") as store:
+        store.plans("p").save([a_plan(TableId("shop", "t"), [10])])
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(state_store, "SQLITE_BUSY_S", 0.3)
+        with pytest.raises(StateStoreLockedError) as info:
+            with StateStore(f"sqlite:///{path}") as store:
+                store.plans("p").load()
+        message = str(info.value)
+        assert f"Could not write the state store `{path}`" in message
+        assert "held its lock for 0.3 s" in message
+        assert "PostgreSQL state store" in message
+    finally:
+        holder.kill()
+        holder.wait()
+    with StateStore(f"sqlite:///{path}") as store:  # the lock went with the process
+        assert [p.table for p in store.plans("p").load()] == [TableId("shop", "t")]
+
+
+#: Takes the file's write lock and keeps it, as a process stopped inside a write does.
+HOLD_LOCK = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+time.sleep(60)
+"""

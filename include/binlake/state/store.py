@@ -11,13 +11,15 @@ out those objects (``store.plans(pipeline).load()``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from sqlalchemy import create_engine
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine, ExceptionContext
 from sqlalchemy.engine.url import make_url
 
+from binlake.errors import BinlakeError
 from binlake.state.leases import Lease, Leases, TableBusyError
 from binlake.state.named_offsets import Offsets
 from binlake.state.plans import ChunkState, ChunkStatus, Plans, StoredPlan
@@ -47,14 +49,26 @@ __all__ = [
 ]
 
 
+#: How long a write to a SQLite state store waits for the file's lock before binlake says so.
+SQLITE_BUSY_S = 10.0
+
+
+class StateStoreLockedError(BinlakeError):
+    """Another process held a SQLite state store's lock for longer than ``SQLITE_BUSY_S``."""
+
+
 class StateStore:
     """binlake's metadata tables in one SQL database (created on first use); a context manager."""
 
     def __init__(self, uri: str) -> None:
         url = make_url(uri)
-        if url.drivername.startswith("sqlite") and url.database:
+        sqlite = url.drivername.startswith("sqlite")
+        if sqlite and url.database:
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-        self.engine: Engine = create_engine(uri, future=True)
+        options = {"connect_args": {"timeout": SQLITE_BUSY_S}} if sqlite else {}
+        self.engine: Engine = create_engine(uri, future=True, **options)
+        if sqlite:
+            event.listen(self.engine, "handle_error", _locked_in(url.database or "memory"))
         create_tables(self.engine)
 
     def close(self) -> None:
@@ -96,3 +110,20 @@ class StateStore:
 
     def verifications(self, pipeline: str) -> Verifications:
         return Verifications(self.engine, pipeline)
+
+
+def _locked_in(database: str) -> Callable[[ExceptionContext], None]:
+    """SQLite's "database is locked" in binlake's words: which file, why, and what to do."""
+
+    def refuse(context: ExceptionContext) -> None:
+        if "database is locked" not in str(context.original_exception):
+            return
+        raise StateStoreLockedError(
+            f"Could not write the state store `{database}`: another process held its lock for "
+            f"{SQLITE_BUSY_S:g} s. SQLite lets one process write at a time, and a process stopped or "
+            "hung inside a write keeps every other one out until it ends. Fix: end that process "
+            "(`fuser` names it), or give pipelines whose jobs run side by side a PostgreSQL state "
+            "store (`pipeline.state_uri: postgresql://…`)."
+        ) from None
+
+    return refuse
