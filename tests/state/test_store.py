@@ -222,7 +222,8 @@ def test_a_sqlite_store_held_by_another_process_is_named_with_the_fix(
         store.plans("p").save([a_plan(TableId("shop", "t"), [10])])
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(path)], stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr(state_store, "SQLITE_BUSY_S", 0.3)
         with pytest.raises(StateStoreLockedError) as info:
             with StateStore(f"sqlite:///{path}") as store:
