@@ -230,7 +230,7 @@ def test_a_sqlite_store_held_by_another_process_is_named_with_the_fix(
                 store.plans("p").load()
         message = str(info.value)
         assert f"Could not write the state store `{path}`" in message
-        assert "held its lock for 0.3 s" in message
+        assert "binlake waited up to 0.3 s" in message
         assert "PostgreSQL state store" in message
     finally:
         holder.kill()

@@ -18,6 +18,7 @@ from types import TracebackType
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, ExceptionContext
 from sqlalchemy.engine.url import make_url
+from sqlalchemy.exc import DBAPIError
 
 from binlake.errors import BinlakeError
 from binlake.state.leases import Lease, Leases, TableBusyError
@@ -69,7 +70,7 @@ class StateStore:
         self.engine: Engine = create_engine(uri, future=True, **options)
         if sqlite:
             event.listen(self.engine, "handle_error", _locked_in(url.database or "memory"))
-        create_tables(self.engine)
+        create_tables(self.engine, busy=(DBAPIError, StateStoreLockedError))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -119,9 +120,9 @@ def _locked_in(database: str) -> Callable[[ExceptionContext], None]:
         if "database is locked" not in str(context.original_exception):
             return
         raise StateStoreLockedError(
-            f"Could not write the state store `{database}`: another process held its lock for "
-            f"{SQLITE_BUSY_S:g} s. SQLite lets one process write at a time, and a process stopped or "
-            "hung inside a write keeps every other one out until it ends. Fix: end that process "
+            f"Could not write the state store `{database}`: another process holds its lock (binlake "
+            f"waited up to {SQLITE_BUSY_S:g} s). SQLite lets one process write at a time, and a process "
+            "stopped or hung inside a write keeps every other one out until it ends. Fix: end that process "
             "(`fuser` names it), or give pipelines whose jobs run side by side a PostgreSQL state "
             "store (`pipeline.state_uri: postgresql://…`)."
         ) from None

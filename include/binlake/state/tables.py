@@ -223,12 +223,14 @@ def offset_from_text(text: str | None) -> BinlogOffset | None:
     return None if text is None else BinlogOffset.from_dict(json.loads(text))
 
 
-def create_tables(engine: Engine, attempts: int = 5) -> None:
+def create_tables(
+    engine: Engine, attempts: int = 5, busy: tuple[type[BaseException], ...] = (DBAPIError,)
+) -> None:
     """Create binlake's tables if missing. Several processes may do so at once (the stream's driver
-    and its source both open the store); the loser of that race sees "already exists" and checks
-    again."""
+    and its source both open the store, Airflow's mapped jobs start together); the loser of that
+    race sees "already exists" or a lock (``busy``: the errors it may see) and checks again."""
     for attempt in Retrying(
-        retry=retry_if_exception_type(DBAPIError),
+        retry=retry_if_exception_type(busy),
         stop=stop_after_attempt(attempts),
         wait=wait_incrementing(start=0.1, increment=0.1),
         reraise=True,
