@@ -123,7 +123,7 @@ def main() -> None:
             for run in ["cold", *warm, *(["warm_transformed"] if args.transform else [])]:
                 config = _config(server, work, run, args.chunk_size, run == "warm_transformed")
                 plan(config)
-                spark = spark or spark_session(config, "bench")
+                spark = spark or spark_session(config, "snapshot")  # the snapshot job's session
                 with PeakRss() as memory:
                     started = time.monotonic()
                     report = run_snapshot(config, spark)

@@ -18,11 +18,12 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-#: The driver JVM's just-in-time compiler on a local master: its first tier only. binlake's JVM hands
-#: rows between Spark and the Python workers and computes little, while the optimising tier's
-#: compiler threads took 1.4-2.5 s of CPU in a warm 1M-row snapshot on two cores — as much as the
-#: Python tasks reading and writing the rows (docs/benchmarks.md). A user's own option wins
-#: (``-XX:TieredStopAtLevel=4`` in ``spark.driver.extraJavaOptions``).
+#: The snapshot's driver JVM on a local master: its just-in-time compiler's first tier only. The
+#: snapshot's JVM hands rows between Spark and the Python workers and computes little, while the
+#: optimising tier's compiler threads took 1.4-2.5 s of CPU in a warm 1M-row snapshot on two cores —
+#: as much as the Python tasks reading and writing the rows (docs/benchmarks.md). Not the stream's:
+#: its steady state, hours of small batches planned by the JVM, is not measured with it. A user's
+#: own option wins (``-XX:TieredStopAtLevel=4`` in ``spark.driver.extraJavaOptions``).
 LOCAL_JIT = "-XX:TieredStopAtLevel=1"
 
 
@@ -69,7 +70,7 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
     conf = config.pipeline.spark.conf
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive
-        if config.pipeline.spark.master.startswith("local"):
+        if app == "snapshot" and config.pipeline.spark.master.startswith("local"):
             conf = with_local_jit(conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
