@@ -138,9 +138,7 @@ def plan(
         plans: list[SplitPlan] = []
         if todo:
             with contextlib.closing(connect(config.source)) as conn:
-                splitter = ChunkSplitter(
-                    conn, config.source.chunk_size, progress=progress, chunk_bytes=config.source.chunk_bytes
-                )
+                splitter = ChunkSplitter.of(conn, config.source, progress=progress)
                 for schema in todo:
                     plans.append(
                         splitter.split(schema, config.source.chunk_key_columns.get(schema.table.name))

@@ -79,9 +79,7 @@ def _plan(
     split: dict[TableId, list[ChunkRange]] = {}
     rows: dict[TableId, int] = {}  # each table's rows per chunk
     with contextlib.closing(connect(config.source)) as conn:
-        splitter = ChunkSplitter(
-            conn, chunk_size or config.source.chunk_size, chunk_bytes=config.source.chunk_bytes
-        )
+        splitter = ChunkSplitter.of(conn, config.source, chunk_size)
         for stored in plans:
             chunks = splitter.split(schemas[stored.table], stored.key_column).chunks
             split[stored.table] = [r for r in (clip(c.range, key_range) for c in chunks) if r is not None]

@@ -188,7 +188,7 @@ def restart(
     create_sink_tables(config, [schema])
     crash_point("snapshot-restart")
     with contextlib.closing(connect(config.source)) as conn:
-        split = ChunkSplitter(conn, config.source.chunk_size, chunk_bytes=config.source.chunk_bytes).split(
+        split = ChunkSplitter.of(conn, config.source).split(
             schema, config.source.chunk_key_columns.get(table.name)
         )
     store.plans(config.pipeline.name).save([split])

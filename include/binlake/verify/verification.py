@@ -192,9 +192,7 @@ def _split(
     config: PipelineConfig, schema: CreateTable, stored: StoredPlan, key_range: KeyRange
 ) -> list[ChunkRange]:
     with contextlib.closing(connect(config.source)) as conn:
-        split = ChunkSplitter(conn, config.source.chunk_size, chunk_bytes=config.source.chunk_bytes).split(
-            schema, stored.key_column
-        )
+        split = ChunkSplitter.of(conn, config.source).split(schema, stored.key_column)
     return [r for r in (clip(c.range, key_range) for c in split.chunks) if r is not None]
 
 

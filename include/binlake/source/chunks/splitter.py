@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import pymysql
 
+from binlake.config import SourceConfig
 from binlake.errors import BinlakeError
 from binlake.events import Column, CreateTable, TableId, quote
 
@@ -212,6 +213,17 @@ class ChunkSplitter:
         self.chunk_size = chunk_size or CHUNK_ROWS[1]  # the table's own, once ``split`` reads it
         self.factor_bounds = factor_bounds
         self.progress = progress
+
+    @classmethod
+    def of(
+        cls,
+        conn: pymysql.Connection[Any],
+        source: SourceConfig,
+        chunk_size: int | None = None,
+        progress: Callable[[TableId, int], None] | None = None,
+    ) -> ChunkSplitter:
+        """The splitter of ``source``'s chunk settings (``chunk_size`` overrides its own)."""
+        return cls(conn, chunk_size or source.chunk_size, progress=progress, chunk_bytes=source.chunk_bytes)
 
     def split(self, table: CreateTable, chunk_key: str | None = None) -> SplitPlan:
         """Split ``table`` by its first primary-key column (or ``chunk_key``)."""
