@@ -33,6 +33,9 @@ DEFAULT_FACTOR_BOUNDS = (0.05, 1000.0)
 #: and watermarks cost the same at any size), and at most that many (a very narrow table).
 CHUNK_ROWS = (1024, 65536)
 UNKNOWN_LENGTH_ROWS = 8096
+#: Below this estimate the rows are counted: InnoDB recomputes its estimate in the background, and two
+#: splits of an unchanged table (a verify and its ``--repair``) must cut the same chunks.
+COUNTED_BELOW_ROWS = 1 << 18
 
 Strategy = Literal["single", "even", "uneven"]
 
@@ -377,8 +380,8 @@ class ChunkSplitter:
             row = cur.fetchone()
             estimate = int(row[0] or 0) if row else 0
             length = int(row[1] or 0) if row else 0
-            if estimate == 0:
-                # InnoDB's estimate lags right after a bulk load; counting is exact and cheap then.
+            if estimate < COUNTED_BELOW_ROWS:
+                # Exact and cheap at this size; the estimate lags right after a bulk load too.
                 cur.execute(f"SELECT COUNT(*) FROM {table.quoted()}")
                 estimate = int(cur.fetchone()[0])
         return estimate, length
