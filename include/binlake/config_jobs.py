@@ -57,6 +57,12 @@ class VerifyConfig(Model):
     MySQL's watermarks); default ``source.server_id``'s end + 1000. Unique among the source's
     replicas."""
 
+    chunk_bytes: int = Field(default=1 << 20, ge=1)
+    """Bytes per verified chunk when ``source.chunk_size`` is not set (at the table's average row
+    length, 1,024 to 65,536 rows): smaller than the snapshot's, for each costs the server one query
+    and two numbers, more chunks keep its connections busy, and a drifted chunk's repair re-reads
+    only it."""
+
     def reader_server_id(self, source: SourceConfig) -> int:
         return self.server_id if self.server_id is not None else source.server_id.end + 1000
 

@@ -169,6 +169,35 @@ def test_verify_finds_exactly_the_damaged_chunks(
     assert latest[0] == "v4"
 
 
+def test_verify_cuts_chunks_of_its_own_bytes_finer_than_the_snapshots(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """Without ``source.chunk_size``, the snapshot reads chunks of ``source.chunk_bytes`` and verify
+    sums chunks of ``verify.chunk_bytes`` (1 MiB): more of them, each a cheap query, so a drift
+    names (and a repair re-reads) a small range."""
+    mariadb.execute(
+        "CREATE TABLE wide (id INT PRIMARY KEY, v VARCHAR(1000))",
+        "INSERT INTO wide SELECT seq, REPEAT('x', 900) FROM seq_1_to_12000",
+        "ANALYZE TABLE wide",
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path)
+    assert config.source.chunk_size is None
+    plans = plan(config)
+    snapshot_chunks = sum(len(p.chunks) for p in plans)
+    assert run_snapshot(config, spark).complete
+    run_stream(config, spark, until_caught_up=True)
+    report = verify(config, "fine")
+    assert _statuses(report) == {"equal"}
+    (length,) = mariadb.query(
+        "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (database, "wide"),
+    )[0]
+    rows = config.verify.chunk_bytes // int(length)
+    assert len(report.verdicts) == pytest.approx(12000 / rows, abs=1.5)
+    assert 2 <= snapshot_chunks < len(report.verdicts) / 4
+
+
 @pytest.mark.slow
 def test_under_a_workload_no_false_drift_then_the_damage_exactly_and_repair(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, write_config: Any, binlake_cli: Any,

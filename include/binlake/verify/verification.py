@@ -192,7 +192,8 @@ def _split(
     config: PipelineConfig, schema: CreateTable, stored: StoredPlan, key_range: KeyRange
 ) -> list[ChunkRange]:
     with contextlib.closing(connect(config.source)) as conn:
-        split = ChunkSplitter.of(conn, config.source).split(schema, stored.key_column)
+        splitter = ChunkSplitter.of(conn, config.source, chunk_bytes=config.verify.chunk_bytes)
+        split = splitter.split(schema, stored.key_column)
     return [r for r in (clip(c.range, key_range) for c in split.chunks) if r is not None]
 
 

@@ -224,9 +224,12 @@ class ChunkSplitter:
         source: SourceConfig,
         chunk_size: int | None = None,
         progress: Callable[[TableId, int], None] | None = None,
+        chunk_bytes: int | None = None,
     ) -> ChunkSplitter:
-        """The splitter of ``source``'s chunk settings (``chunk_size`` overrides its own)."""
-        return cls(conn, chunk_size or source.chunk_size, progress=progress, chunk_bytes=source.chunk_bytes)
+        """The splitter of ``source``'s chunk settings (``chunk_size`` and ``chunk_bytes`` override
+        its own)."""
+        size = chunk_size or source.chunk_size
+        return cls(conn, size, progress=progress, chunk_bytes=chunk_bytes or source.chunk_bytes)
 
     def split(self, table: CreateTable, chunk_key: str | None = None) -> SplitPlan:
         """Split ``table`` by its first primary-key column (or ``chunk_key``)."""
