@@ -16,7 +16,7 @@ from typing import Any
 
 import pyspark
 
-from binlake.spark.runtime.python_daemon import PRELOAD
+from binlake.spark.runtime.python_daemon import JOB_VARIABLE, PRELOAD, TASK_WORKER, modules_for
 from binlake.spark.runtime.python_path import without_own_zip
 from binlake.spark.runtime.session import defaults_for
 
@@ -33,7 +33,11 @@ def _worker_state(batches: Any) -> Any:
     state = {
         "pyspark": pyspark.__file__,
         "zips": [p for p in sys.path if p.endswith("pyspark.zip")],
-        "preloaded": [m for m in ("pandas", "binlake.spark.stream_task") if m in sys.modules],
+        "preloaded": [
+            m
+            for m in ("pandas", "binlake.spark.stream_task", "binlake.spark.snapshot_task")
+            if m in sys.modules
+        ],
     }
     for _ in batches:
         yield pa.RecordBatch.from_pylist([{"state": json.dumps(state)}])
@@ -47,7 +51,7 @@ def test_task_workers_import_the_installed_pyspark_with_the_stream_modules_loade
     state = json.loads(rows[0]["state"])
     assert Path(state["pyspark"]).parent == INSTALLED
     assert state["zips"] == []
-    assert state["preloaded"] == ["pandas", "binlake.spark.stream_task"]
+    assert state["preloaded"] == ["pandas", "binlake.spark.stream_task", "binlake.spark.snapshot_task"]
 
 
 def test_spark_planning_processes_import_the_installed_pyspark(spark: Any) -> None:
@@ -110,6 +114,19 @@ def test_the_preloaded_modules_exist() -> None:
     import importlib.util
 
     assert all(importlib.util.find_spec(name) is not None for name in PRELOAD)
+
+
+def test_a_jobs_daemon_imports_its_own_tasks_modules_only() -> None:
+    """A snapshot's first chunk does not wait for the stream's modules (nor a stream's batch for
+    the snapshot's); a session shared by every job (the tests', a backfill's) imports them all."""
+    assert modules_for("snapshot") == (TASK_WORKER, "binlake.spark.snapshot_task")
+    assert "binlake.spark.snapshot_task" not in modules_for("stream")
+    assert "binlake.spark.stream_task" in modules_for("stream")
+    assert modules_for(None) == modules_for("backfill") == PRELOAD
+    assert set(modules_for("snapshot")) | set(modules_for("stream")) == set(PRELOAD)
+    assert defaults_for("local[2]", "snapshot")[f"spark.executorEnv.{JOB_VARIABLE}"] == "snapshot"
+    assert f"spark.executorEnv.{JOB_VARIABLE}" not in defaults_for("local[2]")
+    assert defaults_for("spark://host:7077", "snapshot") == defaults_for("spark://host:7077")
 
 
 PLANNING = """

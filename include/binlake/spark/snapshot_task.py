@@ -14,7 +14,7 @@ import os
 import resource
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,11 +26,12 @@ from binlake.schema.routes import with_source_table
 from binlake.schema.transforms import TransformSpec, compile_transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.file_systems import file_system
-from binlake.sink.history.soft_delete import marked_live
-from binlake.sink.partition_files import Partitioning
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
+
+if TYPE_CHECKING:
+    from binlake.sink.partition_files import Partitioning
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +173,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
             file_schema = with_source_table(schema.table, file_schema.empty_table()).schema
         soft = table_name in json.loads(options.get("soft_delete", "[]"))
         if soft:  # the rows read are live (``sink/history/soft_delete.py``)
-            file_schema = marked_live(file_schema.empty_table()).schema
+            file_schema = _marked_live(file_schema.empty_table()).schema
         # A backfill stages its files apart from the table's data (``folder``): the stream reads
         # them, and orphan removal (which sweeps ``data/``) leaves them alone until then.
         folder = locations[table_name] + "/" + options.get("folder", "data")
@@ -189,7 +190,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
                 file_schema,
                 target,
                 dictionary,
-                Partitioning.from_json(partitioning),
+                _partitioning(partitioning),
             )
         )
         for spec in specs:
@@ -204,7 +205,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
             if transform is not None:  # the rows the filter keeps, projected (``schema.transforms``)
                 data = transform.project(data.filter(transform.keep(data))).cast(file_schema)
             data = with_source_table(schema.table, data) if routed else data
-            writer.write(marked_live(data) if soft else data)
+            writer.write(_marked_live(data) if soft else data)
             summaries.append(
                 {
                     "chunk_id": str(chunk.id),
@@ -236,3 +237,19 @@ def max_rss_kb() -> int:
 
 def elapsed(started: float) -> float:
     return round(time.monotonic() - started, 3)
+
+
+# Imported where used: these modules bring pyiceberg's readers, which a chunk of a table without
+# partitions or soft deletes need not wait for (the first chunk of a snapshot waits for its imports).
+
+
+def _marked_live(data: pa.Table) -> pa.Table:
+    from binlake.sink.history.soft_delete import marked_live
+
+    return marked_live(data)
+
+
+def _partitioning(text: str) -> Partitioning:
+    from binlake.sink.partition_files import Partitioning
+
+    return Partitioning.from_json(text)

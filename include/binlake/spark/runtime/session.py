@@ -9,6 +9,7 @@ from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, with_archive
+from binlake.spark.runtime.python_daemon import JOB_VARIABLE, PRELOADS
 
 #: What every binlake session runs with; the pipeline's ``spark.conf`` comes after (and so wins).
 DEFAULTS: dict[str, Any] = {
@@ -33,21 +34,23 @@ def with_local_jit(conf: dict[str, str]) -> dict[str, str]:
     return {**conf, DRIVER_OPTIONS: f"{LOCAL_JIT} {existing}" if existing else LOCAL_JIT}
 
 
-def daemon_conf(master: str) -> dict[str, Any]:
+def daemon_conf(master: str, job: str | None = None) -> dict[str, Any]:
     """binlake's Python daemon (``spark/runtime/python_daemon.py``: Spark's Python processes start
-    sooner) on a local ``master``, where they run this environment. Not on a cluster: executors that get
-    binlake through ``--py-files`` could not start a daemon from it (set it in ``spark.conf`` where
-    binlake is installed on the executors)."""
-    return (
-        {"spark.python.daemon.module": "binlake.spark.runtime.python_daemon"}
-        if master.startswith("local")
-        else {}
-    )
+    sooner, with ``job``'s task modules imported; every job's when None) on a local ``master``,
+    where they run this environment. Not on a cluster: executors that get binlake through
+    ``--py-files`` could not start a daemon from it (set it in ``spark.conf`` where binlake is
+    installed on the executors)."""
+    if not master.startswith("local"):
+        return {}
+    conf = {"spark.python.daemon.module": "binlake.spark.runtime.python_daemon"}
+    if job is not None:
+        conf[f"spark.executorEnv.{JOB_VARIABLE}"] = job
+    return conf
 
 
-def defaults_for(master: str) -> dict[str, Any]:
-    """binlake's settings for a session it starts on ``master``."""
-    return {**DEFAULTS, **daemon_conf(master)}
+def defaults_for(master: str, job: str | None = None) -> dict[str, Any]:
+    """binlake's settings for a session it starts on ``master`` for ``job`` (None: any)."""
+    return {**DEFAULTS, **daemon_conf(master, job)}
 
 
 def spark_session(config: PipelineConfig, app: str) -> Any:
@@ -65,7 +68,7 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
         # Run directly, not by spark-submit: the YAML names the master. Under spark-submit its
         # --master wins, as users of spark-submit expect.
         builder = builder.master(config.pipeline.spark.master)
-        defaults = defaults_for(config.pipeline.spark.master)
+        defaults = defaults_for(config.pipeline.spark.master, app if app in PRELOADS else None)
     builder = builder.config(map=defaults)
     conf = config.pipeline.spark.conf
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
