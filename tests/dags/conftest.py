@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 import yaml
@@ -142,22 +142,32 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
 
 
 def start_stream(config_path: Path) -> subprocess.Popen[str]:
-    """``binlake stream`` (continuous) in a process group of its own, output captured."""
-    return subprocess.Popen(
+    """``binlake stream`` (continuous) in a process group of its own, its output in a file beside
+    ``config_path`` (a pipe nobody reads while it runs would fill, and block the stream's logging:
+    a stream stuck mid-batch never applies the backfill a DAG waits for)."""
+    output = config_path.with_name(f"{config_path.stem}.stream.log").open("w+")
+    stream = subprocess.Popen(
         [str(BIN / "binlake"), "--config", str(config_path), "stream"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
+    _OUTPUTS[stream.pid] = output
+    return stream
+
+
+_OUTPUTS: dict[int, TextIO] = {}
 
 
 def stop_stream(stream: subprocess.Popen[str]) -> str:
     """SIGTERM (the stream ends after its current batch), then its output; killed after 2 minutes."""
     stream.send_signal(signal.SIGTERM)
     try:
-        output, _ = stream.communicate(timeout=120)
+        stream.wait(timeout=120)
     except subprocess.TimeoutExpired:
         os.killpg(stream.pid, signal.SIGKILL)
         raise
-    return output
+    with _OUTPUTS.pop(stream.pid) as output:
+        output.seek(0)
+        return output.read()
 
 
 def config_of(pipeline: dict[str, Any], mariadb: PrivateMariaDB) -> PipelineConfig:
