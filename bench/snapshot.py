@@ -52,7 +52,12 @@ TRANSFORMS = [
 
 
 def _config(
-    server: PrivateMariaDB, work: str, name: str, chunk_size: int | None, transform: bool = False
+    server: PrivateMariaDB,
+    work: str,
+    name: str,
+    chunk_size: int | None,
+    transform: bool = False,
+    spark_conf: dict[str, str] | None = None,
 ) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
@@ -60,7 +65,7 @@ def _config(
                 "name": name,
                 "work_dir": f"{work}/{name}",
                 "parallelism": 2,
-                "spark": {"master": "local[2]"},
+                "spark": {"master": "local[2]", "conf": spark_conf or {}},
             },
             "source": {
                 "hostname": "127.0.0.1",
@@ -109,6 +114,10 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: by bytes)")
     parser.add_argument("--transform", action="store_true", help="a third run with TRANSFORMS")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm runs; the median is reported")
+    parser.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting of the pipeline (the same bench with a feature off, for a reference)",
+    )  # fmt: skip
     args = parser.parse_args()
     cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     runs = {}
@@ -121,7 +130,10 @@ def main() -> None:
             # "warm" is a second pipeline on the same session: the steady rate of a long snapshot.
             warm = [f"warm{i}" for i in range(args.warm_runs)]
             for run in ["cold", *warm, *(["warm_transformed"] if args.transform else [])]:
-                config = _config(server, work, run, args.chunk_size, run == "warm_transformed")
+                config = _config(
+                    server, work, run, args.chunk_size, run == "warm_transformed",
+                    dict(c.split("=", 1) for c in args.conf),
+                )  # fmt: skip
                 plan(config)
                 spark = spark or spark_session(config, "snapshot")  # the snapshot job's session
                 with PeakRss() as memory:
