@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pytest
 import yaml
@@ -145,16 +145,15 @@ def start_stream(config_path: Path) -> subprocess.Popen[str]:
     """``binlake stream`` (continuous) in a process group of its own, its output in a file beside
     ``config_path`` (a pipe nobody reads while it runs would fill, and block the stream's logging:
     a stream stuck mid-batch never applies the backfill a DAG waits for)."""
-    output = config_path.with_name(f"{config_path.stem}.stream.log").open("w+")
-    stream = subprocess.Popen(
-        [str(BIN / "binlake"), "--config", str(config_path), "stream"],
-        stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    _OUTPUTS[stream.pid] = output
-    return stream
+    with _output(config_path).open("w") as output:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            [str(BIN / "binlake"), "--config", str(config_path), "stream"],
+            stdout=output, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
 
 
-_OUTPUTS: dict[int, TextIO] = {}
+def _output(config_path: Path) -> Path:
+    return config_path.with_name(f"{config_path.stem}.stream.log")
 
 
 def stop_stream(stream: subprocess.Popen[str]) -> str:
@@ -165,9 +164,7 @@ def stop_stream(stream: subprocess.Popen[str]) -> str:
     except subprocess.TimeoutExpired:
         os.killpg(stream.pid, signal.SIGKILL)
         raise
-    with _OUTPUTS.pop(stream.pid) as output:
-        output.seek(0)
-        return output.read()
+    return _output(Path(stream.args[2])).read_text()
 
 
 def config_of(pipeline: dict[str, Any], mariadb: PrivateMariaDB) -> PipelineConfig:

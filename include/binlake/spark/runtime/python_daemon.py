@@ -31,8 +31,8 @@ TASK_WORKER = "pyspark.worker"
 JOB_VARIABLE = "BINLAKE_TASK_JOB"
 #: What each job's tasks import beside the worker itself. The stream's: binlake's segment reader and
 #: decoders, and pandas (pyarrow imports it whenever it converts a numpy array). The snapshot's: its
-#: chunk reader and Parquet writer — not the stream's modules, whose import the first chunk would
-#: wait for (2.4-2.6 s of a cold snapshot's 9 s on two cores).
+#: chunk reader and Parquet writer, not the stream's modules (a fresh session's first Python job:
+#: 2.5 s instead of 3.8 s; a cold snapshot end to end did not measurably change, bench/RESULTS.md).
 PRELOADS = {
     "stream": ("pandas", "binlake.spark.stream_task", "binlake.source.binlog.column_decoder"),
     "snapshot": ("binlake.spark.snapshot_task",),

@@ -9,7 +9,7 @@ from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, with_archive
-from binlake.spark.runtime.python_daemon import JOB_VARIABLE, PRELOADS
+from binlake.spark.runtime.python_daemon import JOB_VARIABLE
 
 #: What every binlake session runs with; the pipeline's ``spark.conf`` comes after (and so wins).
 DEFAULTS: dict[str, Any] = {
@@ -36,7 +36,8 @@ def with_local_jit(conf: dict[str, str]) -> dict[str, str]:
 
 def daemon_conf(master: str, job: str | None = None) -> dict[str, Any]:
     """binlake's Python daemon (``spark/runtime/python_daemon.py``: Spark's Python processes start
-    sooner, with ``job``'s task modules imported; every job's when None) on a local ``master``,
+    sooner, with ``job``'s task modules imported; every job's when None or a job without its own
+    list) on a local ``master``,
     where they run this environment. Not on a cluster: executors that get binlake through
     ``--py-files`` could not start a daemon from it (set it in ``spark.conf`` where binlake is
     installed on the executors)."""
@@ -68,7 +69,7 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
         # Run directly, not by spark-submit: the YAML names the master. Under spark-submit its
         # --master wins, as users of spark-submit expect.
         builder = builder.master(config.pipeline.spark.master)
-        defaults = defaults_for(config.pipeline.spark.master, app if app in PRELOADS else None)
+        defaults = defaults_for(config.pipeline.spark.master, app)
     builder = builder.config(map=defaults)
     conf = config.pipeline.spark.conf
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
