@@ -60,8 +60,8 @@ class VerifyConfig(Model):
     chunk_bytes: int = Field(default=1 << 20, ge=1)
     """Bytes per verified chunk when ``source.chunk_size`` is not set (at the table's average row
     length, 1,024 to 65,536 rows): smaller than the snapshot's, for each costs the server one query
-    and two numbers, more chunks keep its connections busy, and a drifted chunk's repair re-reads
-    only it."""
+    and two numbers (no slower than the snapshot's chunks, docs/benchmarks.md), and a drift is named
+    within it and repaired by re-reading it alone."""
 
     def reader_server_id(self, source: SourceConfig) -> int:
         return self.server_id if self.server_id is not None else source.server_id.end + 1000
