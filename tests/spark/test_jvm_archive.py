@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from binlake.config_file import parse_config
 from binlake.spark.runtime import jvm_archive
 from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, VARIABLE, with_archive
-from binlake.spark.runtime.session import LOCAL_JIT, with_local_jit
+from binlake.spark.runtime.session import LOCAL_JIT, session_conf, with_local_jit
 
 
 def test_the_archive_goes_first_into_the_drivers_options_when_it_exists(
@@ -35,6 +36,29 @@ def test_a_local_snapshot_jvm_compiles_with_the_first_tier_unless_the_user_says_
     assert with_local_jit({}) == {DRIVER_OPTIONS: LOCAL_JIT}
     users = {DRIVER_OPTIONS: "-XX:TieredStopAtLevel=4"}
     assert with_local_jit(users)[DRIVER_OPTIONS] == f"{LOCAL_JIT} -XX:TieredStopAtLevel=4"  # the user's win
+
+
+def _pipeline(master: str, options: str | None = None) -> str:
+    conf = f"\n    conf: {{spark.driver.extraJavaOptions: '{options}'}}" if options else ""
+    return f"""
+pipeline:
+  name: p
+  spark:
+    master: '{master}'{conf}
+source: {{hostname: h, username: u, password: pw, tables: ['d\\..*']}}
+"""
+
+
+def test_only_a_local_snapshots_session_gets_the_first_tier_jit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(VARIABLE, "")  # no class archive: the driver's options are the JIT's alone
+    local = parse_config(_pipeline("local[2]"), "p.yaml", {})
+    assert session_conf(local, "snapshot")[DRIVER_OPTIONS] == LOCAL_JIT
+    assert DRIVER_OPTIONS not in session_conf(local, "stream")  # a long-running JVM: full JIT
+    assert DRIVER_OPTIONS not in session_conf(local, "snapshot", submitted=True)  # spark-submit's JVM
+    cluster = parse_config(_pipeline("spark://spark:7077"), "p.yaml", {})
+    assert DRIVER_OPTIONS not in session_conf(cluster, "snapshot")
+    users = parse_config(_pipeline("local[2]", "-XX:TieredStopAtLevel=4"), "p.yaml", {})
+    assert session_conf(users, "snapshot")[DRIVER_OPTIONS] == f"{LOCAL_JIT} -XX:TieredStopAtLevel=4"
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs Java")

@@ -54,6 +54,19 @@ def defaults_for(master: str, job: str | None = None) -> dict[str, Any]:
     return {**DEFAULTS, **daemon_conf(master, job)}
 
 
+def session_conf(config: PipelineConfig, app: str, submitted: bool = False) -> dict[str, Any]:
+    """The settings of ``app``'s session: binlake's defaults, then ``pipeline.spark.conf`` (which
+    wins); ``submitted``: started by spark-submit, which owns the master and the driver's JVM."""
+    master = config.pipeline.spark.master
+    conf = dict(config.pipeline.spark.conf)
+    if submitted:
+        return {**DEFAULTS, **conf}
+    conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive
+    if app == "snapshot" and master.startswith("local"):
+        conf = with_local_jit(conf)
+    return {**defaults_for(master, app), **conf}
+
+
 def spark_session(config: PipelineConfig, app: str) -> Any:
     """A SparkSession on ``pipeline.spark.master`` with ``pipeline.spark.conf`` applied.
 
@@ -64,19 +77,12 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(f"binlake {app} {config.pipeline.name}")
-    defaults = DEFAULTS
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
+    if not submitted:
         # Run directly, not by spark-submit: the YAML names the master. Under spark-submit its
         # --master wins, as users of spark-submit expect.
         builder = builder.master(config.pipeline.spark.master)
-        defaults = defaults_for(config.pipeline.spark.master, app)
-    builder = builder.config(map=defaults)
-    conf = config.pipeline.spark.conf
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive
-        if app == "snapshot" and config.pipeline.spark.master.startswith("local"):
-            conf = with_local_jit(conf)
-    for key, value in conf.items():
+    for key, value in session_conf(config, app, submitted).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
