@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import logging
 import sys
@@ -34,16 +35,7 @@ import pyarrow as pa
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.offsets import BinlogOffset
-from binlake.schema.routes import routed
-from binlake.schema.transforms import transform_of
-from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.compaction import CompactionPolicy
-from binlake.sink.history.changelog import changelog_name, changelog_rule, ensure_changelog
-from binlake.sink.history.changelog_writer import ChangelogWriter
-from binlake.sink.history.scd2 import ensure_history, history_name
-from binlake.sink.history.scd2_writer import HistoryWriter
-from binlake.sink.history.soft_delete import ensure_columns, soft_deletes
+from binlake.sink.catalog import open_catalog
 from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import gap_message
 from binlake.source.server.connection import connect
@@ -66,7 +58,7 @@ from binlake.stream.metrics import stream_metrics
 from binlake.stream.preflight import preflight
 from binlake.stream.records import ENVELOPE_SCHEMA, empty_changes, gaps, table_changes, upserts_only
 from binlake.stream.repairs import StreamRepairs
-from binlake.stream.shares.table_sink import TableSink
+from binlake.stream.shares.sink_opener import SinkOpener
 
 __all__ = ["StreamError", "StreamReport", "print_backfill", "print_batch", "run_stream"]
 
@@ -167,38 +159,8 @@ def _stream(
     writers: dict[str, IcebergWriter] = {}
     try:
         ready = preflight(config, store)
-        catalog = open_catalog(config)
-        chunk_keys = dict(config.source.chunk_key_columns)
-
-        def make_sink(schema: CreateTable, version: BinlogOffset | None = None) -> TableSink | None:
-            identifier = sink_name(config, schema.table)
-            if not catalog.table_exists(identifier):
-                return None
-            # One writer per sink table (routed sources share it); fresh after a schema change.
-            writer = writers.get(identifier)
-            if writer is not None and not _refreshed(writer):
-                writer = None  # another table carries the name now (a swap, a replaced table)
-            if writer is None:
-                writer = writers[identifier] = IcebergWriter(
-                    catalog,
-                    identifier,
-                    config.stream.merge_manifests_at,
-                    config.key_index_dir,
-                    _compaction(config),
-                    config.stream.keep_snapshots,
-                    background_upkeep=True,  # settled before the table's next batch
-                )
-            if soft_deletes(config, schema.table):
-                ensure_columns(writer.table)  # a table created mid-stream, a rule added later
-            shared = routed(config, schema.table)
-            sink = TableSink(
-                schema, writer, chunk_keys, version, shared, transform_of(config, schema, shared)
-            )
-            sink.soft_delete = sink.keyed and soft_deletes(config, schema.table)
-            _add_changelog(config, catalog, sink, writers)
-            _add_history(config, catalog, sink, writers)
-            return sink
-
+        make_sink = SinkOpener(config, open_catalog(config))
+        writers = make_sink.writers
         sinks = {s.table.name: sink for s in ready.schemas if (sink := make_sink(s)) is not None}
         for sink in sinks.values():
             for companion in (sink.changelog, sink.history):  # a crash between a snapshot's commits,
@@ -219,9 +181,6 @@ def _stream(
             if progress is not None:
                 progress(batch, report)
 
-        def read_changes(schema: CreateTable, start: BinlogOffset, end: BinlogOffset) -> pa.Table:
-            return _read_changes(config, schema, start, end)
-
         repairs = StreamRepairs(
             name, RepairLedger(store, name), BackfillLedger(store), ready.snapshot_filter, _cascades(config),
             heal=config.stream.on_gap == "backfill",
@@ -235,13 +194,14 @@ def _stream(
                 complete=config.source.startup_mode == "initial",
             ),
             Healing(
-                StagedBackfills(name, BackfillLedger(store), read_changes), repairs,
+                StagedBackfills(name, BackfillLedger(store), functools.partial(_read_changes, config)),
+                repairs,
                 on_backfill=print_backfill if progress is not None else None,
             ),
             BatchHooks(
                 before_batch=lambda: _hold(store, name, held, fence, writers.values()),
                 on_batch=on_batch,
-                anchor=BinlogAnchor(config, store, ids.end),
+                anchor=BinlogAnchor(config, store, ids.end, ready.server.version.flavor),
             ),
             merge_from=config.stream.merge_from(config.pipeline.spark.master),
         )  # fmt: skip
@@ -264,48 +224,6 @@ def _stream(
             writer.upkeep.wait()  # nothing of the stream's runs on once it has stopped
         for identifier in held:
             store.leases(name).release(identifier, fence.lease.holder)
-
-
-def _add_changelog(
-    config: PipelineConfig, catalog: Any, sink: TableSink, writers: dict[str, IcebergWriter]
-) -> None:
-    """Give ``sink`` its changelog table's writer, if its ``sink.modes`` rule keeps one (one writer
-    per changelog table, fresh after a schema change, which may have added columns to it)."""
-    table = sink.schema.table
-    rule, name = changelog_rule(config, table), changelog_name(config, table)
-    if rule is None or name is None:
-        return
-    ensure_changelog(catalog, name, sink.writer.table)
-    changelog = writers.get(name)
-    if not isinstance(changelog, ChangelogWriter) or not _refreshed(changelog):
-        changelog = writers[name] = ChangelogWriter(
-            catalog, name, config.stream.merge_manifests_at,
-            keep_snapshots=config.stream.keep_snapshots, background_upkeep=True,
-        )  # fmt: skip
-    sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
-
-
-def _compaction(config: PipelineConfig) -> CompactionPolicy | None:
-    """How the stream's writers compact their tables (``stream.compact``)."""
-    return CompactionPolicy() if config.stream.compact else None
-
-
-def _add_history(
-    config: PipelineConfig, catalog: Any, sink: TableSink, writers: dict[str, IcebergWriter]
-) -> None:
-    """Give ``sink`` its history table's writer, if its ``sink.modes`` rule keeps one."""
-    name = history_name(config, sink.schema.table)
-    if name is None or not sink.keyed:
-        return
-    keys = identifier_columns(sink.writer.table.schema())
-    ensure_history(catalog, name, sink.writer.table, keys)
-    history = writers.get(name)
-    if not isinstance(history, HistoryWriter) or not _refreshed(history):
-        history = writers[name] = HistoryWriter(
-            catalog, name, keys, config.stream.merge_manifests_at, config.stream.keep_snapshots,
-            background_upkeep=True, key_index_dir=config.key_index_dir, compaction=_compaction(config),
-        )  # fmt: skip
-    sink.history = history
 
 
 #: Catch-ups a run ``until_caught_up`` makes at most to apply the backfills that heal its gaps (a
@@ -398,13 +316,3 @@ def print_batch(batch: StreamBatch, report: StreamReport) -> None:
         file=sys.stderr,
         flush=True,
     )
-
-
-def _refreshed(writer: IcebergWriter) -> bool:
-    """Refresh the writer's table; False when the name now holds a different table (its UUID
-    changed: renamed away and another renamed in, or dropped and created again)."""
-    try:
-        writer.table.refresh()
-    except ValueError:  # pyiceberg: "Table UUID does not match"
-        return False
-    return True

@@ -23,12 +23,13 @@ its snapshot's window (chunk watermarks are old positions too) or holding a tabl
 
 from __future__ import annotations
 
-import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
+from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_name
@@ -42,7 +43,7 @@ from binlake.source.binlog.gtid_positions import (
     binlog_identity,
     position_after,
 )
-from binlake.source.server.connection import connect, server_version, session
+from binlake.source.server.facts import ServerFacts
 from binlake.state.backfills import BackfillLedger
 from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
 from binlake.state.repair_ledger import RepairLedger
@@ -61,12 +62,10 @@ class BinlogChangedError(BinlakeError):
 class BinlogAnchor:
     """What the stream stores with each offset so that it survives a change of binlog."""
 
-    def __init__(self, config: PipelineConfig, store: StateStore, server_id: int) -> None:
+    def __init__(self, config: PipelineConfig, store: StateStore, server_id: int, flavor: str) -> None:
         self.config = config
         self.store = store
         self.server_id = server_id
-        with contextlib.closing(connect(config.source)) as conn:
-            flavor = server_version(conn).flavor
         self.tracker = GtidTracker(config.source, server_id, flavor)
         note = store.offsets(config.pipeline.name).load_note(NOTE)
         self._file = None if note is None else str(note.get("file"))
@@ -82,9 +81,10 @@ class BinlogAnchor:
 
 
 def check_binlog(
-    config: PipelineConfig, store: StateStore, offset: BinlogOffset, server_id: int, conn: Any = None
+    config: PipelineConfig, store: StateStore, offset: BinlogOffset, server_id: int, server: ServerFacts
 ) -> BinlogOffset:
-    """The offset to resume from: ``offset`` on the same binlog, or its GTID set's end on a new one.
+    """The offset to resume from: ``offset`` on the same binlog, or its GTID set's end on a new one
+    (``server``: the source as the start-up found it).
 
     Raises:
         BinlogChangedError: the binlog changed and the stream cannot follow (see the module docstring).
@@ -94,11 +94,9 @@ def check_binlog(
     if note is None or str(note.get("file")) != offset.file:
         return offset  # nothing recorded for this offset's file (a state store of an older binlake)
     recorded = BinlogIdentity.from_dict(note)
-    now = binlog_identity(config.source, server_id, offset.file)
-    with session(config.source, conn) as conn:
-        version = server_version(conn)
-        current_server = _server(conn, version)
-        purged = now is None and current_server == recorded.server and _purged(conn, offset)
+    now = binlog_identity(config.source, server_id, offset.file, server.server)
+    current_server = server.server
+    purged = now is None and current_server == recorded.server and _purged(server.files, offset)
     if now == recorded:
         return offset
     if purged:
@@ -116,38 +114,36 @@ def check_binlog(
             "always) and start anew: `binlake plan --replan`, then `binlake snapshot`."
         )
     try:
-        new = position_after(config.source, server_id, offset.gtid, version.flavor)
+        new = position_after(config.source, server_id, offset.gtid, server.version.flavor)
     except GtidPositionError as e:
         raise BinlogChangedError(
             f"Cannot resume the stream at {offset} (GTID `{offset.gtid}`): {what}, and {e}. Fix: point the "
             "pipeline at a server that holds those transactions, or start anew: `binlake plan --replan`, "
             "then `binlake snapshot`."
         ) from None
-    reanchor(config, store, offset, new, what)
+    reanchor(config, store, offset, new, what, server.tables)
     return new
 
 
-def _purged(conn: Any, offset: BinlogOffset) -> bool:
+def _purged(files: list[str], offset: BinlogOffset) -> bool:
     """Whether the server's binlog has moved on past ``offset``'s file (as purging leaves it)."""
-    from binlake.source.binlog.scan import binary_logs
-
-    files = [f for f, _ in binary_logs(conn)]
     return any(BinlogOffset(f, 0).sequence > offset.sequence for f in files)
 
 
-def _server(conn: Any, version: Any) -> str:
-    from binlake.source.binlog.gtid_positions import server_name
-
-    return server_name(conn, version)
-
-
 def reanchor(
-    config: PipelineConfig, store: StateStore, old: BinlogOffset, new: BinlogOffset, why: str
+    config: PipelineConfig,
+    store: StateStore,
+    old: BinlogOffset,
+    new: BinlogOffset,
+    why: str,
+    tables: Iterable[CreateTable],
 ) -> None:
-    """Move everything the stream stored in the old binlog's positions to ``new``."""
+    """Move everything the stream stored in the old binlog's positions to ``new`` (``tables``: the
+    captured tables, whose sink tables hold offsets)."""
     name = config.pipeline.name
-    _refuse_unsafe(config, store, old, why)
-    for writer in _sink_tables(config, open_catalog(config)):
+    writers = _sink_tables(config, tables)
+    _refuse_unsafe(config, store, old, why, writers)
+    for writer in writers:
         with writer.table.transaction() as tx:
             tx.set_properties({STREAM_OFFSET_KEY: _offset_json(new)})
     # Old positions and new ones do not compare: the history starts again at the new position
@@ -166,10 +162,12 @@ def reanchor(
     log.warning("%s: the stream resumes at %s, after GTID %s (it was at %s)", why, new, old.gtid, old)
 
 
-def _refuse_unsafe(config: PipelineConfig, store: StateStore, old: BinlogOffset, why: str) -> None:
+def _refuse_unsafe(
+    config: PipelineConfig, store: StateStore, old: BinlogOffset, why: str, writers: list[IcebergWriter]
+) -> None:
     name = config.pipeline.name
     problems: list[str] = []
-    for writer in _sink_tables(config, open_catalog(config)):
+    for writer in writers:
         done = writer.stream_offset()
         if done is not None and done > old and not identifier_columns(writer.table.schema()):
             problems.append(
@@ -189,11 +187,10 @@ def _refuse_unsafe(config: PipelineConfig, store: StateStore, old: BinlogOffset,
         )
 
 
-def _sink_tables(config: PipelineConfig, catalog: Any) -> list[IcebergWriter]:
-    from binlake.planner import discover_tables
-
+def _sink_tables(config: PipelineConfig, tables: Iterable[CreateTable]) -> list[IcebergWriter]:
+    catalog = open_catalog(config)
     seen: dict[str, IcebergWriter] = {}
-    for schema in discover_tables(config):
+    for schema in tables:
         identifier = sink_name(config, schema.table)
         if identifier not in seen and catalog.table_exists(identifier):
             seen[identifier] = IcebergWriter(catalog, identifier)

@@ -13,18 +13,16 @@ returned as one small value the rest of the stream uses.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from binlake.config import PipelineConfig
-from binlake.events import CreateTable, TableId
+from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.planner import align_layouts, create_sink_tables, discover_tables
+from binlake.planner import align_layouts, create_sink_tables
 from binlake.snapshot.spans import snapshot_applies
-from binlake.source.server.connection import connect, session
-from binlake.source.server.foreign_keys import cascade_fix, cascading_keys
+from binlake.source.server.facts import ServerFacts, server_facts
+from binlake.source.server.foreign_keys import CascadingKey, cascade_fix
 from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.store import StateStore
 from binlake.stream.emit_filter import SnapshotFilter
@@ -39,6 +37,8 @@ class Preflight:
     """What the stream starts from."""
 
     start: Start
+    server: ServerFacts
+    """The source as the stream found it (one session's answers)."""
     origin: BinlogOffset
     """Where this lineage of the stream began (its Spark checkpoint is named after it)."""
     schemas: list[CreateTable]
@@ -54,12 +54,11 @@ def preflight(config: PipelineConfig, store: StateStore) -> Preflight:
         StartupError: a captured table has a cascading foreign key, no table matches, or the start
             cannot be resolved (``resolve_start``'s errors, ``BinlogPurgedError`` too).
     """
-    with contextlib.closing(connect(config.source)) as conn:  # one session for every check
-        discovered = discover_tables(config, conn=conn)
-        refuse_cascading_keys(config, [s.table for s in discovered], conn)
-        start = resolve_start(config, store, config.source.server_id.end, conn)
+    server = server_facts(config.source)  # one session answers every check
+    refuse_cascading_keys(server.cascading)
+    start = resolve_start(config, store, config.source.server_id.end, server)
     tracker = SchemaTracker(config, store)
-    schemas = _schemas(config, tracker, discovered, start.offset)
+    schemas = _schemas(config, tracker, server.tables, start.offset)
     align_layouts(config, schemas)  # a changed `sink.layout` rule takes effect at a restart
     plans = store.plans(config.pipeline.name).load()
     snapshot_filter = (
@@ -67,7 +66,8 @@ def preflight(config: PipelineConfig, store: StateStore) -> Preflight:
         if plans and snapshot_applies(config, store)
         else None
     )
-    return Preflight(start, _origin(store, config.pipeline.name, start), schemas, tracker, snapshot_filter)
+    origin = _origin(store, config.pipeline.name, start)
+    return Preflight(start, server, origin, schemas, tracker, snapshot_filter)
 
 
 def _origin(store: StateStore, pipeline: str, start: Start) -> BinlogOffset:
@@ -80,10 +80,8 @@ def _origin(store: StateStore, pipeline: str, start: Start) -> BinlogOffset:
     return origin
 
 
-def refuse_cascading_keys(config: PipelineConfig, tables: list[TableId], conn: Any = None) -> None:
+def refuse_cascading_keys(found: list[CascadingKey]) -> None:
     """Captured tables whose foreign keys change rows the binlog never shows stop the stream."""
-    with session(config.source, conn) as conn:
-        found = cascading_keys(conn, tables)
     if found:
         raise StartupError(
             "Cannot stream: " + "; ".join(k.describe() for k in found) + ". The server changes those child "

@@ -18,14 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset, GtidError, gtid_matcher
-from binlake.source.binlog.scan import Boundary, binary_logs, purged_error, transactions
-from binlake.source.chunks.watermarks import current_offset
-from binlake.source.server.connection import server_version, session
+from binlake.source.binlog.scan import Boundary, purged_error, transactions
+from binlake.source.server.facts import ServerFacts
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore
 
@@ -43,8 +41,9 @@ class Start:
     """How the offset was chosen, for the log (``resumed``, ``initial``, …)."""
 
 
-def resolve_start(config: PipelineConfig, store: StateStore, server_id: int, conn: Any = None) -> Start:
-    """The stream's start offset (see the module docstring), checked against the server's binlog.
+def resolve_start(config: PipelineConfig, store: StateStore, server_id: int, server: ServerFacts) -> Start:
+    """The stream's start offset (see the module docstring), checked against the server's binlog
+    (``server``: the source as the start-up found it).
 
     Raises:
         StartupError: the mode needs something that is missing (a finished snapshot, a GTID in
@@ -56,19 +55,19 @@ def resolve_start(config: PipelineConfig, store: StateStore, server_id: int, con
     if resumed is not None:
         from binlake.stream.failover import check_binlog  # the stream's own module, not the CLI's
 
-        anchored = check_binlog(config, store, resumed, server_id, conn)
+        anchored = check_binlog(config, store, resumed, server_id, server)
         reason = "resumed" if anchored == resumed else f"resumed by GTID {resumed.gtid} on a new binlog"
         start = Start(anchored, reason)
     else:
-        start = _by_mode(config, store, server_id, conn)
-    check_available(config, start.offset, conn)
+        start = _by_mode(config, store, server_id, server)
+    check_available(start.offset, server.binary_logs)
     return start
 
 
-def check_available(config: PipelineConfig, offset: BinlogOffset, conn: Any = None) -> None:
-    """Raise ``BinlogPurgedError`` when the server's binlog no longer holds ``offset``."""
-    with session(config.source, conn) as conn:
-        files = dict(binary_logs(conn))
+def check_available(offset: BinlogOffset, binary_logs: list[tuple[str, int]]) -> None:
+    """Raise ``BinlogPurgedError`` when the server's binlog files (and sizes) no longer hold
+    ``offset``."""
+    files = dict(binary_logs)
     if offset.file not in files:
         oldest = min(files, key=lambda f: BinlogOffset(f, 0)) if files else None
         newest = max(files, key=lambda f: BinlogOffset(f, 0)) if files else None
@@ -86,7 +85,7 @@ def check_available(config: PipelineConfig, offset: BinlogOffset, conn: Any = No
         )
 
 
-def _by_mode(config: PipelineConfig, store: StateStore, server_id: int, conn: Any) -> Start:
+def _by_mode(config: PipelineConfig, store: StateStore, server_id: int, server: ServerFacts) -> Start:
     source = config.source
     mode = source.startup_mode
     if mode == "initial":
@@ -103,9 +102,7 @@ def _by_mode(config: PipelineConfig, store: StateStore, server_id: int, conn: An
             "`startup_mode: snapshot` reads the tables once and streams nothing. Fix: use `initial` "
             "(snapshot, then stream) or another mode to stream."
         )
-    with session(source, conn) as conn:
-        head = current_offset(conn, server_version(conn))
-        files = [f for f, _ in binary_logs(conn)]
+    head, files = server.head, server.files
     if mode == "latest-offset":
         return Start(BinlogOffset(head.file, head.pos), "latest-offset")
     if mode == "earliest-offset":

@@ -83,10 +83,15 @@ def file_created(source: SourceConfig, server_id: int, file: str) -> int | None:
         stream.close()
 
 
-def binlog_identity(source: SourceConfig, server_id: int, file: str) -> BinlogIdentity | None:
-    """The identity of ``file`` on the source now (None: the server has no such file)."""
-    with contextlib.closing(connect(source)) as conn:
-        name = server_name(conn, server_version(conn))
+def binlog_identity(
+    source: SourceConfig, server_id: int, file: str, server: str | None = None
+) -> BinlogIdentity | None:
+    """The identity of ``file`` on the source now (None: the server has no such file; ``server``:
+    its ``server_name`` when the caller knows it)."""
+    name = server
+    if name is None:
+        with contextlib.closing(connect(source)) as conn:
+            name = server_name(conn, server_version(conn))
     created = file_created(source, server_id, file)
     return None if created is None else BinlogIdentity(name, file, created)
 
