@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
@@ -44,9 +43,7 @@ from binlake.source.binlog.gtid_positions import (
     position_after,
 )
 from binlake.source.server.facts import ServerFacts
-from binlake.state.backfills import BackfillLedger
-from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
-from binlake.state.repair_ledger import RepairLedger
+from binlake.state.reanchoring import held_in_old_positions, move_to
 from binlake.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -142,49 +139,22 @@ def reanchor(
     captured tables, whose sink tables hold offsets)."""
     name = config.pipeline.name
     writers = _sink_tables(config, tables)
-    _refuse_unsafe(config, store, old, why, writers)
-    for writer in writers:
-        with writer.table.transaction() as tx:
-            tx.set_properties({STREAM_OFFSET_KEY: _offset_json(new)})
-    # Old positions and new ones do not compare: the history starts again at the new position
-    # with every table's current schema (rows after it were written with those).
-    current = _current_schemas(store, name)
-    store.schema_history(name).delete()
-    for version in current:
-        store.schema_history(name).record(version.table, new, version.schema, f"re-anchored after: {why}")
-    ledger = BackfillLedger(store)
-    waiting = ledger.units(name, statuses=["pending", "staged"])
-    if waiting:
-        ledger.finish(name, waiting, "stale", f"read in the old binlog's positions ({why}); run it again")
-    store.offsets(name).save(ANCHOR, new)
-    store.offsets(name).save(ORIGIN, new)  # a new Spark checkpoint: the old one holds old positions
-    store.offsets(name).save(STREAM, new)
-    log.warning("%s: the stream resumes at %s, after GTID %s (it was at %s)", why, new, old.gtid, old)
-
-
-def _refuse_unsafe(
-    config: PipelineConfig, store: StateStore, old: BinlogOffset, why: str, writers: list[IcebergWriter]
-) -> None:
-    name = config.pipeline.name
-    problems: list[str] = []
-    for writer in writers:
-        done = writer.stream_offset()
-        if done is not None and done > old and not identifier_columns(writer.table.schema()):
-            problems.append(
-                f"`{writer.identifier}` (no primary key) holds changes past {old}, which would be applied "
-                "twice"
-            )
-    if snapshot_applies(config, store):
-        highs = [c.high_watermark for p in store.plans(name).load() for c in p.chunks if c.high_watermark]
-        if highs and max(highs) > old:
-            problems.append(f"the stream is still inside its snapshot's window (up to {max(highs)})")
-    if RepairLedger(store, name).repairs(status="open"):
-        problems.append("tables are held back under repairs in the old binlog's positions")
+    problems = [
+        f"`{w.identifier}` (no primary key) holds changes past {old}, which would be applied twice"
+        for w in writers
+        if (done := w.stream_offset()) is not None and done > old and not identifier_columns(w.table.schema())
+    ]
+    problems += held_in_old_positions(store, name, old, snapshot_applies(config, store))
     if problems:
         raise BinlogChangedError(
             f"Cannot resume the stream at {old} on the new binlog ({why}): " + "; ".join(problems) + ". Fix: "
             "start anew: `binlake plan --replan`, then `binlake snapshot`."
         )
+    for writer in writers:
+        with writer.table.transaction() as tx:
+            tx.set_properties({STREAM_OFFSET_KEY: _offset_json(new)})
+    move_to(store, name, new, why)
+    log.warning("%s: the stream resumes at %s, after GTID %s (it was at %s)", why, new, old.gtid, old)
 
 
 def _sink_tables(config: PipelineConfig, tables: Iterable[CreateTable]) -> list[IcebergWriter]:
@@ -195,14 +165,6 @@ def _sink_tables(config: PipelineConfig, tables: Iterable[CreateTable]) -> list[
         if identifier not in seen and catalog.table_exists(identifier):
             seen[identifier] = IcebergWriter(catalog, identifier)
     return list(seen.values())
-
-
-def _current_schemas(store: StateStore, pipeline: str) -> list[Any]:
-    latest: dict[Any, Any] = {}
-    for version in store.schema_history(pipeline).versions():
-        if version.table not in latest or version.offset >= latest[version.table].offset:
-            latest[version.table] = version
-    return [v for v in latest.values() if v.schema is not None]
 
 
 def _offset_json(offset: BinlogOffset) -> str:
