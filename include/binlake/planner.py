@@ -20,9 +20,9 @@ from binlake.schema.routes import merged_creation, routed
 from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
-from binlake.sink.history.changelog import changelog_name, ensure_changelog
-from binlake.sink.history.scd2 import ensure_history, history_name
-from binlake.sink.history.soft_delete import ensure_columns, soft_deletes
+from binlake.sink.history.companions import ensure_companions
+from binlake.sink.history.scd2 import history_name
+from binlake.sink.history.soft_delete import soft_deletes
 from binlake.sink.layout import evolve, layout_of, layouts
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
@@ -77,14 +77,8 @@ def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> No
             )
         for change in sink_creation(config, schema):
             applier.apply(change)
-        if soft_deletes(config, schema.table):
-            ensure_columns(applier.catalog.load_table(sink_name(config, schema.table)))
-        changelog, catalog = changelog_name(config, schema.table), applier.catalog
-        if changelog is not None:
-            ensure_changelog(catalog, changelog, catalog.load_table(sink_name(config, schema.table)))
-        if history is not None:
-            sink = catalog.load_table(sink_name(config, schema.table))
-            ensure_history(catalog, history, sink, identifier_columns(sink.schema()))
+        catalog = applier.catalog
+        ensure_companions(config, catalog, schema.table, catalog.load_table(sink_name(config, schema.table)))
 
 
 def align_layouts(config: PipelineConfig, schemas: list[CreateTable]) -> None:

@@ -16,6 +16,7 @@ from binlake.sink.history.changelog import changelog_name, ensure_changelog
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2 import ensure_history, history_name
 from binlake.sink.history.scd2_writer import HistoryWriter
+from binlake.sink.history.soft_delete import ensure_columns, soft_deletes
 
 
 def companion_names(config: PipelineConfig, table: TableId) -> list[str]:
@@ -28,18 +29,32 @@ def sink_tables(config: PipelineConfig, tables: Iterable[TableId]) -> set[str]:
     return {name for t in tables for name in (sink_name(config, t), *companion_names(config, t))}
 
 
+def ensure_companions(config: PipelineConfig, catalog: Catalog, table: TableId, upsert: Table) -> None:
+    """Give ``table``'s sink table (``upsert``) what its ``sink.modes`` rule keeps beside it: the
+    soft-delete columns, its changelog table and its history table — created if missing, else
+    given the sink table's columns they lack. A table without a primary key keeps no history."""
+    if soft_deletes(config, table):
+        ensure_columns(upsert)  # a table created mid-stream, a rule added later
+    name = changelog_name(config, table)
+    if name is not None:
+        ensure_changelog(catalog, name, upsert)
+    name = history_name(config, table)
+    keys = identifier_columns(upsert.schema())
+    if name is not None and keys:
+        ensure_history(catalog, name, upsert, keys)
+
+
 def companion_writers(
     config: PipelineConfig, catalog: Catalog, table: TableId, upsert: Table
 ) -> list[ChangelogWriter]:
     """Writers of the changelog and history tables ``table`` keeps (created if missing)."""
+    ensure_companions(config, catalog, table, upsert)
     found: list[ChangelogWriter] = []
     name = changelog_name(config, table)
     if name is not None:
-        ensure_changelog(catalog, name, upsert)
         found.append(ChangelogWriter(catalog, name))
     name = history_name(config, table)
-    if name is not None:
-        keys = identifier_columns(upsert.schema())
-        ensure_history(catalog, name, upsert, keys)
+    keys = identifier_columns(upsert.schema())
+    if name is not None and keys:
         found.append(HistoryWriter(catalog, name, keys))
     return found

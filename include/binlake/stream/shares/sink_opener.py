@@ -18,11 +18,12 @@ from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import sink_name
 from binlake.sink.compaction import CompactionPolicy
-from binlake.sink.history.changelog import changelog_name, changelog_rule, ensure_changelog
+from binlake.sink.history.changelog import changelog_name, changelog_rule
 from binlake.sink.history.changelog_writer import ChangelogWriter
-from binlake.sink.history.scd2 import ensure_history, history_name
+from binlake.sink.history.companions import ensure_companions
+from binlake.sink.history.scd2 import history_name
 from binlake.sink.history.scd2_writer import HistoryWriter
-from binlake.sink.history.soft_delete import ensure_columns, soft_deletes
+from binlake.sink.history.soft_delete import soft_deletes
 from binlake.sink.writer import IcebergWriter
 from binlake.stream.shares.table_sink import TableSink
 
@@ -44,14 +45,12 @@ class SinkOpener:
         writer = self._writer(sink_name(config, table))
         if writer is None:
             return None
-        soft = soft_deletes(config, table)
-        if soft:
-            ensure_columns(writer.table)  # a table created mid-stream, a rule added later
+        ensure_companions(config, self.catalog, table, writer.table)  # created mid-stream, a rule added later
         shared = routed(config, table)
         sink = TableSink(
             schema, writer, self._chunk_keys, version, shared, transform_of(config, schema, shared)
         )
-        sink.soft_delete = sink.keyed and soft
+        sink.soft_delete = sink.keyed and soft_deletes(config, table)
         self._add_changelog(sink)
         if sink.keyed:
             self._add_history(sink)
@@ -75,7 +74,6 @@ class SinkOpener:
         rule, name = changelog_rule(self.config, table), changelog_name(self.config, table)
         if rule is None or name is None:
             return
-        ensure_changelog(self.catalog, name, sink.writer.table)
         changelog = self.writers.get(name)
         if not isinstance(changelog, ChangelogWriter) or not refreshed(changelog):
             changelog = self.writers[name] = ChangelogWriter(
@@ -86,10 +84,9 @@ class SinkOpener:
 
     def _add_history(self, sink: TableSink) -> None:
         name = history_name(self.config, sink.schema.table)
-        if name is None:
-            return
         keys = identifier_columns(sink.writer.table.schema())
-        ensure_history(self.catalog, name, sink.writer.table, keys)
+        if name is None or not keys:
+            return
         history = self.writers.get(name)
         if not isinstance(history, HistoryWriter) or not refreshed(history):
             stream = self.config.stream
