@@ -218,6 +218,25 @@ def test_kill_9_then_rerun_reads_each_chunk_once(
     assert len({r["id"] for r in rows}) == 60000
 
 
+def test_a_spark_jobs_chunks_of_one_table_land_in_one_commit(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t SELECT seq FROM seq_1_to_50", database=database
+    )
+    config = PipelineConfig.model_validate(
+        pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path / "work", chunk_size=10)
+    )
+    plan(config)
+    report = run_snapshot(config, spark)
+    assert report.chunks_read == 5  # in 5 tasks of one Spark job (the last chunk one of its own)
+    writer = IcebergWriter(open_catalog(config), sink_name(config, TableId(database, "t")))
+    appends = [s for s in writer.table.snapshots() if s.summary and s.summary.operation.value == "append"]
+    assert len(appends) == 1
+    assert len(writer.committed_chunk_commits()) == 5
+    assert len(sink_rows(config, TableId(database, "t"))) == 50
+
+
 def test_status_shows_progress_and_switch(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, write_config: Callable[..., Path], spark: Any
 ) -> None:

@@ -90,7 +90,7 @@ def chunk_groups(
 def chunk_waves(
     groups: list[list[dict[str, Any]]], parallelism: int, chunks_per_task: int
 ) -> list[list[list[dict[str, Any]]]]:
-    """The groups of each Spark job (one commit each), in order: a job holds at most
+    """The groups of each Spark job (one commit per table), in order: a job holds at most
     ``parallelism × TASKS_PER_SLOT × chunks_per_task`` chunks — the most a crash can lose — and
     every group that fits under that; the tails (each table's last chunk, a group of its own) ride
     in the first. Cutting jobs by groups instead left a job of one small group on its own (its

@@ -270,11 +270,13 @@ def _run_wave(
 ) -> None:
     tables = json.loads(base["tables"])
     rows = read_chunk_groups(spark, base, groups)
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    # One commit per table of the wave, whatever its groups: the wave is read as a whole (a failed
+    # task commits nothing of it), and chunks an earlier run committed were reconciled before.
+    by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        by_task[row["task"]].append(row)
-    for task_rows in by_task.values():
-        table = TableId.parse(task_rows[0]["table"])
+        by_table[row["table"]].append(row)
+    for table_rows in by_table.values():
+        table = TableId.parse(table_rows[0]["table"])
         commits = [
             ChunkCommit(
                 r["chunk_id"],
@@ -282,9 +284,9 @@ def _run_wave(
                 int(r["rows"]),
                 BinlogOffset.from_dict(json.loads(r["low"])),
             )
-            for r in task_rows
+            for r in table_rows
         ]
-        files = json.loads(task_rows[0]["files"])
+        files = _task_files(table_rows)
         result = writers[table].append_files(files, commits, json.dumps(tables[table.name]))
         if result.outcome == "skipped":
             commits = _as_committed(writers[table], commits, files)
@@ -302,8 +304,16 @@ def _run_wave(
         report.chunks_read += len(commits)
         report.rows += sum(c.rows for c in commits)
         report.max_executor_rss_kb = max(
-            report.max_executor_rss_kb, *(int(r["max_rss_kb"]) for r in task_rows)
+            report.max_executor_rss_kb, *(int(r["max_rss_kb"]) for r in table_rows)
         )
+
+
+def _task_files(rows: list[dict[str, Any]]) -> list[str]:
+    """The files the tasks of ``rows`` wrote (each of a task's rows lists them all), in order."""
+    seen: dict[str, list[str]] = {}
+    for row in rows:
+        seen.setdefault(row["task"], json.loads(row["files"]))
+    return [f for files in seen.values() for f in files]
 
 
 def _as_committed(writer: IcebergWriter, read: list[ChunkCommit], files: list[str]) -> list[ChunkCommit]:
