@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
@@ -27,8 +26,8 @@ from binlake.sink.layout import evolve, layout_of, layouts
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
 from binlake.source.server.checks import Check
-from binlake.source.server.connection import connect, session
-from binlake.source.server.discovery import TableSelector, discover, list_tables
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import captured_tables, discover
 from binlake.source.server.validator import has_errors, validate
 from binlake.state.store import StateStore, StoredPlan
 
@@ -45,19 +44,10 @@ class ValidationFailedError(BinlakeError):
         super().__init__(f"the source failed {len(failed)} check(s); nothing was planned:\n{lines}")
 
 
-def discover_tables(
-    config: PipelineConfig, only: list[TableId] | None = None, conn: Any = None
-) -> list[CreateTable]:
-    """The schemas of the tables the pipeline captures (or of ``only`` those), as they are now
-    (``conn``: a session of the source to ask, else a new one)."""
-    source = config.source
-    with session(source, conn) as conn:
-        tables = (
-            only
-            if only is not None
-            else TableSelector(source.tables, source.tables_exclude).select(list_tables(conn))
-        )
-        return discover(conn, tables)
+def discover_tables(config: PipelineConfig, only: list[TableId] | None = None) -> list[CreateTable]:
+    """The schemas of the tables the pipeline captures (or of ``only`` those), as they are now."""
+    with contextlib.closing(connect(config.source)) as conn:
+        return discover(conn, only if only is not None else captured_tables(conn, config.source))
 
 
 def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> None:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import ssl
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -96,19 +94,6 @@ class ServerVersion:
     def __str__(self) -> str:
         name = "MariaDB" if self.flavor == "mariadb" else "MySQL"
         return f"{name} {self.major}.{self.minor}.{self.patch}"
-
-
-@contextlib.contextmanager
-def session(
-    source: SourceConfig, conn: pymysql.Connection[Any] | None = None
-) -> Iterator[pymysql.Connection[Any]]:
-    """``conn`` (a session a caller shares between its checks, left open), else a new connection
-    closed at the end."""
-    if conn is not None:
-        yield conn
-        return
-    with contextlib.closing(connect(source)) as opened:
-        yield opened
 
 
 def connect(

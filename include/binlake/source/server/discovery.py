@@ -13,6 +13,7 @@ from typing import Any
 
 import pymysql
 
+from binlake.config import SourceConfig
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.shadow_tables import shadow_base
 from binlake.source.server.charsets import Charsets, canonical_charset, canonical_collation
@@ -66,6 +67,11 @@ def list_tables(conn: pymysql.Connection[Any]) -> list[TableId]:
             (tuple(SYSTEM_SCHEMAS),),
         )
         return sorted(TableId(str(db), str(t)) for db, t in cur.fetchall())
+
+
+def captured_tables(conn: pymysql.Connection[Any], source: SourceConfig) -> list[TableId]:
+    """The tables ``source.tables`` matches, less ``source.tables_exclude``, as the server lists them."""
+    return TableSelector(source.tables, source.tables_exclude).select(list_tables(conn))
 
 
 def primary_keys(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> dict[TableId, list[str]]:

@@ -18,7 +18,7 @@ from binlake.source.binlog.gtid_positions import server_name
 from binlake.source.binlog.scan import binary_logs
 from binlake.source.chunks.watermarks import current_offset
 from binlake.source.server.connection import ServerVersion, connect, server_version
-from binlake.source.server.discovery import TableSelector, discover, list_tables
+from binlake.source.server.discovery import captured_tables, discover
 from binlake.source.server.foreign_keys import CascadingKey, cascading_keys
 
 
@@ -47,7 +47,7 @@ def server_facts(source: SourceConfig) -> ServerFacts:
     """Ask the source, in one session, everything the stream's start-up checks."""
     with contextlib.closing(connect(source)) as conn:
         version = server_version(conn)
-        tables = discover(conn, TableSelector(source.tables, source.tables_exclude).select(list_tables(conn)))
+        tables = discover(conn, captured_tables(conn, source))
         return ServerFacts(
             version=version,
             server=server_name(conn, version),
