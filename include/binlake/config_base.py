@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -16,20 +14,6 @@ def compile_regex(value: str) -> str:
     except re.error as e:
         raise ValueError(f"not a valid regular expression ({e})") from e
     return value
-
-
-class TableRule(Protocol):
-    @property
-    def source_table(self) -> str: ...
-
-
-Rule = TypeVar("Rule", bound=TableRule)
-
-
-def first_match(rules: Iterable[Rule], table: str) -> Rule | None:
-    """The first of ``rules`` whose ``source_table`` regex matches ``table`` (``database.table``)
-    fully: how every per-table rule list of a pipeline file applies."""
-    return next((r for r in rules if re.fullmatch(r.source_table, table)), None)
 
 
 class Model(BaseModel):

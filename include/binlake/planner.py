@@ -12,16 +12,17 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from pyiceberg.catalog import Catalog
+
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable, SchemaChange, TableId
-from binlake.schema.routes import merged_creation, routed
+from binlake.schema.routes import merged_creation
+from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
+from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.history.companions import ensure_companions
-from binlake.sink.history.scd2 import history_name
-from binlake.sink.history.soft_delete import soft_deletes
 from binlake.sink.layout import evolve, layout_of, layouts
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
@@ -50,31 +51,32 @@ def discover_tables(config: PipelineConfig, only: list[TableId] | None = None) -
         return discover(conn, only if only is not None else captured_tables(conn, config.source))
 
 
-def create_sink_tables(config: PipelineConfig, schemas: list[CreateTable]) -> None:
-    """Create the Iceberg table of each captured table that has none (an existing one is kept)."""
+def create_sink_tables(
+    config: PipelineConfig, schemas: list[CreateTable], catalog: Catalog | None = None
+) -> None:
+    """Create the Iceberg table of each captured table that has none (an existing one is kept;
+    ``catalog``: the caller's, else the pipeline's opened here)."""
     applier = IcebergMetadataApplier(
-        open_catalog(config),
+        catalog or open_catalog(config),
         lambda table: sink_identifier(config, table),
         layouts(config),
     )
     for schema in schemas:
-        history = history_name(config, schema.table)
-        if (soft_deletes(config, schema.table) or history) and not schema.primary_key:
+        rules = table_rules(config, schema.table)
+        if (rules.soft_delete or rules.history_name) and not schema.primary_key:
             raise BinlakeError(
                 f"Cannot keep soft deletes or a history for {schema.table}: it has no primary key, so "
                 "a row (or a version) cannot be told from an equal one. Fix: leave `soft_delete` and "
                 "`history` off for it in its `sink.modes` rule (or give the table a primary key)."
             )
-        for change in sink_creation(config, schema):
+        for change in sink_creation(rules, schema):
             applier.apply(change)
-        catalog = applier.catalog
-        ensure_companions(config, catalog, schema.table, catalog.load_table(sink_name(config, schema.table)))
+        ensure_companions(rules, applier.catalog, applier.catalog.load_table(rules.sink_name))
 
 
-def align_layouts(config: PipelineConfig, schemas: list[CreateTable]) -> None:
+def align_layouts(config: PipelineConfig, catalog: Catalog, schemas: list[CreateTable]) -> None:
     """Bring the existing sink tables of ``schemas`` to their ``sink.layout`` rules (partition
     evolution, a new sort order: ``sink/layout.py``); tables the sink lacks are left to be created."""
-    catalog = open_catalog(config)
     done: set[str] = set()
     for schema in schemas:
         identifier = ".".join(sink_identifier(config, schema.table))
@@ -87,14 +89,13 @@ def align_layouts(config: PipelineConfig, schemas: list[CreateTable]) -> None:
             log.info("%s: layout changed: %s", identifier, "; ".join(changed))
 
 
-def sink_creation(config: PipelineConfig, schema: CreateTable) -> list[SchemaChange]:
+def sink_creation(rules: TableRules, schema: CreateTable) -> list[SchemaChange]:
     """The changes that create ``schema``'s sink table (or, routed, merge it into a shared one; or,
     transformed, the table of its projection)."""
-    shared = routed(config, schema.table)
-    transform = transform_of(config, schema, shared)
+    transform = transform_of(rules, schema)
     if transform is not None:
         return [transform.sink]
-    return merged_creation(schema) if shared else [schema]
+    return merged_creation(schema) if rules.routed else [schema]
 
 
 def plan(

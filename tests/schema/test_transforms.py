@@ -225,7 +225,7 @@ def test_values_binlake_cannot_reproduce_stop_it() -> None:
 
 def test_a_shadow_table_goes_through_its_tables_rule(tmp_path: Any) -> None:
     from binlake.config import PipelineConfig
-    from binlake.schema.transforms import transform_rule
+    from binlake.schema.table_rules import transform_rule
 
     config = PipelineConfig.model_validate(
         {

@@ -69,8 +69,8 @@ def validate_command(args: argparse.Namespace) -> int:
 
 def plan_command(args: argparse.Namespace) -> int:
     from binlake.planner import plan
+    from binlake.schema.table_rules import table_rules
     from binlake.sink.catalog import open_catalog, sink_name
-    from binlake.sink.history.companions import companion_names
     from binlake.sink.layout import describe
 
     config = _load(args.config)
@@ -83,7 +83,7 @@ def plan_command(args: argparse.Namespace) -> int:
         {
             **layouts[p.table],
             "table": p.table.name,
-            "keeps": companion_names(config, p.table),
+            "keeps": table_rules(config, p.table).companion_names,
             "key_column": p.key_column,
             "strategy": p.strategy,
             "reason": p.reason,
@@ -354,13 +354,13 @@ def maintain_command(args: argparse.Namespace) -> int:
 def _maintain_tables(
     config: PipelineConfig, store: StateStore, args: argparse.Namespace, holder: Holder
 ) -> int:
+    from binlake.schema.table_rules import table_rules
     from binlake.sink.catalog import open_catalog, sink_name
-    from binlake.sink.history.companions import companion_names
     from binlake.sink.maintenance import MaintenanceOptions, maintain
 
     stored = store.plans(config.pipeline.name).load()
     plans = {sink_name(config, p.table): p for p in stored}
-    plans |= {name: p for p in stored for name in companion_names(config, p.table)}
+    plans |= {name: p for p in stored for name in table_rules(config, p.table).companion_names}
     if not plans:
         raise BinlakeError(
             f"Nothing to maintain: pipeline `{config.pipeline.name}` has no planned tables yet. "

@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.schema.routes import routed
+from binlake.schema.table_rules import table_rules
 from binlake.schema.transform_sql import filter_sql
-from binlake.schema.transforms import transform_of, transform_rule
+from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import RowConverter, arrow_schema
 from binlake.source.binlog.change_reader import BinlogReader, SchemaChangedError
 from binlake.source.binlog.event_rows import UnreplicableChangeError
@@ -85,7 +85,7 @@ def expected_rows(
         # semi-sync wait) is not in the count, so it must not count as a change before it.
         reader_id = config.quality.reader_server_id(config.source)
         low = LowWatermark(gtid_boundaries(config.source, reader_id)).read(conn, version)
-        rule = transform_rule(config, schema.table.name)
+        rule = table_rules(config, schema.table).transform
         kept = (  # the sink's rows only
             f" WHERE ({filter_sql(rule.filter, str(schema.table))})"
             if rule is not None and rule.filter
@@ -143,7 +143,7 @@ def _changes_since(
     written = version.schema if version is not None and version.schema is not None else schema
     keys = key_columns(written, dict(config.source.chunk_key_columns))
     reader_id = config.quality.reader_server_id(config.source)
-    transform = transform_of(config, written, routed(config, schema.table))
+    transform = transform_of(table_rules(config, schema.table), written)
     # A filter decides by whole rows (an update may move a row out of it: a delete in the sink).
     kept = changes_after(
         config, store, written, offset, high, reader_id, plans, keys if transform is None else None

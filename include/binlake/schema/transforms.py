@@ -39,8 +39,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from binlake.config import PipelineConfig, TransformRule
-from binlake.config_base import first_match
 from binlake.events import (
     AddColumn,
     AlterColumnType,
@@ -50,10 +48,9 @@ from binlake.events import (
     DropColumn,
     RenameColumn,
     SchemaChange,
-    TableId,
 )
 from binlake.offsets import POS_MASK
-from binlake.schema.shadow_tables import shadow_base
+from binlake.schema.table_rules import TableRules
 from binlake.schema.transform_eval import TransformInexactError, arrow_of, evaluate
 from binlake.schema.transform_rules import RULES
 from binlake.schema.transform_sql import (
@@ -311,31 +308,22 @@ def sink_column(name: str, t: SqlType) -> Column:
     return Column(name, "longtext", "longtext", collation="utf8mb4_bin", charset="utf8mb4")  # NULL
 
 
-def transform_rule(config: PipelineConfig, table: str) -> TransformRule | None:
-    """The first ``transform`` rule whose ``source_table`` matches ``table`` (``database.table``),
-    or, for an online schema-change tool's shadow table (``_t_gho``…), ``t`` (its rows become
-    ``t``'s at the cut-over, so they go through ``t``'s transform from the start)."""
-    found = first_match(config.transform, table)
-    base = shadow_base(TableId.parse(table)) if found is None and config.transform else None
-    return transform_rule(config, base.name) if base is not None else found
-
-
-def transform_of(config: PipelineConfig, schema: CreateTable, routed: bool = False) -> Transform | None:
-    """``schema``'s transform under ``config`` (None: no rule matches it).
+def transform_of(rules: TableRules, schema: CreateTable) -> Transform | None:
+    """``schema``'s transform under its table's ``rules`` (None: no rule matches it).
 
     Raises:
         TransformError: the rule cannot be applied to this table exactly.
     """
-    rule = transform_rule(config, str(schema.table))
+    rule = rules.transform
     if rule is None:
         return None
-    if routed:
+    if rules.routed:
         raise TransformError(
             f"transform of {schema.table}: the table is also routed to a shared sink table, and binlake does "
             "not combine the two. Fix: remove it from one of `transform` and `route`."
         )
     transform = _compiled(TransformSpec(rule.projection, rule.filter, rule.description or ""), schema)
-    chunk_key = dict(config.source.chunk_key_columns).get(schema.table.name)
+    chunk_key = rules.chunk_key
     if not schema.primary_key and chunk_key and chunk_key not in transform.sink.column_names:
         raise TransformError(
             f"{transform.where}: the projection leaves out `{chunk_key}`, the chunk key by which snapshots, "

@@ -27,10 +27,10 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform, Transform, 
 from pyiceberg.types import NestedField
 
 from binlake.config import PipelineConfig
-from binlake.config_base import first_match
 from binlake.config_layout import LayoutRule, PartitionTerm, SortTerm
 from binlake.errors import BinlakeError
 from binlake.events import TableId
+from binlake.schema.table_rules import first_match
 
 #: The first partition field id Iceberg assigns.
 _FIRST_FIELD_ID = 1000

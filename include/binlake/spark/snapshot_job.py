@@ -29,13 +29,11 @@ from binlake.events import CreateTable, TableId, table_to_dict
 from binlake.job_metrics import JobMetrics
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
-from binlake.schema.routes import routed
-from binlake.schema.transforms import transform_rule
+from binlake.schema.table_rules import table_rules
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.companions import companion_writers
-from binlake.sink.history.soft_delete import soft_deletes
 from binlake.sink.maintenance import DEFAULT_TARGET_FILE_SIZE
 from binlake.sink.partition_files import Partitioning
 from binlake.sink.writer import IcebergWriter
@@ -204,7 +202,7 @@ def changelog_writers(
     holding the snapshot chunks its upsert table holds (a crash between the commits)."""
     found = {}
     for table, writer in writers.items():
-        companions = companion_writers(config, catalog, table, writer.table)
+        companions = companion_writers(table_rules(config, table), catalog, writer.table)
         for companion in companions:
             companion.seed(writer.table)
         if companions:
@@ -224,6 +222,7 @@ def task_options(
     config: PipelineConfig, schemas: dict[TableId, CreateTable], writers: dict[TableId, IcebergWriter]
 ) -> dict[str, str]:
     source = config.source.model_dump(mode="json", exclude={"password": True, "tls": {"key"}})
+    rules = {t: table_rules(config, t) for t in writers}
     target = {
         t.name: int(w.table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
         for t, w in writers.items()
@@ -241,13 +240,13 @@ def task_options(
         "tls_key_secret": tls_key(config.source),
         "tables": json.dumps({t.name: table_to_dict(s) for t, s in schemas.items() if t in writers}),
         "locations": json.dumps({t.name: w.table.location() for t, w in writers.items()}),
-        "routed": json.dumps([t.name for t in writers if routed(config, t)]),
-        "soft_delete": json.dumps([t.name for t in writers if soft_deletes(config, t)]),
+        "routed": json.dumps([t.name for t, r in rules.items() if r.routed]),
+        "soft_delete": json.dumps([t.name for t, r in rules.items() if r.soft_delete]),
         "transforms": json.dumps(
             {
-                t.name: rule.model_dump(exclude={"source_table"})
-                for t in writers
-                if (rule := transform_rule(config, t.name))
+                t.name: r.transform.model_dump(exclude={"source_table"})
+                for t, r in rules.items()
+                if r.transform
             }
         ),
         "partitioning": json.dumps(

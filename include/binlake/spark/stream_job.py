@@ -158,8 +158,9 @@ def _stream(
     held: list[str] = []
     writers: dict[str, IcebergWriter] = {}
     try:
-        ready = preflight(config, store)
-        make_sink = SinkOpener(config, open_catalog(config))
+        catalog = open_catalog(config)
+        ready = preflight(config, store, catalog)
+        make_sink = SinkOpener(config, catalog)
         writers = make_sink.writers
         sinks = {s.table.name: sink for s in ready.schemas if (sink := make_sink(s)) is not None}
         for sink in sinks.values():

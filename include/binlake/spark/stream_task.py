@@ -19,8 +19,8 @@ from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import TableId, table_from_dict
 from binlake.offsets import BinlogOffset
+from binlake.schema.table_rules import table_rules
 from binlake.schema.type_mapping import RowConverter
-from binlake.sink.history.changelog import whole_images
 from binlake.source.binlog.change_reader import BinlogReader
 from binlake.source.binlog.xa import PreparedXa, Xid
 from binlake.stream.records import RecordBuilder
@@ -51,7 +51,8 @@ def read_segment(
     source = config.source
     tables = {TableId.parse(name): table_from_dict(data) for name, data in json.loads(schemas).items()}
     finish = BinlogOffset(str(end["file"]), int(end["pos"]))
-    whole = whole_images(config, set(tables))  # a changelog shows before images, soft deletes keep them
+    # a changelog shows before images, soft deletes keep them
+    whole = frozenset(t for t in tables if table_rules(config, t).whole_images)
     builder = RecordBuilder(tables.values(), dict(source.chunk_key_columns), whole)
     if not tables:  # every captured table was dropped: only the segment's end to report
         builder.segment(finish, 0)

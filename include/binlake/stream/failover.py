@@ -26,12 +26,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from pyiceberg.catalog import Catalog
+
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.catalog import sink_name
 from binlake.sink.exactly_once import STREAM_OFFSET_KEY
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.spans import snapshot_applies
@@ -78,7 +80,12 @@ class BinlogAnchor:
 
 
 def check_binlog(
-    config: PipelineConfig, store: StateStore, offset: BinlogOffset, server_id: int, server: ServerFacts
+    config: PipelineConfig,
+    store: StateStore,
+    catalog: Catalog,
+    offset: BinlogOffset,
+    server_id: int,
+    server: ServerFacts,
 ) -> BinlogOffset:
     """The offset to resume from: ``offset`` on the same binlog, or its GTID set's end on a new one
     (``server``: the source as the start-up found it).
@@ -118,7 +125,7 @@ def check_binlog(
             "pipeline at a server that holds those transactions, or start anew: `binlake plan --replan`, "
             "then `binlake snapshot`."
         ) from None
-    reanchor(config, store, offset, new, what, server.tables)
+    reanchor(config, store, catalog, offset, new, what, server.tables)
     return new
 
 
@@ -130,6 +137,7 @@ def _purged(files: list[str], offset: BinlogOffset) -> bool:
 def reanchor(
     config: PipelineConfig,
     store: StateStore,
+    catalog: Catalog,
     old: BinlogOffset,
     new: BinlogOffset,
     why: str,
@@ -138,7 +146,7 @@ def reanchor(
     """Move everything the stream stored in the old binlog's positions to ``new`` (``tables``: the
     captured tables, whose sink tables hold offsets)."""
     name = config.pipeline.name
-    writers = _sink_tables(config, tables)
+    writers = _sink_tables(config, catalog, tables)
     problems = [
         f"`{w.identifier}` (no primary key) holds changes past {old}, which would be applied twice"
         for w in writers
@@ -157,8 +165,9 @@ def reanchor(
     log.warning("%s: the stream resumes at %s, after GTID %s (it was at %s)", why, new, old.gtid, old)
 
 
-def _sink_tables(config: PipelineConfig, tables: Iterable[CreateTable]) -> list[IcebergWriter]:
-    catalog = open_catalog(config)
+def _sink_tables(
+    config: PipelineConfig, catalog: Catalog, tables: Iterable[CreateTable]
+) -> list[IcebergWriter]:
     seen: dict[str, IcebergWriter] = {}
     for schema in tables:
         identifier = sink_name(config, schema.table)

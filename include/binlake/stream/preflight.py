@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from pyiceberg.catalog import Catalog
+
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
@@ -47,8 +49,9 @@ class Preflight:
     snapshot_filter: SnapshotFilter | None
 
 
-def preflight(config: PipelineConfig, store: StateStore) -> Preflight:
-    """Check and resolve everything the stream needs before its first batch.
+def preflight(config: PipelineConfig, store: StateStore, catalog: Catalog) -> Preflight:
+    """Check and resolve everything the stream needs before its first batch (``catalog``: the
+    stream's, opened once).
 
     Raises:
         StartupError: a captured table has a cascading foreign key, no table matches, or the start
@@ -56,10 +59,10 @@ def preflight(config: PipelineConfig, store: StateStore) -> Preflight:
     """
     server = server_facts(config.source)  # one session answers every check
     refuse_cascading_keys(server.cascading)
-    start = resolve_start(config, store, config.source.server_id.end, server)
+    start = resolve_start(config, store, catalog, config.source.server_id.end, server)
     tracker = SchemaTracker(config, store)
-    schemas = _schemas(config, tracker, server.tables, start.offset)
-    align_layouts(config, schemas)  # a changed `sink.layout` rule takes effect at a restart
+    schemas = _schemas(config, catalog, tracker, server.tables, start.offset)
+    align_layouts(config, catalog, schemas)  # a changed `sink.layout` rule takes effect at a restart
     plans = store.plans(config.pipeline.name).load()
     snapshot_filter = (
         SnapshotFilter(config.source, plans, {s.table.name: s for s in schemas})
@@ -91,7 +94,11 @@ def refuse_cascading_keys(found: list[CascadingKey]) -> None:
 
 
 def _schemas(
-    config: PipelineConfig, tracker: SchemaTracker, discovered: list[CreateTable], start: BinlogOffset
+    config: PipelineConfig,
+    catalog: Catalog,
+    tracker: SchemaTracker,
+    discovered: list[CreateTable],
+    start: BinlogOffset,
 ) -> list[CreateTable]:
     """The captured tables' schemas at ``start``: from the schema history once it has begun,
     else (a new stream) the server's, which then begin the history.
@@ -106,7 +113,7 @@ def _schemas(
             raise StartupError(
                 f"No table of the source matches `source.tables` {config.source.tables}: nothing to stream."
             )
-        create_sink_tables(config, discovered)  # modes without a snapshot start from empty tables
+        create_sink_tables(config, discovered, catalog)  # modes without a snapshot start from empty tables
         tracker.bootstrap(discovered, start)
     known = {v.table for v in store.schema_history(config.pipeline.name).versions()}
     unknown = sorted(str(s.table) for s in discovered if s.table not in known)

@@ -44,7 +44,7 @@ from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
 from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
 from binlake.schema.history import SchemaEvolutionError, evolve, tables_changed
-from binlake.schema.routes import routed
+from binlake.schema.table_rules import table_rules
 from binlake.snapshot.spans import TableSpan, stream_spans
 from binlake.source.binlog.scan import Boundary
 from binlake.source.server.charsets import Charsets
@@ -302,14 +302,15 @@ def _through_transform(
     """The sink changes of a transformed table's change (``schema.transforms``); None: not transformed."""
     # Imported here: the planning side imports this module (see SchemaTracker.ddl).
     from binlake.schema.transform_sql import TransformError
-    from binlake.schema.transforms import sink_changes_through, transform_of, transform_rule
+    from binlake.schema.transforms import sink_changes_through, transform_of
 
     change = request.change
+    rules = table_rules(config, change.table)
     if isinstance(change, CreateTable):
-        transform = transform_of(config, change, routed(config, change.table))
+        transform = transform_of(rules, change)
         return [transform.sink] if transform is not None else None
     if isinstance(change, RenameTable):
-        old, new = transform_rule(config, change.table.name), transform_rule(config, change.new_table.name)
+        old, new = rules.transform, table_rules(config, change.new_table).transform
         if old != new:  # the sink table holds one rule's projection; the other's rows would not fit
             raise TransformError(
                 f"{change.table} is renamed to {change.new_table}, and the two names fall under different "
@@ -318,7 +319,7 @@ def _through_transform(
                 f"(`binlake backfill --table {change.new_table}`)."
             )
         return None
-    if transform_rule(config, str(change.table)) is None:
+    if rules.transform is None:
         return None
     earlier = [
         v
@@ -328,7 +329,7 @@ def _through_transform(
     before = earlier[-1].schema if earlier else None
     if before is None:
         return None
-    transform = transform_of(config, before, routed(config, change.table))
+    transform = transform_of(rules, before)
     return sink_changes_through(transform, change, after) if transform is not None else None
 
 
@@ -343,7 +344,7 @@ def _log_removals(
     if not catalog.table_exists(identifier):
         return
     upsert = catalog.load_table(identifier)
-    for writer in companion_writers(config, catalog, table, upsert):
+    for writer in companion_writers(table_rules(config, table), catalog, upsert):
         removed = writer.remove_all(upsert, request.offset, change_id(request), removal_time(request))
         what = describe_change(request.change)
         log.info("%s: %d rows removed by %s, in %s", table, removed, what, writer.identifier)
@@ -374,7 +375,7 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     """
     from binlake.schema.transform_sql import TransformError
     from binlake.sink.catalog import open_catalog, sink_identifier
-    from binlake.sink.history.soft_delete import soft_deletes, truncate_marking
+    from binlake.sink.history.soft_delete import truncate_marking
     from binlake.sink.layout import layouts  # see SchemaTracker.ddl
     from binlake.sink.metadata_applier import IcebergMetadataApplier, UnsupportedSchemaChangeError
 
@@ -385,6 +386,7 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         layouts(config),
     )
     change = request.change
+    shared = table_rules(config, change.table).routed
     target = change.new_table if isinstance(change, RenameTable) else change.table
     selector = SchemaTracker(config, store).selector
     if (
@@ -404,9 +406,7 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     try:
         planned = _through_transform(config, store, request, version.schema if version else None)
         if planned is None:
-            planned = sink_changes(
-                change, behavior, safe, version.schema if version else None, routed(config, change.table)
-            )
+            planned = sink_changes(change, behavior, safe, version.schema if version else None, shared)
     except (SchemaChangeRefusedError, TransformError) as e:
         store.schema_requests(pipeline).finish(request.offset, request.seq, "failed", str(e))
         return "failed"
@@ -416,13 +416,12 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         log.info("schema change %s at %s: %s", describe_change(change), request.offset, reason)
         return "ignored"
     try:
-        shared = routed(config, change.table)
         for step in planned:
             # a routed source's creation never replaces the table the other sources share
             step_id = None if shared and isinstance(step, CreateTable) else change_id(request)
             if isinstance(step, (TruncateTable, DropTable)):
                 _log_removals(config, applier, step.table, request)
-            if isinstance(step, TruncateTable) and soft_deletes(config, step.table):
+            if isinstance(step, TruncateTable) and table_rules(config, step.table).soft_delete:
                 # The rows stay, marked deleted by the TRUNCATE (sink/history/soft_delete.py).
                 table = applier.catalog.load_table(applier.identifier(step.table))
                 marked = truncate_marking(table, removal_time(request), request.offset, change_id(request))

@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pyiceberg.catalog import Catalog
+
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset, GtidError, gtid_matcher
@@ -41,9 +43,12 @@ class Start:
     """How the offset was chosen, for the log (``resumed``, ``initial``, …)."""
 
 
-def resolve_start(config: PipelineConfig, store: StateStore, server_id: int, server: ServerFacts) -> Start:
+def resolve_start(
+    config: PipelineConfig, store: StateStore, catalog: Catalog, server_id: int, server: ServerFacts
+) -> Start:
     """The stream's start offset (see the module docstring), checked against the server's binlog
-    (``server``: the source as the start-up found it).
+    (``server``: the source as the start-up found it; ``catalog``: whose sink tables a failover
+    re-anchors).
 
     Raises:
         StartupError: the mode needs something that is missing (a finished snapshot, a GTID in
@@ -55,7 +60,7 @@ def resolve_start(config: PipelineConfig, store: StateStore, server_id: int, ser
     if resumed is not None:
         from binlake.stream.failover import check_binlog  # the stream's own module, not the CLI's
 
-        anchored = check_binlog(config, store, resumed, server_id, server)
+        anchored = check_binlog(config, store, catalog, resumed, server_id, server)
         reason = "resumed" if anchored == resumed else f"resumed by GTID {resumed.gtid} on a new binlog"
         start = Start(anchored, reason)
     else:

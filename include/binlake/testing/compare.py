@@ -17,6 +17,7 @@ from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, routed
+from binlake.schema.table_rules import table_rules
 from binlake.schema.transforms import Transform, transform_of
 from binlake.schema.type_mapping import RowConverter
 from binlake.sink.catalog import open_catalog, sink_name
@@ -88,7 +89,7 @@ def compare(config: PipelineConfig) -> list[TableComparison]:
     """Compare every captured table of the pipeline."""
     results = []
     for schema in discover_tables(config):
-        transform = transform_of(config, schema, routed(config, schema.table))
+        transform = transform_of(table_rules(config, schema.table), schema)
         if transform is None:
             source, sink = bag(source_rows(config, schema)), bag(sink_rows_of(config, schema))
         else:

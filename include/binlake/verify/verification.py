@@ -33,13 +33,13 @@ from binlake.planner import discover_tables
 from binlake.quality.checkpoint import sink_offset
 from binlake.quality.reconcile import changes_after
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.schema.table_rules import table_rules
 from binlake.schema.transform_sql import TransformError
-from binlake.schema.transforms import Transform, transform_of, transform_rule
+from binlake.schema.transforms import Transform, transform_of
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.catalog import open_catalog
 from binlake.sink.exactly_once import stream_offset
-from binlake.sink.history.changelog import OP, changelog_rule
-from binlake.sink.history.companions import companion_names
+from binlake.sink.history.changelog import OP
 from binlake.source.binlog.change_reader import SchemaChangedError
 from binlake.source.binlog.event_rows import UnreplicableChangeError
 from binlake.source.binlog.scan import BinlogPurgedError, binary_logs
@@ -178,7 +178,7 @@ def verify(
             # A history's current versions and a changelog's replayed state are the source's rows
             # too (not recorded: the store keeps one verdict per chunk of a source table — the
             # upsert table's).
-            for companion in companion_names(config, stored.table):
+            for companion in table_rules(config, stored.table).companion_names:
                 result = _verify_table(
                     config, store, schema, column.name, chunks, plans, consistent_snapshot, companion
                 )
@@ -209,13 +209,14 @@ def _verify_table(
 ) -> TableVerification:
     """Verify one sink table of ``schema`` (its upsert table, or ``identifier``: its history)."""
     name = config.pipeline.name
-    identifier = identifier or sink_name(config, schema.table)
+    rules = table_rules(config, schema.table)
+    identifier = identifier or rules.sink_name
     result = TableVerification(schema.table.name, identifier, key)
     pinned = _pin(config, store, identifier)
     sink_columns = set(pinned.table.schema().column_names) if pinned else set()
     refused = None
     try:
-        transform = transform_of(config, schema) if transform_rule(config, schema.table.name) else None
+        transform = transform_of(rules, schema)
     except TransformError as e:  # the rule no longer fits the table: said below, as unverified
         transform, refused = None, str(e)
     if transform is None:
@@ -297,10 +298,11 @@ def _sums_of(config: PipelineConfig, schema: CreateTable, pinned: PinnedSink) ->
     replay to — by key where an update may be its after image alone."""
     if OP not in pinned.table.schema().column_names:
         return sink_sums
-    rule = changelog_rule(config, schema.table)
+    rules = table_rules(config, schema.table)
+    rule = rules.changelog
     if rule is None or rule.changelog_updates == "both":
         return changelog_sums
-    upsert = open_catalog(config).load_table(sink_name(config, schema.table))
+    upsert = open_catalog(config).load_table(rules.sink_name)
     return functools.partial(changelog_sums, keys=identifier_columns(upsert.schema()))
 
 

@@ -42,12 +42,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform
 
-from binlake.config import PipelineConfig
-from binlake.config_base import first_match
-from binlake.config_modes import ModeRule
-from binlake.events import TableId
 from binlake.offsets import POS_MASK, BinlogOffset
-from binlake.sink.catalog import sink_name
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 
 OP = "__op__"
@@ -72,30 +67,6 @@ METADATA = pa.schema(
     ]
 )
 INSERT, BEFORE, AFTER, DELETE = "+I", "-U", "+U", "-D"
-
-
-def mode_rule(config: PipelineConfig, table: TableId) -> ModeRule | None:
-    """The first ``sink.modes`` rule whose ``source_table`` matches ``table`` fully."""
-    return first_match(config.sink.modes, table.name)
-
-
-def changelog_rule(config: PipelineConfig, table: TableId) -> ModeRule | None:
-    """``table``'s mode rule if it keeps a changelog."""
-    rule = mode_rule(config, table)
-    return rule if rule is not None and rule.changelog else None
-
-
-def changelog_name(config: PipelineConfig, table: TableId) -> str | None:
-    """``namespace.table`` of ``table``'s changelog table, if it keeps one."""
-    rule = changelog_rule(config, table)
-    return sink_name(config, table) + rule.changelog_suffix if rule is not None else None
-
-
-def whole_images(config: PipelineConfig, tables: list[TableId] | set[TableId]) -> frozenset[TableId]:
-    """Those of ``tables`` whose before images are read whole: they keep a changelog (which shows
-    them) or soft deletes (which keep the deleted rows)."""
-    rules = {t: mode_rule(config, t) for t in tables}
-    return frozenset(t for t, r in rules.items() if r is not None and (r.changelog or r.soft_delete))
 
 
 def changelog_schema(sink: Schema) -> Schema:

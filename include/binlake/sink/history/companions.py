@@ -10,51 +10,41 @@ from pyiceberg.table import Table
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
+from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import sink_name
-from binlake.sink.history.changelog import changelog_name, ensure_changelog
+from binlake.sink.history.changelog import ensure_changelog
 from binlake.sink.history.changelog_writer import ChangelogWriter
-from binlake.sink.history.scd2 import ensure_history, history_name
+from binlake.sink.history.scd2 import ensure_history
 from binlake.sink.history.scd2_writer import HistoryWriter
-from binlake.sink.history.soft_delete import ensure_columns, soft_deletes
-
-
-def companion_names(config: PipelineConfig, table: TableId) -> list[str]:
-    """``namespace.table`` of the changelog and history tables ``table`` keeps."""
-    return [n for n in (changelog_name(config, table), history_name(config, table)) if n is not None]
+from binlake.sink.history.soft_delete import ensure_columns
 
 
 def sink_tables(config: PipelineConfig, tables: Iterable[TableId]) -> set[str]:
     """The sink tables of ``tables``, with the changelog and history tables they keep."""
-    return {name for t in tables for name in (sink_name(config, t), *companion_names(config, t))}
+    rules = [table_rules(config, t) for t in tables]
+    return {name for r in rules for name in (r.sink_name, *r.companion_names)}
 
 
-def ensure_companions(config: PipelineConfig, catalog: Catalog, table: TableId, upsert: Table) -> None:
-    """Give ``table``'s sink table (``upsert``) what its ``sink.modes`` rule keeps beside it: the
+def ensure_companions(rules: TableRules, catalog: Catalog, upsert: Table) -> None:
+    """Give a table's sink table (``upsert``) what its ``sink.modes`` rule keeps beside it: the
     soft-delete columns, its changelog table and its history table — created if missing, else
     given the sink table's columns they lack. A table without a primary key keeps no history."""
-    if soft_deletes(config, table):
+    if rules.soft_delete:
         ensure_columns(upsert)  # a table created mid-stream, a rule added later
-    name = changelog_name(config, table)
-    if name is not None:
-        ensure_changelog(catalog, name, upsert)
-    name = history_name(config, table)
+    if rules.changelog_name is not None:
+        ensure_changelog(catalog, rules.changelog_name, upsert)
     keys = identifier_columns(upsert.schema())
-    if name is not None and keys:
-        ensure_history(catalog, name, upsert, keys)
+    if rules.history_name is not None and keys:
+        ensure_history(catalog, rules.history_name, upsert, keys)
 
 
-def companion_writers(
-    config: PipelineConfig, catalog: Catalog, table: TableId, upsert: Table
-) -> list[ChangelogWriter]:
-    """Writers of the changelog and history tables ``table`` keeps (created if missing)."""
-    ensure_companions(config, catalog, table, upsert)
+def companion_writers(rules: TableRules, catalog: Catalog, upsert: Table) -> list[ChangelogWriter]:
+    """Writers of the changelog and history tables a table keeps (created if missing)."""
+    ensure_companions(rules, catalog, upsert)
     found: list[ChangelogWriter] = []
-    name = changelog_name(config, table)
-    if name is not None:
-        found.append(ChangelogWriter(catalog, name))
-    name = history_name(config, table)
+    if rules.changelog_name is not None:
+        found.append(ChangelogWriter(catalog, rules.changelog_name))
     keys = identifier_columns(upsert.schema())
-    if name is not None and keys:
-        found.append(HistoryWriter(catalog, name, keys))
+    if rules.history_name is not None and keys:
+        found.append(HistoryWriter(catalog, rules.history_name, keys))
     return found

@@ -37,10 +37,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 
-from binlake.config import PipelineConfig
-from binlake.events import TableId
-from binlake.sink.catalog import sink_name
-from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION, mode_rule
+from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.merge_on_read import MERGE_MODE, MERGE_ON_READ
 from binlake.sink.row_match import same_key_as_next
@@ -62,12 +59,6 @@ METADATA = pa.schema(
         (CLOSED, pa.int64()),
     ]
 )
-
-
-def history_name(config: PipelineConfig, table: TableId) -> str | None:
-    """``namespace.table`` of ``table``'s history table, if it keeps one."""
-    rule = mode_rule(config, table)
-    return sink_name(config, table) + rule.history_suffix if rule is not None and rule.history else None
 
 
 def history_schema(sink: Schema, keys: Sequence[str]) -> Schema:

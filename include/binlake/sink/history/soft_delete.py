@@ -26,9 +26,6 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
-from binlake.config import PipelineConfig
-from binlake.config_base import first_match
-from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.layout import sorted_rows
@@ -41,12 +38,6 @@ DELETED_POSITION = "__deleted_position__"
 COLUMNS = pa.schema(
     [(DELETED, pa.bool_()), (DELETED_AT, pa.timestamp("us", "UTC")), (DELETED_POSITION, pa.int64())]
 )
-
-
-def soft_deletes(config: PipelineConfig, table: TableId) -> bool:
-    """Whether ``table``'s sink keeps the rows the source deletes."""
-    rule = first_match(config.sink.modes, table.name)
-    return rule is not None and rule.soft_delete
 
 
 def ensure_columns(table: Table) -> None:

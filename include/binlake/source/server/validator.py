@@ -350,14 +350,15 @@ def _check_transforms(
     conn: pymysql.Connection[Any], config: PipelineConfig, tables: list[TableId]
 ) -> list[Check]:
     """Each ``transform`` rule compiled against the tables it matches (``schema.transforms``)."""
-    from binlake.schema.routes import routed  # the transforms' checks need the tables' schemas
-    from binlake.schema.transforms import TransformError, transform_of, transform_rule
+    from binlake.schema.table_rules import table_rules  # the transforms' checks need the tables' schemas
+    from binlake.schema.transforms import TransformError, transform_of
 
-    matched = [t for t in tables if transform_rule(config, t.name) is not None]
+    rules = {t: table_rules(config, t) for t in tables}
+    matched = [t for t, r in rules.items() if r.transform is not None]
     checks = []
     for schema in discover(conn, matched):
         try:
-            transform_of(config, schema, routed(config, schema.table))
+            transform_of(rules[schema.table], schema)
         except TransformError as e:
             message, _, fix = str(e).partition(" Fix: ")
             checks.append(Check("transform", "error", message, fix.rstrip(".") or None))

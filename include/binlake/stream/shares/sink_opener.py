@@ -13,17 +13,13 @@ from typing import Any
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.schema.routes import routed
+from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.transforms import transform_of
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import sink_name
 from binlake.sink.compaction import CompactionPolicy
-from binlake.sink.history.changelog import changelog_name, changelog_rule
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.companions import ensure_companions
-from binlake.sink.history.scd2 import history_name
 from binlake.sink.history.scd2_writer import HistoryWriter
-from binlake.sink.history.soft_delete import soft_deletes
 from binlake.sink.writer import IcebergWriter
 from binlake.stream.shares.table_sink import TableSink
 
@@ -41,19 +37,16 @@ class SinkOpener:
 
     def __call__(self, schema: CreateTable, version: BinlogOffset | None = None) -> TableSink | None:
         """The sink of ``schema`` (``version``: where it began), None while its table is missing."""
-        config, table = self.config, schema.table
-        writer = self._writer(sink_name(config, table))
+        rules = table_rules(self.config, schema.table)
+        writer = self._writer(rules.sink_name)
         if writer is None:
             return None
-        ensure_companions(config, self.catalog, table, writer.table)  # created mid-stream, a rule added later
-        shared = routed(config, table)
-        sink = TableSink(
-            schema, writer, self._chunk_keys, version, shared, transform_of(config, schema, shared)
-        )
-        sink.soft_delete = sink.keyed and soft_deletes(config, table)
-        self._add_changelog(sink)
+        ensure_companions(rules, self.catalog, writer.table)  # created mid-stream, a rule added later
+        sink = TableSink(schema, writer, self._chunk_keys, version, rules.routed, transform_of(rules, schema))
+        sink.soft_delete = sink.keyed and rules.soft_delete
+        self._add_changelog(sink, rules)
         if sink.keyed:
-            self._add_history(sink)
+            self._add_history(sink, rules)
         return sink
 
     def _writer(self, identifier: str) -> IcebergWriter | None:
@@ -69,9 +62,8 @@ class SinkOpener:
             )  # fmt: skip
         return writer
 
-    def _add_changelog(self, sink: TableSink) -> None:
-        table = sink.schema.table
-        rule, name = changelog_rule(self.config, table), changelog_name(self.config, table)
+    def _add_changelog(self, sink: TableSink, rules: TableRules) -> None:
+        rule, name = rules.changelog, rules.changelog_name
         if rule is None or name is None:
             return
         changelog = self.writers.get(name)
@@ -82,8 +74,8 @@ class SinkOpener:
             )  # fmt: skip
         sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
 
-    def _add_history(self, sink: TableSink) -> None:
-        name = history_name(self.config, sink.schema.table)
+    def _add_history(self, sink: TableSink, rules: TableRules) -> None:
+        name = rules.history_name
         keys = identifier_columns(sink.writer.table.schema())
         if name is None or not keys:
             return

@@ -1,0 +1,113 @@
+"""What a pipeline file's per-table rules say of one source table, looked up once.
+
+Each per-table rule list (``route``, ``transform``, ``sink.modes``, ``sink.layout``) applies by its
+first rule whose ``source_table`` regex matches ``database.table`` fully. ``table_rules`` looks all
+of them up at once: a table's sink table, its transform rule, what the sink keeps of it and its
+layout rule travel as one value instead of the whole config being asked again at each use
+(docs/architecture.md, "Per-table rules").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from binlake.config import PipelineConfig, TransformRule
+from binlake.config_layout import LayoutRule
+from binlake.config_modes import ModeRule
+from binlake.events import TableId
+from binlake.schema.routes import SinkTable, sink_table
+from binlake.schema.shadow_tables import shadow_base
+
+
+class _Rule(Protocol):
+    @property
+    def source_table(self) -> str: ...
+
+
+Rule = TypeVar("Rule", bound=_Rule)
+
+
+def first_match(rules: Iterable[Rule], table: str) -> Rule | None:
+    """The first of ``rules`` whose ``source_table`` regex matches ``table`` (``database.table``)
+    fully: how every per-table rule list of a pipeline file applies."""
+    return next((r for r in rules if re.fullmatch(r.source_table, table)), None)
+
+
+def transform_rule(config: PipelineConfig, table: str) -> TransformRule | None:
+    """The first ``transform`` rule whose ``source_table`` matches ``table`` (``database.table``),
+    or, for an online schema-change tool's shadow table (``_t_gho``…), ``t``'s (its rows become
+    ``t``'s at the cut-over, so they go through ``t``'s transform from the start)."""
+    found = first_match(config.transform, table)
+    base = shadow_base(TableId.parse(table)) if found is None and config.transform else None
+    return transform_rule(config, base.name) if base is not None else found
+
+
+@dataclass(frozen=True)
+class TableRules:
+    """One source table's rules: where its rows go and what the sink keeps of them."""
+
+    table: TableId
+    sink: SinkTable
+    transform: TransformRule | None
+    mode: ModeRule | None
+    layout: LayoutRule | None
+    chunk_key: str | None
+    """``source.chunk_key_columns``' column for a table without a primary key."""
+
+    @property
+    def sink_name(self) -> str:
+        """``namespace.table`` of the sink table."""
+        return self.sink.identifier
+
+    @property
+    def routed(self) -> bool:
+        """Whether a ``route`` rule sends the table to a (possibly shared) sink table."""
+        return self.sink.routed
+
+    @property
+    def soft_delete(self) -> bool:
+        """Whether the sink keeps the rows the source deletes (``__deleted__``)."""
+        return self.mode is not None and self.mode.soft_delete
+
+    @property
+    def changelog(self) -> ModeRule | None:
+        """The mode rule, if it keeps a changelog."""
+        return self.mode if self.mode is not None and self.mode.changelog else None
+
+    @property
+    def changelog_name(self) -> str | None:
+        """``namespace.table`` of the changelog table, if the table keeps one."""
+        rule = self.changelog
+        return self.sink_name + rule.changelog_suffix if rule is not None else None
+
+    @property
+    def history_name(self) -> str | None:
+        """``namespace.table`` of the history table, if the table keeps one."""
+        rule = self.mode
+        return self.sink_name + rule.history_suffix if rule is not None and rule.history else None
+
+    @property
+    def companion_names(self) -> list[str]:
+        """``namespace.table`` of the changelog and history tables the table keeps."""
+        return [n for n in (self.changelog_name, self.history_name) if n is not None]
+
+    @property
+    def whole_images(self) -> bool:
+        """Whether the stream reads before images whole: a changelog shows them, soft deletes
+        keep them."""
+        return self.changelog is not None or self.soft_delete
+
+
+def table_rules(config: PipelineConfig, table: TableId) -> TableRules:
+    """``table``'s rules under ``config``."""
+    return TableRules(
+        table,
+        sink_table(config, table),
+        transform_rule(config, table.name),
+        first_match(config.sink.modes, table.name),
+        first_match(config.sink.layout, table.name),
+        dict(config.source.chunk_key_columns).get(table.name),
+    )
