@@ -3,10 +3,10 @@
 1. **Reconcile**: chunks whose data an earlier run committed to Iceberg but whose state-store record
    it did not write (a crash between the two) are recognised from the snapshot summaries and marked
    finished, so they are never read twice.
-2. **Read** the remaining chunks in waves of Spark tasks (``binlake_snapshot`` data source), each task
-   a group of consecutive chunks of one table.
-3. **Commit** each task's files with its chunks' ids and watermarks in one Iceberg commit, then mark
-   the chunks finished in the state store. A crash loses at most the wave in flight.
+2. **Read** the remaining chunks in waves, each wave one Spark job (``spark/chunk_jobs.py``) whose
+   tasks each read a group of consecutive chunks of one table.
+3. **Commit** a wave's files of each table with its chunks' ids and watermarks in one Iceberg commit,
+   then mark the chunks finished in the state store. A crash loses at most the wave in flight.
 4. **Switch**: once every chunk of the pipeline is finished, the binlog start offset — the smallest
    high watermark — is stored for the stream.
 """
