@@ -21,9 +21,8 @@ import pyarrow.parquet as pq
 
 from binlake.config import SourceConfig
 from binlake.config_tls import with_tls_key
-from binlake.events import TableId, table_from_dict
+from binlake.events import CreateTable, TableId, table_from_dict
 from binlake.schema.routes import with_source_table
-from binlake.schema.transforms import TransformSpec, compile_transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.file_systems import file_system
 from binlake.source.chunks.reader import ChunkReader
@@ -31,6 +30,7 @@ from binlake.source.chunks.splitter import Chunk, ChunkRange
 from binlake.state.codec import decode_key
 
 if TYPE_CHECKING:
+    from binlake.schema.transforms import Transform
     from binlake.sink.partition_files import Partitioning
 
 log = logging.getLogger(__name__)
@@ -158,13 +158,7 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
     routed = table_name in json.loads(options.get("routed", "[]"))
     summaries: list[dict[str, Any]] = []
     rule = json.loads(options.get("transforms", "{}")).get(table_name)
-    transform = (
-        None
-        if rule is None
-        else compile_transform(
-            TransformSpec(**{**rule, "description": rule.get("description") or ""}), schema
-        )
-    )
+    transform = None if rule is None else _transform(rule, schema)
     with ChunkReader(source, schema, server_id) as reader:
         file_schema = reader.converter.schema
         if transform is not None:  # the projection's columns (computed ones typed by their expression)
@@ -224,6 +218,14 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         row.update(task=tid, files=json.dumps(files), seconds=elapsed(started), max_rss_kb=max_rss_kb())
     log.info("task %s read %d chunks of %s into %d files", tid, len(specs), table_name, len(files))
     return summaries
+
+
+def _transform(rule: dict[str, Any], schema: CreateTable) -> Transform:
+    # Imported here: sqlglot is a tenth of a second of every task worker's start (the workers'
+    # daemon imports this module before it forks them), and most tables have no transform.
+    from binlake.schema.transforms import TransformSpec, compile_transform
+
+    return compile_transform(TransformSpec(**{**rule, "description": rule.get("description") or ""}), schema)
 
 
 def task_id(index: int) -> str:

@@ -10,10 +10,12 @@ its text parsed with sqlglot. The text itself is never logged or stored: it may 
 
 from __future__ import annotations
 
-import sqlglot
-from sqlglot import exp
+from typing import TYPE_CHECKING
 
 from binlake.events import TableId
+
+if TYPE_CHECKING:
+    from sqlglot import exp
 
 #: First keywords of statements that change rows (LOAD DATA arrives as its own events).
 DML_KEYWORDS = ("INSERT", "REPLACE", "UPDATE", "DELETE")
@@ -30,6 +32,11 @@ def written_tables(text: str, database: str) -> set[TableId] | None:
 
     ``database``: the session's default database (unqualified names belong there).
     """
+    # Imported here: statement-logged DML is rare, and sqlglot is a tenth of a second of the start
+    # of every process that reads the binlog (the snapshot's task workers among them).
+    import sqlglot
+    from sqlglot import exp
+
     try:
         statement = sqlglot.parse_one(text, read="mysql")
     except (sqlglot.errors.ParseError, sqlglot.errors.TokenError):

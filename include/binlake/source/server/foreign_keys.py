@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
-from sqlglot import TokenType
-from sqlglot.dialects.mysql import MySQL
-from sqlglot.errors import TokenError
 
 from binlake.events import TableId
+
+if TYPE_CHECKING:
+    from sqlglot import Token
 
 #: The actions that change child rows in the engine.
 CASCADING = ("CASCADE", "SET NULL", "SET DEFAULT")
@@ -68,11 +68,12 @@ def cascading_keys(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> 
 def declared_keys(table: TableId, statement: str) -> list[CascadingKey]:
     """The foreign keys a CREATE TABLE statement declares, with their actions (RESTRICT when
     none is given: MySQL's default)."""
-    try:
-        tokens = [t for t in MySQL().tokenize(statement) if t.token_type != TokenType.STRING]
-    except TokenError:
+    from sqlglot import TokenType
+
+    found = _tokens(statement)
+    if found is None:
         return []
-    words = [t.text for t in tokens]
+    words = [t.text for t in found if t.token_type != TokenType.STRING]
     upper = [w.upper() for w in words]
     keys: list[CascadingKey] = []
     for i, word in enumerate(upper):
@@ -114,9 +115,10 @@ def _constraint_name(upper: list[str], words: list[str], references: int) -> str
 def adds_cascading_key(statement: str) -> bool:
     """Whether a CREATE/ALTER TABLE statement declares a foreign key with a cascading action
     (read with sqlglot's tokenizer: comments and string literals cannot fool it)."""
-    try:
-        tokens = MySQL().tokenize(statement)
-    except TokenError:
+    from sqlglot import TokenType
+
+    tokens = _tokens(statement)
+    if tokens is None:
         return "REFERENCES" in statement.upper()  # unreadable: err on the side of stopping
     words = [t.text.upper() for t in tokens if t.token_type != TokenType.STRING]
     if "REFERENCES" not in words:
@@ -144,10 +146,12 @@ def cascade_fix(key: CascadingKey | None = None) -> str:
 
 def ddl_target(statement: str, database: str) -> TableId | None:
     """The table a CREATE TABLE or ALTER TABLE statement defines (None: another statement)."""
-    try:
-        tokens = [t for t in MySQL().tokenize(statement) if t.token_type != TokenType.SEMICOLON]
-    except TokenError:
+    from sqlglot import TokenType
+
+    found = _tokens(statement)
+    if found is None:
         return None
+    tokens = [t for t in found if t.token_type != TokenType.SEMICOLON]
     words = [t.text.upper() for t in tokens]
     skip = {"OR", "REPLACE", "ONLINE", "IGNORE", "IF", "NOT", "EXISTS"}
     if not words or words[0] not in ("CREATE", "ALTER"):
@@ -166,3 +170,16 @@ def ddl_target(statement: str, database: str) -> TableId | None:
     if i + 2 < len(tokens) and tokens[i + 1].token_type == TokenType.DOT:
         return TableId(name, tokens[i + 2].text)
     return TableId(database, name)
+
+
+def _tokens(statement: str) -> list[Token] | None:
+    """sqlglot's MySQL tokens of ``statement`` (None: it cannot be tokenized)."""
+    # Imported here: a table statement in the binlog is rare, and sqlglot is a tenth of a second of
+    # the start of every process that reads the binlog (the snapshot's task workers among them).
+    from sqlglot.dialects.mysql import MySQL
+    from sqlglot.errors import TokenError
+
+    try:
+        return MySQL().tokenize(statement)
+    except TokenError:
+        return None
