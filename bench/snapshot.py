@@ -126,7 +126,8 @@ def main() -> None:
         server.execute("ANALYZE TABLE " + ", ".join(f"shop.`{t}`" for t in demo.COLUMNS))
         spark = None
         try:
-            # "cold" includes starting Spark's Python workers (a fixed ~4 s per Spark session);
+            # "cold" includes a fresh session's first job: the JVM's first run of the job's code
+            # and the start of Spark's Python workers (~1 s on 2 cores);
             # "warm" is a second pipeline on the same session: the steady rate of a long snapshot.
             warm = [f"warm{i}" for i in range(args.warm_runs)]
             for run in ["cold", *warm, *(["warm_transformed"] if args.transform else [])]:
