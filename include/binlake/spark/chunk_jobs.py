@@ -52,7 +52,10 @@ def read_chunk_groups(
     Raises:
         TaskError: a task failed with a binlake error (its message); other failures propagate.
     """
-    tasks = spark.sparkContext.parallelize(list(enumerate(groups)), max(1, len(groups)))
+    context = spark.sparkContext
+    tasks = context.parallelize(list(enumerate(groups)), max(1, len(groups)))
+    # What Spark's UI shows for the job (it would name a line of this file).
+    context.setJobDescription(f"binlake: {sum(map(len, groups))} chunks in {len(groups)} tasks")
     try:
         rows: list[dict[str, Any]] = tasks.mapPartitions(functools.partial(_run_groups, options)).collect()
     except Exception as e:  # Spark wraps a failed task's error in its own exception
@@ -60,6 +63,8 @@ def read_chunk_groups(
         if message is None:
             raise
         raise TaskError(message) from None
+    finally:
+        context.setJobDescription(None)
     return rows
 
 
