@@ -176,7 +176,8 @@ def _read_pending(
         for wave_groups in chunk_waves(groups, config.pipeline.parallelism, per_task):
             _hold(store, name, held, holder)  # taken, or renewed, before every wave
             try:
-                _run_wave(spark, base, wave_groups, store, name, writers, changelogs, report)
+                readers = config.pipeline.parallelism
+                _run_wave(spark, base, wave_groups, readers, store, name, writers, changelogs, report)
             except TaskError as e:
                 changed = changed_under(config, {t: schemas[t] for t in writers if t in schemas})
                 if changed:
@@ -261,6 +262,7 @@ def _run_wave(
     spark: Any,
     base: dict[str, str],
     groups: list[list[dict[str, Any]]],
+    readers: int,
     store: StateStore,
     pipeline: str,
     writers: dict[TableId, IcebergWriter],
@@ -268,7 +270,7 @@ def _run_wave(
     report: SnapshotReport,
 ) -> None:
     tables = json.loads(base["tables"])
-    rows = read_chunk_groups(spark, base, groups)
+    rows = read_chunk_groups(spark, base, groups, readers)
     # One commit per table of the wave, whatever its groups: the wave is read as a whole (a failed
     # task commits nothing of it), and chunks an earlier run committed were reconciled before.
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
