@@ -89,11 +89,9 @@ class PipelineSection(Model):
     work_dir: Path = Path(".binlake")
     """Folder for local state, catalog, warehouse and reports (relative to the current folder)."""
     parallelism: int = Field(default=2, ge=1)
-    """How many chunks or binlog segments are read at once (a snapshot's or a backfill's Spark job
-    runs one task per reader, whatever the cluster's size)."""
+    """How many chunks or binlog segments are read at once."""
     snapshot_chunks_per_task: int = Field(default=32, ge=1)
-    """Chunks of one table a snapshot reader takes at once (a group; a task reads its groups one
-    after another). A Spark job holds at most ``parallelism × 4 ×`` this
+    """Chunks one Spark task reads together. A Spark job holds at most ``parallelism × 4 ×`` this
     many chunks (at 8 MiB a chunk, 2 GiB of rows at the defaults), committed once its tasks are done
     (one commit per table): fewer commit more often (less work lost in a crash), more cost a little
     more overhead."""

@@ -115,7 +115,7 @@ def _read(
         wave = todo[first : first + wave_size]
         groups = [_specs(u) for u in wave]
         try:
-            rows = read_chunk_groups(spark, base, groups, config.pipeline.parallelism)
+            rows = read_chunk_groups(spark, base, groups)
         except TaskError as e:
             raise BackfillError(
                 f"A backfill task failed; the units staged before it stay staged, and a rerun with the "

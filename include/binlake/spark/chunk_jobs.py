@@ -1,13 +1,12 @@
 """binlake's work on Spark's executors, seen from the driver: chunk groups run as one Spark job (the
-snapshot and the backfill), one task per reader (``pipeline.parallelism``: how many chunks are read
-at once, each reader with its own replica server id), and binlake's own message taken out of a
-failed task (Spark wraps it in a JVM stack trace no user should have to read).
+snapshot and the backfill), one task per group, and binlake's own message taken out of a failed
+task (Spark wraps it in a JVM stack trace no user should have to read).
 
-A task reads its groups one after another, each group's chunks with the lock-free chunk reader,
-and writes their rows as Parquet files into the Iceberg table's data folder, rolling to the target
-file size (``spark/snapshot_task.py``). It returns one small row per chunk — its watermarks, row
-count and the task's files — so the table's data never travels through the JVM; the driver commits
-the files together with the chunks' ids and high watermarks (``spark/snapshot_job.py``).
+Each task reads its chunks with the lock-free chunk reader and writes their rows as Parquet files
+into the Iceberg table's data folder, rolling to the target file size (``spark/snapshot_task.py``).
+It returns one small row per chunk — its watermarks, row count and the task's files — so the
+table's data never travels through the JVM; the driver commits the files together with the chunks'
+ids and high watermarks (``spark/snapshot_job.py``).
 
 The job is a plain RDD of the groups, not a Python data source: a data source is planned in Python
 processes of its own, which a fresh Spark session starts first (~2 s of a cold 1M-row snapshot on 2
@@ -23,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from binlake.errors import BinlakeError
@@ -45,22 +44,20 @@ def task_error(error: BaseException) -> str | None:
 
 
 def read_chunk_groups(
-    spark: Any, options: dict[str, str], groups: list[list[dict[str, Any]]], readers: int
+    spark: Any, options: dict[str, str], groups: list[list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """Read ``groups`` into the sink tables' folders, ``readers`` at once (``pipeline.parallelism``);
-    one summary row per chunk (``snapshot_task.run_task``). Nothing is committed here: the caller
-    commits.
+    """Read ``groups`` (one task each) into the sink tables' folders; one summary row per chunk
+    (``snapshot_task.run_task``). Nothing is committed here: the caller commits.
 
     Raises:
         TaskError: a task failed with a binlake error (its message); other failures propagate.
     """
     context = spark.sparkContext
-    tasks = packed(groups, readers)
-    job = context.parallelize(list(enumerate(tasks)), len(tasks))
+    tasks = context.parallelize(list(enumerate(groups)), max(1, len(groups)))
     # What Spark's UI shows for the job (it would name a line of this file).
-    context.setJobDescription(f"binlake: {sum(map(len, groups))} chunks in {len(tasks)} tasks")
+    context.setJobDescription(f"binlake: {sum(map(len, groups))} chunks in {len(groups)} tasks")
     try:
-        rows: list[dict[str, Any]] = job.flatMap(functools.partial(_run_groups, options)).collect()
+        rows: list[dict[str, Any]] = tasks.mapPartitions(functools.partial(_run_groups, options)).collect()
     except Exception as e:  # Spark wraps a failed task's error in its own exception
         message = task_error(e)
         if message is None:
@@ -71,25 +68,9 @@ def read_chunk_groups(
     return rows
 
 
-def packed(groups: list[list[dict[str, Any]]], readers: int) -> list[list[Group]]:
-    """``groups`` (with their index) in at most ``readers`` tasks, one per reader: each group, in
-    the order given (``snapshot/chunks.chunk_groups``: every table's last chunk first, then the
-    longest), goes to the task with the fewest chunks so far. A task per group instead cost each
-    group a task's start, and let Spark run more groups at once than there are readers (and
-    replica server ids): ``docs/benchmarks.md``."""
-    tasks: list[list[Group]] = [[] for _ in range(max(1, min(readers, len(groups))))]
-    held = [0] * len(tasks)
-    for index, chunks in enumerate(groups):
-        least = held.index(min(held))
-        tasks[least].append((index, chunks))
-        held[least] += len(chunks)
-    return tasks
-
-
-def _run_groups(options: dict[str, str], task: tuple[int, list[Group]]) -> Iterator[dict[str, Any]]:
+def _run_groups(options: dict[str, str], groups: Iterable[Group]) -> Iterator[dict[str, Any]]:
     # Imported here: this runs in a Spark Python worker, possibly on another machine.
     from binlake.spark.snapshot_task import run_task
 
-    slot, groups = task
     for index, chunks in groups:
-        yield from run_task(options, index, chunks, slot)
+        yield from run_task(options, index, chunks)

@@ -176,8 +176,7 @@ def _read_pending(
         for wave_groups in chunk_waves(groups, config.pipeline.parallelism, per_task):
             _hold(store, name, held, holder)  # taken, or renewed, before every wave
             try:
-                readers = config.pipeline.parallelism
-                _run_wave(spark, base, wave_groups, readers, store, name, writers, changelogs, report)
+                _run_wave(spark, base, wave_groups, store, name, writers, changelogs, report)
             except TaskError as e:
                 changed = changed_under(config, {t: schemas[t] for t in writers if t in schemas})
                 if changed:
@@ -262,7 +261,6 @@ def _run_wave(
     spark: Any,
     base: dict[str, str],
     groups: list[list[dict[str, Any]]],
-    readers: int,
     store: StateStore,
     pipeline: str,
     writers: dict[TableId, IcebergWriter],
@@ -270,7 +268,7 @@ def _run_wave(
     report: SnapshotReport,
 ) -> None:
     tables = json.loads(base["tables"])
-    rows = read_chunk_groups(spark, base, groups, readers)
+    rows = read_chunk_groups(spark, base, groups)
     # One commit per table of the wave, whatever its groups: the wave is read as a whole (a failed
     # task commits nothing of it), and chunks an earlier run committed were reconciled before.
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)

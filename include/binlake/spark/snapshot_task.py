@@ -142,15 +142,8 @@ class PartitionedParquetWriter:
         return [f for w in self._writers.values() for f in w.close()]
 
 
-def run_task(
-    options: dict[str, str], index: int, specs: list[dict[str, Any]], slot: int = 0
-) -> list[dict[str, Any]]:
-    """Read the chunks of one group (one table) and write their rows; one summary row per chunk.
-
-    ``slot``: which of the job's concurrent readers runs it (``spark/chunk_jobs.py``), whose
-    replica server id it takes: concurrent binlog readers need distinct ids (the server drops the
-    older connection of two with one id).
-    """
+def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Read the chunks of one group (one table) and write their rows; one summary row per chunk."""
     started = time.monotonic()
     data = {**json.loads(options["source"]), "password": options["password"]}
     with_tls_key(data, options)
@@ -158,7 +151,7 @@ def run_task(
     tables = json.loads(options["tables"])
     locations = json.loads(options["locations"])
     first, last = (int(x) for x in options["server_ids"].split("-"))
-    server_id = first + slot % (last - first + 1)
+    server_id = first + index % (last - first + 1)  # concurrent readers need distinct ids
     tid = task_id(index)
     table_name = specs[0]["table"]
     schema = table_from_dict(tables[table_name])
