@@ -1,10 +1,11 @@
 """What a pipeline file's per-table rules say of one source table, looked up once.
 
 Each per-table rule list (``route``, ``transform``, ``sink.modes``, ``sink.layout``) applies by its
-first rule whose ``source_table`` regex matches ``database.table`` fully. ``table_rules`` looks all
-of them up at once: a table's sink table, its transform rule, what the sink keeps of it and its
-layout rule travel as one value instead of the whole config being asked again at each use
-(docs/architecture.md, "Per-table rules").
+first rule whose ``source_table`` regex matches ``database.table`` fully (``first_match``).
+``table_rules`` looks up the route, transform and mode rules at once: a table's sink table, its
+transform rule and what the sink keeps of it travel as one value instead of the whole config being
+asked again at each use. The layout rule is read where tables are created or altered
+(``sink/layout.layout_of``). See docs/architecture.md, "Per-table rules".
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from binlake.config import PipelineConfig, TransformRule
-from binlake.config_layout import LayoutRule
 from binlake.config_modes import ModeRule
 from binlake.events import TableId
 from binlake.schema.routes import SinkTable, sink_table
@@ -53,7 +53,6 @@ class TableRules:
     sink: SinkTable
     transform: TransformRule | None
     mode: ModeRule | None
-    layout: LayoutRule | None
     chunk_key: str | None
     """``source.chunk_key_columns``' column for a table without a primary key."""
 
@@ -108,6 +107,5 @@ def table_rules(config: PipelineConfig, table: TableId) -> TableRules:
         sink_table(config, table),
         transform_rule(config, table.name),
         first_match(config.sink.modes, table.name),
-        first_match(config.sink.layout, table.name),
         dict(config.source.chunk_key_columns).get(table.name),
     )
