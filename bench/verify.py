@@ -2,9 +2,10 @@
 
     .venv/bin/python bench/verify.py [--rows 1000000]
 
-Loads the demo database into a private MariaDB, snapshots it on Spark ``local[2]`` (its rows/s),
-lets the stream pass the snapshot, then verifies every table (rows/s overall, and of its two reads:
-the server's chunk sums and the sink's rows hashed). The issue's figure: verify rows/s vs the
+Loads the demo database into a private MariaDB, snapshots it on Spark ``local[2]`` (its rows/s: cold,
+and the median of ``--runs`` warm pipelines), lets the stream pass the last snapshot, then verifies
+every table ``--runs`` times (the median's rows/s overall, and of the last run's two reads: the
+server's chunk sums and the sink's rows hashed). The issue's figure: verify rows/s vs the
 snapshot's rows/s in the same run; every chunk must come out equal. The reference, in the same run:
 verify at the snapshot's chunk size (``verify.chunk_bytes`` = ``source.chunk_bytes``).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -35,6 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--chunk-size", type=int, default=None, help="rows per chunk (default: by bytes)")
+    parser.add_argument("--runs", type=int, default=3, help="warm snapshots and verifications (medians)")
     args = parser.parse_args()
     cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
@@ -45,13 +48,17 @@ def main() -> None:
         try:
             # "cold" includes starting Spark's Python workers; "warm" is a second pipeline on the
             # same session (the steady rate of a long snapshot): both, as bench/snapshot.py does.
-            for run in ("cold", "warm"):
+            warm = []
+            for run in ["cold"] + [f"warm{i}" for i in range(args.runs)]:
                 config = _config(server, work, run, args.chunk_size)
                 plan(config)
                 spark = spark or spark_session(config, "bench")
                 started = time.monotonic()
                 snapshot = run_snapshot(config, spark)
-                rates[run] = snapshot.rows / (time.monotonic() - started)
+                rate = snapshot.rows / (time.monotonic() - started)
+                rates["cold"] = rates.get("cold", rate)
+                warm += [rate] if run != "cold" else []
+            rates["warm"] = statistics.median(warm)
             run_stream(config, spark, until_caught_up=True)  # the stream passes the warm snapshot
         finally:
             if spark is not None:
@@ -63,10 +70,13 @@ def main() -> None:
         started = time.monotonic()
         reference = verify(coarse, "bench-snapshot-chunks")
         reference_s = time.monotonic() - started
+        times = []
         with PeakRss() as memory:
-            started = time.monotonic()
-            report = verify(config, "bench")
-            verify_s = time.monotonic() - started
+            for _ in range(args.runs):
+                started = time.monotonic()
+                report = verify(config, "bench")
+                times.append(time.monotonic() - started)
+        verify_s = statistics.median(times)
     rows = sum(t.rows for t in report.tables)
     source_s = sum(t.source_seconds for t in report.tables)
     sink_s = sum(t.sink_seconds for t in report.tables)

@@ -5,6 +5,7 @@ type of the type mapping (extreme values, zero dates, NULLs), through both of bi
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import random
 import struct
 from decimal import Decimal
@@ -21,6 +22,7 @@ from binlake.verify.canonical import (
     MASK,
     checksum_sql,
     double_text,
+    md5_prefixes,
     row_hashes,
     row_sql,
     row_texts,
@@ -128,3 +130,10 @@ def test_doubles_print_as_the_server_prints_them(mariadb: PrivateMariaDB, databa
         for v in values
     ]
     assert widened == [row[2] for row in printed]
+
+
+def test_md5_prefixes_are_the_digests_first_eight_bytes_big_endian() -> None:
+    rng = random.Random(3)
+    texts = [b"", b"abc", bytes(range(256)) * 9] + [rng.randbytes(rng.randrange(200)) for _ in range(2000)]
+    expected = [int.from_bytes(hashlib.md5(t).digest()[:8], "big") for t in texts]
+    assert md5_prefixes(pa.array(texts, pa.binary())).tolist() == expected

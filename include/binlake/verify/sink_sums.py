@@ -59,15 +59,28 @@ class ChunkIndex:
         # The starts to search (a range without a start takes what lies below the first one).
         self._lows = self._starts[1:] if self._open_start else self._starts
         self._integral = column.is_integral
+        self._unsigned = column.unsigned
 
     def __len__(self) -> int:
         return len(self.ranges)
 
     def of(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The range of each key (-1: none)."""
-        if self._integral and pa.types.is_integer(keys.type):
-            return self._of_integers(keys)
+        dtype = self._integer_dtype(keys.type)
+        if dtype is not None:
+            return self._of_integers(keys, dtype)
         return np.array([self._of_value(v) for v in keys.to_pylist()], dtype=np.int64)
+
+    def _integer_dtype(self, key_type: pa.DataType) -> type[np.integer[Any]] | None:
+        """The NumPy type the keys and bounds are compared in, if they are integers: a BIGINT
+        UNSIGNED key (a ``decimal(20, 0)`` in the sink) as ``uint64``, others as ``int64``."""
+        if not self._integral:
+            return None
+        if pa.types.is_integer(key_type):
+            return np.int64
+        if pa.types.is_decimal(key_type) and key_type.scale == 0 and key_type.precision <= 20:
+            return np.uint64 if self._unsigned else None
+        return None
 
     def _of_value(self, value: Any) -> int:
         if value is None:
@@ -78,12 +91,15 @@ class ChunkIndex:
         end = self._ends[at]
         return at if end is None or value < end else -1
 
-    def _of_integers(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray[Any, np.dtype[np.int64]]:
-        starts = np.array([np.iinfo(np.int64).min if s is None else s for s in self._starts], dtype=np.int64)
-        ends = np.array([0 if e is None else e for e in self._ends], dtype=np.int64)
+    def _of_integers(
+        self, keys: pa.Array | pa.ChunkedArray, dtype: type[np.integer[Any]]
+    ) -> np.ndarray[Any, np.dtype[np.int64]]:
+        lowest = np.iinfo(dtype).min
+        starts = np.array([lowest if s is None else int(s) for s in self._starts], dtype=dtype)
+        ends = np.array([0 if e is None else int(e) for e in self._ends], dtype=dtype)
         open_end = np.array([e is None for e in self._ends], dtype=bool)
         nulls = pc.is_null(keys).to_numpy(zero_copy_only=False)
-        values = pc.fill_null(keys, 0).to_numpy(zero_copy_only=False).astype(np.int64)
+        values = pc.cast(pc.fill_null(keys, 0), pa.from_numpy_dtype(dtype)).to_numpy(zero_copy_only=False)
         at = np.searchsorted(starts, values, side="right") - 1
         near = np.clip(at, 0, None)
         inside = (at >= 0) & (open_end[near] | (values < ends[near]))
