@@ -27,6 +27,7 @@ from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.file_systems import file_system
 from binlake.source.chunks.reader import ChunkReader
 from binlake.source.chunks.splitter import Chunk, ChunkRange
+from binlake.source.server.replicas import claimed_server_id
 from binlake.state.codec import decode_key
 
 if TYPE_CHECKING:
@@ -151,7 +152,6 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
     tables = json.loads(options["tables"])
     locations = json.loads(options["locations"])
     first, last = (int(x) for x in options["server_ids"].split("-"))
-    server_id = first + index % (last - first + 1)  # concurrent readers need distinct ids
     tid = task_id(index)
     table_name = specs[0]["table"]
     schema = table_from_dict(tables[table_name])
@@ -159,7 +159,12 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
     summaries: list[dict[str, Any]] = []
     rule = json.loads(options.get("transforms", "{}")).get(table_name)
     transform = None if rule is None else _transform(rule, schema)
-    with ChunkReader(source, schema, server_id) as reader:
+    # Concurrent readers need distinct replica ids, and Spark may run more tasks at once than the
+    # range holds: each task claims one.
+    with (
+        claimed_server_id(source, first, last, index) as server_id,
+        ChunkReader(source, schema, server_id) as reader,
+    ):
         file_schema = reader.converter.schema
         if transform is not None:  # the projection's columns (computed ones typed by their expression)
             file_schema = arrow_schema(transform.sink)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pymysqlreplication import BinLogStreamReader
 
-from binlake.config import PipelineConfig
+from binlake.config import PipelineConfig, SourceConfig
 from binlake.source.binlog.scan import connection_settings
+from binlake.source.server.replicas import claimed_server_id
 from binlake.source.server.validator import validate
 from binlake.testing.private_server import CDC_USER_PRIVILEGES, PrivateMariaDB
 from tests.helpers import pipeline_dict
@@ -75,3 +77,30 @@ def test_a_replica_id_in_use_by_another_pipeline_or_replica_is_refused_naming_it
     assert "id 7401 by the binlake pipeline `orders`; id 7405 by a replica at `db-replica-2`" in message
     with _replica(mariadb, database, config, 7300, "binlake:orders"):  # outside every id of this pipeline
         assert _checks(config)["replica_ids"][0] == "ok"
+
+
+def test_concurrent_chunk_readers_claim_distinct_replica_ids_and_wait_when_all_are_held(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    """Spark may run more snapshot tasks at once than ``source.server_id`` holds ids: each claims
+    one no other holds (its preferred one, else the next free), or waits for its preferred one."""
+    config = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
+    source = config.source
+    with contextlib.ExitStack() as held:
+        first = held.enter_context(claimed_server_id(source, 7600, 7602, 0))
+        second = held.enter_context(claimed_server_id(source, 7600, 7602, 4))  # 4 % 3: 7601
+        third = held.enter_context(claimed_server_id(source, 7600, 7602, 1))  # 7601 held: the next
+        assert (first, second, third) == (7600, 7601, 7602)
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(lambda: _claim_and_release(source, preferred=3))  # 3 % 3: 7600
+            time.sleep(1.0)
+            assert not waiting.done(), "a fourth reader took an id three others hold"
+            held.close()  # the three readers end: their connections, and locks, are gone
+            assert waiting.result(timeout=30) == 7600
+    with claimed_server_id(source, 7600, 7602, 2) as again:  # all released: the preferred one
+        assert again == 7602
+
+
+def _claim_and_release(source: SourceConfig, preferred: int) -> int:
+    with claimed_server_id(source, 7600, 7602, preferred) as server_id:
+        return server_id

@@ -3,18 +3,24 @@
 Two readers with one id kick each other off the server (it drops a dump connection when another
 comes with the same id), which looks like a flaky network. binlake's readers register by name
 (``source.replica_label``, ``binlake:<pipeline>``), so ``SHOW SLAVE HOSTS`` tells them apart from
-another pipeline's or a real replica.
+another pipeline's or a real replica. Chunk readers, as many as Spark runs tasks at once, claim
+their id (``claimed_server_id``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import pymysql
 
-from binlake.config import PipelineConfig
+from binlake.config import PipelineConfig, SourceConfig
 from binlake.source.server.checks import Check
-from binlake.source.server.connection import ServerVersion
+from binlake.source.server.connection import ServerVersion, connect
+
+log = logging.getLogger(__name__)
 
 _NO_PRIVILEGE = (1227, 1142, 1044)
 
@@ -73,3 +79,34 @@ def _who(host: str) -> str:
     if host.startswith("binlake:"):
         return f"the binlake pipeline `{host.removeprefix('binlake:')}`"
     return f"a replica at `{host}`" if host else "a replica that reports no host"
+
+
+@contextlib.contextmanager
+def claimed_server_id(source: SourceConfig, first: int, last: int, preferred: int) -> Iterator[int]:
+    """A replica id of ``first``-``last`` that no other reader holds, for as long as the context
+    lasts.
+
+    Each id is a named lock on the server (``GET_LOCK``), held by a connection of its own: the
+    server releases it when the reader ends, even killed. ``preferred`` (a task's index) spreads
+    the readers over the range. When every id is held, the reader waits for its preferred one, so
+    at most ``last - first + 1`` readers run at once however many tasks Spark runs at once (on a
+    cluster with more cores than ``pipeline.parallelism``: before, two tasks could share an id and
+    kick each other's binlog reads off the server)."""
+    ids = list(range(first, last + 1))
+    start = preferred % len(ids)
+    order = ids[start:] + ids[:start]
+    with contextlib.closing(connect(source)) as conn:
+        claimed = next((i for i in order if _lock(conn, i, 0)), None)
+        while claimed is None:
+            log.info(
+                "replica ids %d-%d are all in use by other readers: waiting for %d", first, last, order[0]
+            )
+            claimed = order[0] if _lock(conn, order[0], 60) else None
+        yield claimed
+
+
+def _lock(conn: Any, server_id: int, seconds: int) -> bool:
+    with conn.cursor() as cur:
+        cur.execute("SELECT GET_LOCK(%s, %s)", (f"binlake:replica_id:{server_id}", seconds))
+        (got,) = cur.fetchone()
+    return bool(got == 1)
