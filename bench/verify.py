@@ -48,17 +48,14 @@ def main() -> None:
         try:
             # "cold" includes starting Spark's Python workers; "warm" is a second pipeline on the
             # same session (the steady rate of a long snapshot): both, as bench/snapshot.py does.
-            warm = []
             for run in ["cold"] + [f"warm{i}" for i in range(args.runs)]:
                 config = _config(server, work, run, args.chunk_size)
                 plan(config)
                 spark = spark or spark_session(config, "bench")
                 started = time.monotonic()
                 snapshot = run_snapshot(config, spark)
-                rate = snapshot.rows / (time.monotonic() - started)
-                rates["cold"] = rates.get("cold", rate)
-                warm += [rate] if run != "cold" else []
-            rates["warm"] = statistics.median(warm)
+                rates[run] = snapshot.rows / (time.monotonic() - started)
+            rates = {"cold": rates.pop("cold"), "warm": statistics.median(rates.values())}
             run_stream(config, spark, until_caught_up=True)  # the stream passes the warm snapshot
         finally:
             if spark is not None:

@@ -26,7 +26,7 @@ spares the server computing each value twice (a third of the checksum's cost on 
 from __future__ import annotations
 
 import decimal
-import threading
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -183,17 +183,12 @@ def row_hashes(rows: pa.Table, columns: Sequence[Column]) -> np.ndarray[Any, np.
     return md5_prefixes(row_texts(rows, columns))
 
 
-_local = threading.local()
-
-
+@functools.cache
 def _duckdb() -> duckdb.DuckDBPyConnection:
-    """This thread's DuckDB connection: one per thread (a connection is not shared between
-    threads), kept (opening one costs 30 ms, as much as hashing 30k rows), one DuckDB thread (a
-    column is hashed by one; more only cost their start)."""
-    con: duckdb.DuckDBPyConnection | None = getattr(_local, "con", None)
-    if con is None:
-        con = _local.con = duckdb.connect(config={"threads": 1})
-    return con
+    """The process's DuckDB, one DuckDB thread (a column is hashed by one; more only cost their
+    start). Opened once: opening costs 30 ms, as much as hashing 30k rows, and the verification
+    hashes in a fresh thread per table."""
+    return duckdb.connect(config={"threads": 1})
 
 
 def md5_prefixes(texts: pa.Array) -> np.ndarray[Any, np.dtype[np.uint64]]:
@@ -202,5 +197,6 @@ def md5_prefixes(texts: pa.Array) -> np.ndarray[Any, np.dtype[np.uint64]]:
     # DuckDB hashes the whole column in C, without the GIL (Python's hashlib takes a call and the
     # GIL per row: 1.5× the time, and the verification's other threads wait). Its
     # ``md5_number_upper`` reads those 8 bytes little-endian, hence the byte swap.
-    hashed = _duckdb().from_arrow(pa.table({"t": texts})).select("md5_number_upper(t) AS h").fetchnumpy()
+    with _duckdb().cursor() as con:  # a cursor per call: threads must not share a connection
+        hashed = con.from_arrow(pa.table({"t": texts})).select("md5_number_upper(t) AS h").fetchnumpy()
     return np.asarray(hashed["h"], dtype=np.uint64).byteswap()

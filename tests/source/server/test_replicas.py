@@ -83,20 +83,20 @@ def test_concurrent_chunk_readers_claim_distinct_replica_ids_and_wait_when_all_a
     mariadb: PrivateMariaDB, database: str, tmp_path: Path
 ) -> None:
     """Spark may run more snapshot tasks at once than ``source.server_id`` holds ids: each claims
-    one no other holds (its preferred one, else the next free), or waits for its preferred one."""
+    one no other holds (its preferred one, else the next free), or waits until one is freed."""
     config = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
     source = config.source
-    with contextlib.ExitStack() as held:
+    with contextlib.ExitStack() as held, contextlib.ExitStack() as last:
         first = held.enter_context(claimed_server_id(source, 7600, 7602, 0))
         second = held.enter_context(claimed_server_id(source, 7600, 7602, 4))  # 4 % 3: 7601
-        third = held.enter_context(claimed_server_id(source, 7600, 7602, 1))  # 7601 held: the next
+        third = last.enter_context(claimed_server_id(source, 7600, 7602, 1))  # 7601 held: the next
         assert (first, second, third) == (7600, 7601, 7602)
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(lambda: _claim_and_release(source, preferred=3))  # 3 % 3: 7600
-            time.sleep(1.0)
+            time.sleep(1.5)
             assert not waiting.done(), "a fourth reader took an id three others hold"
-            held.close()  # the three readers end: their connections, and locks, are gone
-            assert waiting.result(timeout=30) == 7600
+            last.close()  # the third reader ends: its connection, and lock, are gone
+            assert waiting.result(timeout=30) == 7602, "the freed id, not the preferred one still held"
     with claimed_server_id(source, 7600, 7602, 2) as again:  # all released: the preferred one
         assert again == 7602
 

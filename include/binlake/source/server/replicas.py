@@ -88,7 +88,7 @@ def claimed_server_id(source: SourceConfig, first: int, last: int, preferred: in
 
     Each id is a named lock on the server (``GET_LOCK``), held by a connection of its own: the
     server releases it when the reader ends, even killed. ``preferred`` (a task's index) spreads
-    the readers over the range. When every id is held, the reader waits for its preferred one, so
+    the readers over the range. When every id is held, the reader waits for one to be freed, so
     at most ``last - first + 1`` readers run at once however many tasks Spark runs at once (on a
     cluster with more cores than ``pipeline.parallelism``: before, two tasks could share an id and
     kick each other's binlog reads off the server)."""
@@ -96,13 +96,16 @@ def claimed_server_id(source: SourceConfig, first: int, last: int, preferred: in
     start = preferred % len(ids)
     order = ids[start:] + ids[:start]
     with contextlib.closing(connect(source)) as conn:
-        claimed = next((i for i in order if _lock(conn, i, 0)), None)
-        while claimed is None:
-            log.info(
-                "replica ids %d-%d are all in use by other readers: waiting for %d", first, last, order[0]
-            )
-            claimed = order[0] if _lock(conn, order[0], 60) else None
+        claimed = _first_free(conn, order)
+        if claimed is None:
+            log.info("replica ids %d-%d are all in use by other readers: waiting", first, last)
+        while claimed is None:  # the preferred id, or whichever is freed first
+            claimed = order[0] if _lock(conn, order[0], 1) else _first_free(conn, order)
         yield claimed
+
+
+def _first_free(conn: Any, order: list[int]) -> int | None:
+    return next((i for i in order if _lock(conn, i, 0)), None)
 
 
 def _lock(conn: Any, server_id: int, seconds: int) -> bool:
