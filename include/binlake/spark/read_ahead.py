@@ -36,11 +36,12 @@ import pyarrow as pa
 from binlake.config import PipelineConfig
 from binlake.faults import crash_point
 from binlake.offsets import BinlogOffset
+from binlake.source.server.replicas import claimed_server_id
 from binlake.spark.binlog_source import Segment, first_highs, plan_segments
 from binlake.spark.chunk_jobs import task_error
 from binlake.spark.spark_frames import CollectedFrame
 from binlake.stream.envelope import SPARK_SCHEMA
-from binlake.stream.positions import SourcePositions, config_from_options, config_options
+from binlake.stream.positions import SourcePositions, config_from_options, config_options, segment_ids
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +145,12 @@ class ReadAhead:
             future.set_exception(e)
 
     def _next(self, start: BinlogOffset) -> tuple[list[Segment], BinlogOffset | None]:
-        # The first segment reader's id: the planning side scans with the last one meanwhile.
+        # A segment reader's id: the planning side scans with the last one meanwhile.
+        with claimed_server_id(self.config.source, *segment_ids(self.config.source), 0) as server_id:
+            return self._plan(start, server_id)
+
+    def _plan(self, start: BinlogOffset, server_id: int) -> tuple[list[Segment], BinlogOffset | None]:
         config = self.config
-        server_id = config.source.server_id.start
         positions = SourcePositions(
             config.source, server_id, config.pipeline.name, config.pipeline.resolved_state_uri
         )

@@ -40,6 +40,7 @@ from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import gap_message
 from binlake.source.server.connection import connect
 from binlake.source.server.foreign_keys import cascading_keys
+from binlake.source.server.replicas import claimed_server_id
 from binlake.spark.healer import Healer
 from binlake.spark.read_ahead import READERS
 from binlake.spark.runtime.heap import frozen_heap
@@ -137,7 +138,12 @@ def run_stream(
         )
     store = StateStore(config.pipeline.resolved_state_uri)
     try:
-        with writing(store.engine, name, Command.STREAM, writer_lease(config)) as fence:
+        with (
+            writing(store.engine, name, Command.STREAM, writer_lease(config)) as fence,
+            # The planning side's replica id, held while the stream runs: a snapshot's chunk
+            # readers claim theirs from the same range (``stream/positions.segment_ids``).
+            claimed_server_id(config.source, ids.end, ids.end, 0),
+        ):
             return _stream(config, spark, store, fence, until_caught_up, progress, stop, started)
     finally:
         store.close()

@@ -23,6 +23,8 @@ from binlake.schema.table_rules import table_rules
 from binlake.schema.type_mapping import RowConverter
 from binlake.source.binlog.change_reader import BinlogReader
 from binlake.source.binlog.xa import PreparedXa, Xid
+from binlake.source.server.replicas import claimed_server_id
+from binlake.stream.positions import segment_ids
 from binlake.stream.records import RecordBuilder
 
 #: Rows per record batch handed to Spark.
@@ -59,23 +61,22 @@ def read_segment(
         yield builder.batch()
         return
     converters = {table: RowConverter(schema) for table, schema in tables.items()}
-    first, last = source.server_id.start, source.server_id.end
-    # The last id belongs to the planning side; segments of one batch take the others in turn.
-    server_id = first + index % max(1, last - first) if last > first else first
-    reader = BinlogReader(
-        source,
-        server_id,
-        BinlogOffset(str(start["file"]), int(start["pos"])),
-        finish,
-        set(tables),
-        converters.__getitem__,
-        lean=True,
-        whole=whole,
-        columnar=config.stream.column_decoder,
-        prepares=[_prepared(p) for p in json.loads(prepares)],
-        held={TableId.parse(t): BinlogOffset.from_dict(o) for t, o in json.loads(held).items()},
-    )
-    yield from _without_gc(_batches(reader, builder))
+    # A snapshot's chunk readers, in a job of their own, claim their ids from the same range.
+    with claimed_server_id(source, *segment_ids(source), index) as server_id:
+        reader = BinlogReader(
+            source,
+            server_id,
+            BinlogOffset(str(start["file"]), int(start["pos"])),
+            finish,
+            set(tables),
+            converters.__getitem__,
+            lean=True,
+            whole=whole,
+            columnar=config.stream.column_decoder,
+            prepares=[_prepared(p) for p in json.loads(prepares)],
+            held={TableId.parse(t): BinlogOffset.from_dict(o) for t, o in json.loads(held).items()},
+        )
+        yield from _without_gc(_batches(reader, builder))
     tail = builder.batch()  # decodes what waits (the column decoder counts zero dates as it does)
     if source.zero_dates == "reject":
         _refuse_zero_dates(converters, start, end)

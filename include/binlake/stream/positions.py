@@ -73,6 +73,13 @@ def config_from_options(options: dict[str, str]) -> PipelineConfig:
     return PipelineConfig.model_validate(data)
 
 
+def segment_ids(source: SourceConfig) -> tuple[int, int]:
+    """The replica ids the stream's segment readers claim theirs from: ``source.server_id`` but
+    its last, the planning side's (a range of one id: that one)."""
+    ids = source.server_id
+    return ids.start, max(ids.start, ids.end - 1)
+
+
 class SourcePositions:
     """Positions of one source's binlog, for planning micro-batches and segments."""
 
@@ -85,7 +92,7 @@ class SourcePositions:
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> SourcePositions:
-        # The last id of the range: segment readers use the others.
+        # The last id of the range (``segment_ids``): the stream holds it while it runs.
         return cls(
             config.source,
             config.source.server_id.end,

@@ -4,19 +4,27 @@ readers register as `binlake:<pipeline>`, so its own are told apart from another
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyarrow as pa
 from pymysqlreplication import BinLogStreamReader
 
 from binlake.config import PipelineConfig, SourceConfig
+from binlake.events import TableId, table_to_dict
 from binlake.source.binlog.scan import connection_settings
+from binlake.source.server.connection import connect
+from binlake.source.server.discovery import discover
 from binlake.source.server.replicas import claimed_server_id
 from binlake.source.server.validator import validate
+from binlake.spark.stream_task import read_segment
+from binlake.stream.positions import segment_ids
+from binlake.stream.records import ENVELOPE_SCHEMA, table_changes
 from binlake.testing.private_server import CDC_USER_PRIVILEGES, PrivateMariaDB
-from tests.helpers import pipeline_dict
+from tests.helpers import binlog_range, pipeline_dict
 
 
 @contextlib.contextmanager
@@ -104,3 +112,33 @@ def test_concurrent_chunk_readers_claim_distinct_replica_ids_and_wait_when_all_a
 def _claim_and_release(source: SourceConfig, preferred: int) -> int:
     with claimed_server_id(source, 7600, 7602, preferred) as server_id:
         return server_id
+
+
+def test_a_stream_segment_reader_claims_an_id_a_snapshot_reader_does_not_hold(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    """A snapshot's chunk readers and the stream's segment readers take ids from one range: a
+    segment reader claims its id too, waiting while every segment id (all but the planning
+    side's last one) is held, then reads its changes."""
+    start, end = binlog_range(
+        mariadb, database, ["CREATE TABLE t (id INT PRIMARY KEY)"], ["INSERT INTO t VALUES (1), (2)"]
+    )
+    raw = pipeline_dict(mariadb, [rf"{database}\.t"], tmp_path, server_id="7700-7702")
+    config = PipelineConfig.model_validate(raw)
+    with contextlib.closing(connect(config.source)) as conn:
+        (schema,) = discover(conn, [TableId(database, "t")])
+    tables = json.dumps({schema.table.name: table_to_dict(schema)})
+    assert segment_ids(config.source) == (7700, 7701)
+
+    def read() -> pa.ChunkedArray:
+        batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
+        return table_changes(pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA))[schema.table.name]["op"]
+
+    with contextlib.ExitStack() as snapshot, ThreadPoolExecutor(1) as pool:
+        for preferred in (0, 1):  # two chunk readers hold both segment ids
+            snapshot.enter_context(claimed_server_id(config.source, 7700, 7701, preferred))
+        reading = pool.submit(read)
+        time.sleep(1.5)
+        assert not reading.done(), "a segment reader read with an id a chunk reader holds"
+        snapshot.close()
+        assert reading.result(timeout=60).to_pylist() == ["insert", "insert"]
