@@ -185,9 +185,13 @@ def _catch_up(
     # Python workers start cold (a query run before would have left them warm).
     config = _config(server, work, "catchup", [r"bench\.events"], 10, mode, start, executor_merge_from)
     batches: list[StreamBatch] = []
+    phases = _PhaseLog()
     began = dt.datetime.now(dt.UTC)
     started = time.monotonic()
-    report = run_stream(config, spark, until_caught_up=True, progress=lambda b, _: batches.append(b))
+    try:
+        report = run_stream(config, spark, until_caught_up=True, progress=lambda b, _: batches.append(b))
+    finally:
+        phases.close()
     seconds = time.monotonic() - started
     rates = _with_transform(server, work, spark, start, mode, executor_merge_from) if transform else {}
     decoded, reader_seconds = _single_reader(server, start, end)
@@ -216,6 +220,7 @@ def _catch_up(
         "rows_per_s_in_batches": round(report.rows / in_batches) if in_batches else None,
         "ratio_in_batches": round(report.rows / in_batches / reader_rate, 2) if in_batches else None,
         "batch_series": [(b.batch_id, b.rows, round(b.seconds, 2)) for b in batches],
+        "phase_seconds": phases.totals(),
         **rates,
     }
 
@@ -348,6 +353,14 @@ class _PhaseLog(logging.Handler):
         for name in self.LOGGERS:
             logging.getLogger(name).removeHandler(self)
         super().close()
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Each phase's seconds summed over the batches (where a catch-up's time went)."""
+        out: dict[str, dict[str, float]] = {}
+        for side, batches in self.seen.items():
+            names = sorted({n for b in batches for n in b})
+            out[side] = {n: round(sum(b.get(n, 0.0) for b in batches), 2) for n in names}
+        return out
 
     def medians(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}

@@ -16,7 +16,7 @@ from pyiceberg.table import FileScanTask
 
 from binlake.config_layout import parse_partition_term
 from binlake.offsets import BinlogOffset
-from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.compaction import CATCH_UP_SLACK, CompactionPolicy
 from binlake.sink.partition_files import Partitioning
 from binlake.sink.writer import IcebergWriter
 from binlake.testing import duckdb_iceberg
@@ -113,6 +113,62 @@ def test_small_files_are_merged_with_those_of_their_size_not_with_a_big_one(tmp_
     assert content(writer) == expected
 
 
+def test_a_compactions_files_are_target_sized_on_disk_not_small_again_at_once(tmp_path: Path) -> None:
+    """pyiceberg cuts files at the target size of their rows in memory, several times their size
+    on disk (these rows compress well): a compaction's files cut so are small again at once, and
+    the next compaction rewrites them with every new batch's file, while the files pile up. Cut at
+    the target on disk, a compaction's files are done, and compactions follow the batches."""
+    writer = compacting_writer(tmp_path)
+    target = int(writer.table.properties["write.target-file-size-bytes"])
+    expected: dict[int, str] = {}
+    batches = 30
+    for batch in range(1, batches + 1):
+        ids = list(range(batch * 1000, batch * 1000 + 60))
+        tag = f"b{batch}-" + "x" * 120
+        writer.merge_batch(batch, rows(ids, tag), None)
+        expected.update({i: f"{tag}{i}" for i in ids})
+    writer.settle()
+    sizes = [t.file.file_size_in_bytes for t in writer.table.scan().plan_files()]
+    assert len([s for s in sizes if s < target // 4]) < POLICY.small_files, sizes
+    # Each compaction takes the small files of at least small_files - 1 batches.
+    assert 1 <= compactions(writer) <= batches // (POLICY.small_files - 1) + 1
+    assert content(writer) == expected
+
+
+def test_a_stream_catching_up_compacts_at_a_larger_debt_still_bounded_then_pays_it(tmp_path: Path) -> None:
+    """While the stream is a batch or more behind, compaction waits for CATCH_UP_SLACK times more
+    small files (a catch-up's batches keep coming: compacting between them rewrote the table
+    again and again); the files stay bounded, and the first batch after the catch-up compacts."""
+    writer = compacting_writer(tmp_path)
+    relaxed = POLICY.catching_up()
+    assert relaxed.small_files == POLICY.small_files * CATCH_UP_SLACK
+    assert (relaxed.deleted_share, relaxed.delete_files) == (0.75, POLICY.delete_files * CATCH_UP_SLACK)
+    expected: dict[int, str] = {}
+
+    def batch(n: int) -> None:
+        ids = list(range(n * 100, n * 100 + 20))
+        writer.merge_batch(n, rows(ids, f"b{n}-"), None)
+        expected.update({i: f"b{n}-{i}" for i in ids})
+
+    writer.catching_up = True
+    for n in range(1, relaxed.small_files):
+        batch(n)
+    writer.settle()
+    assert compactions(writer) == 0  # the usual policy compacts after POLICY.small_files batches
+    assert _counts(writer)[0] == relaxed.small_files - 1
+    for n in range(relaxed.small_files, relaxed.small_files + 3):
+        batch(n)
+        writer.settle()
+        assert _counts(writer)[0] < relaxed.small_files, "bounded while catching up too"
+    assert compactions(writer) == 1
+    writer.catching_up = False
+    batch(relaxed.small_files + 3)
+    batch(relaxed.small_files + 4)
+    writer.settle()
+    assert _counts(writer)[0] < POLICY.small_files
+    assert content(writer) == expected
+
+
 def test_no_compaction_without_a_policy(tmp_path: Path) -> None:
     writer = compacting_writer(tmp_path, policy=None)
     writer.table.append(rows(list(range(1000)), "v"))
@@ -151,7 +207,7 @@ import pyarrow as pa
 from pathlib import Path
 from pyiceberg.catalog.sql import SqlCatalog
 from binlake.offsets import BinlogOffset
-from binlake.sink.compaction import CompactionPolicy
+from binlake.sink.compaction import CATCH_UP_SLACK, CompactionPolicy
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import rows
 

@@ -26,6 +26,7 @@ from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.compaction import target_file_size
 from binlake.sink.file_systems import file_system
 from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
@@ -34,8 +35,6 @@ from binlake.state.leases import Command, TableBusyError
 from binlake.state.store import StateStore, StoredPlan
 
 log = logging.getLogger(__name__)
-
-DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's default write.target-file-size-bytes
 
 
 class MaintenanceRefusedError(BinlakeError):
@@ -116,7 +115,7 @@ def compact(table: Table, rewrite_partitions: bool = False) -> tuple[int, int]:
     replaced, files written)."""
     if table.current_snapshot() is None:
         return 0, 0
-    target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+    target = target_file_size(table)
     current = table.spec().spec_id
     groups: dict[tuple[int, str], list[FileScanTask]] = defaultdict(list)
     for task in table.scan().plan_files():
@@ -155,7 +154,8 @@ def compact(table: Table, rewrite_partitions: bool = False) -> tuple[int, int]:
                     replaced += 1
                 if not data.num_rows:  # every row deleted (merge-on-read): nothing to write
                     continue
-                for data_file in write_data_files(metadata, data, table.io, write_uuid, counter):
+                files = [t.file for t in tasks]
+                for data_file in write_data_files(metadata, data, table.io, write_uuid, counter, files):
                     snap.append_data_file(data_file)
                     written += 1
     return replaced, written

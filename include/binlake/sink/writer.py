@@ -100,8 +100,9 @@ class IcebergWriter:
         """When to compact a merge-on-read table with a key index (``sink/compaction.py``; None: never)."""
         self.keep_snapshots = keep_snapshots
         """After a batch commit, expire snapshots beyond this many (``sink/snapshot_retention``; 0: never)."""
-        self._changes = 0
-        """Rows of the last batch merged through the key index (what a compaction may spend)."""
+        self._changes = 0  # rows of the last batch merged through the key index: what a compaction may spend
+        self.catching_up = False
+        """The stream is a batch or more behind: compact by ``CompactionPolicy.catching_up``."""
         self.upkeep = Upkeep(identifier, background_upkeep)
         """Compaction, manifest merges and expiry after a batch commit (``sink/upkeep.py``: in a
         thread of its own if ``background_upkeep``, settled before the table's next commit)."""
@@ -264,7 +265,7 @@ class IcebergWriter:
                         at = f", which ends at binlog offset {offset}" if offset is not None else ""
                         raise KeyIndexError(f"{e} (Found while applying batch {batch_id}{at}.)") from None
                     result = commit_result(self.table, "committed", started, tries)
-                    self.upkeep.start(functools.partial(self._upkeep, self._changes))
+                    self.upkeep.start(functools.partial(self._upkeep, self._changes, self.catching_up))
                     self._changes = 0
                     return result
         except CommitFailedException:
@@ -273,13 +274,14 @@ class IcebergWriter:
             f"Could not apply batch {batch_id} to {self.identifier}: {MAX_ATTEMPTS} conflicts"
         )
 
-    def _upkeep(self, changes: int) -> None:
+    def _upkeep(self, changes: int, catching_up: bool) -> None:
         """After a batch commit of ``changes`` rows merged through the key index: compact a bounded
         share of a merge-on-read table if due (``sink/compaction.py``; it merges the manifests too),
         else merge the manifests if due; expire old snapshots; consolidate the key index if due."""
-        compacted, index = False, self._key_index
-        if self.compaction is not None and index is not None and changes:
-            compacted = compaction.after_batch(self.table, index, changes, self.compaction)
+        compacted, index, policy = False, self._key_index, self.compaction
+        if policy is not None and index is not None and changes:
+            policy = policy.catching_up() if catching_up else policy
+            compacted = compaction.after_batch(self.table, index, changes, policy)
         if not compacted and self.merge_manifests_at:
             compaction.merge_manifests(self.table, self.merge_manifests_at)
         if self.keep_snapshots:

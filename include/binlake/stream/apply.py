@@ -205,6 +205,8 @@ class BatchApplier:
                 )
         for identifier, parts in by_sink.items():
             table_started = time.monotonic()
+            # A batch read ahead: the binlog held a whole batch more, the stream is catching up.
+            parts[0].sink.writer.catching_up = frame.read_ahead
             crash_point("before-commit")
             with clock.phase(f"commit {identifier}"):
                 conflicts += commit_shares(parts, batch_id, end, self.tables.complete)
