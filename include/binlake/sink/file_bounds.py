@@ -1,4 +1,5 @@
-"""Which data files may hold given keys or rows of a key range, from each file's column bounds.
+"""Which data files may hold given keys or rows of a key range, from each file's column bounds,
+and the stored rows of given keys (read from those files only).
 
 pyiceberg's own pruning gives up on IN lists longer than 200 values and would read every file;
 tables are sorted on the key, so a batch of recent keys meets few files.
@@ -14,6 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.conversions import from_bytes
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.types import DateType, IcebergType, NestedField, PrimitiveType, TimestampType, TimestamptzType
 
@@ -27,6 +30,17 @@ def files_for_rows(table: Table, rows: pa.Table, column: str | None) -> list[Fil
         # File bounds say nothing about NULLs: any file may hold them.
         return list(table.scan().plan_files()) if table.current_snapshot() else []
     return [task for task, _, _ in files_with_keys(table, rows.select([column]), [column])]
+
+
+def stored_rows(table: Table, keys: pa.Table) -> pa.Table:
+    """The table's stored rows of these keys (``keys``: its key columns), with every delete file
+    applied; reads only the files whose key bounds may hold one of them."""
+    key_columns = list(keys.column_names)
+    tasks = [task for task, _, _ in files_with_keys(table, keys, key_columns)]
+    if not tasks:
+        return table.schema().as_arrow().empty_table()
+    data = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=tasks)
+    return data.join(keys.cast(data.select(key_columns).schema), keys=key_columns, join_type="inner")
 
 
 def files_with_keys(

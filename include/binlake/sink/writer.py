@@ -58,7 +58,7 @@ from binlake.sink.exactly_once import (
     commit_result,
     conflict_retries,
 )
-from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge, files_with_keys
+from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge
 from binlake.sink.key_index import KeyIndex, KeyIndexError
 from binlake.sink.layout import sorted_rows
 from binlake.sink.merge_on_read import commit_delta, merge_on_read, scanned_positions, write_position_deletes
@@ -428,18 +428,6 @@ class IcebergWriter:
         found = index.positions(keys)
         files = {t.file.file_path: t.file for t in self.table.scan().plan_files()} if found else {}
         return [(files[path], positions) for path, positions in found.items()]
-
-    def rows_with_keys(self, keys: pa.Table) -> pa.Table:
-        """The stored rows of these keys (``keys``: the table's key columns), with every delete
-        file applied; reads only the files whose key bounds may hold one of them."""
-        key_columns = list(keys.column_names)
-        table = self.table
-        tasks = [task for task, _, _ in files_with_keys(self.table, keys, key_columns)]
-        schema = table.schema().as_arrow()
-        if not tasks:
-            return schema.empty_table()
-        data = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks=tasks)
-        return data.join(keys.cast(data.select(key_columns).schema), keys=key_columns, join_type="inner")
 
     def _key_columns(self) -> list[str]:
         names = identifier_columns(self.table.schema())

@@ -21,6 +21,7 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.exactly_once import CommitResult
+from binlake.sink.file_bounds import stored_rows
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
     UNITS_KEY,
@@ -120,7 +121,7 @@ class HistoryWriter(ChangelogWriter):
 
     def current(self, keys: pa.Table) -> pa.Table:
         """The current versions of these keys (the table's key columns)."""
-        return current(self.rows_with_keys(keys))
+        return current(stored_rows(self.table, keys))
 
     def _empty(self) -> pa.Table:
         return self.table.schema().as_arrow().empty_table()

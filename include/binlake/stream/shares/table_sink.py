@@ -13,6 +13,7 @@ from binlake.schema.projection import project
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import arrow_schema
+from binlake.sink.file_bounds import stored_rows
 from binlake.sink.history.changelog import changelog_rows
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2_writer import HistoryWriter
@@ -89,7 +90,7 @@ class TableSink:
     def previous_rows(self, keys: pa.Table) -> pa.Table:
         """The sink's rows of these source keys, as rows of the source's columns (those the sink
         has): the values an update that lacks columns keeps (``stream.shares.patches``)."""
-        stored = self.writer.rows_with_keys(self.key_rows(keys))
+        stored = stored_rows(self.writer.table, self.key_rows(keys))
         return stored.select([n for n in self.schema.column_names if n in stored.column_names])
 
     def companions(self) -> dict[str, ChangelogWriter]:
