@@ -176,9 +176,22 @@ def with_unknown_sources(wanted: GtidSet, server: GtidSet) -> GtidSet:
     return merged
 
 
-def position_after(source: SourceConfig, server_id: int, gtid: str, flavor: str) -> BinlogOffset:
+def binlog_gtids(conn: pymysql.Connection[Any], version: ServerVersion) -> str:
+    """The GTID set of the server's binlog ("" when it writes none)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT @@gtid_binlog_pos" if version.flavor == "mariadb" else "SELECT @@GLOBAL.gtid_executed"
+        )
+        row = cur.fetchone()
+    return str(row[0] or "") if row else ""
+
+
+def position_after(
+    source: SourceConfig, server_id: int, gtid: str, flavor: str, server_gtids: str, head: BinlogOffset
+) -> BinlogOffset:
     """Where, in the source's binlog, the transactions not in ``gtid`` begin: a transaction
-    boundary to stream from.
+    boundary to stream from (``server_gtids``, ``head``: the server's GTID set and binlog end,
+    read before).
 
     Raises:
         GtidPositionError: the binlog does not hold the set (purged, or another history).
@@ -186,10 +199,7 @@ def position_after(source: SourceConfig, server_id: int, gtid: str, flavor: str)
     # Transactions of domains (MariaDB) or sources (MySQL) the set does not know were never the
     # stream's: written on the new server alone (its own user accounts, say). Asked as they are,
     # the server would send them from its binlog's start; taken as applied, they are skipped.
-    with contextlib.closing(connect(source)) as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@gtid_binlog_pos" if flavor == "mariadb" else "SELECT @@GLOBAL.gtid_executed")
-        row = cur.fetchone()
-    gtid = str(with_unknown_sources(GtidSet.parse(gtid), GtidSet.parse(str(row[0] or "") if row else "")))
+    gtid = str(with_unknown_sources(GtidSet.parse(gtid), GtidSet.parse(server_gtids)))
     stream = open_stream(
         source,
         server_id,
@@ -217,10 +227,6 @@ def position_after(source: SourceConfig, server_id: int, gtid: str, flavor: str)
         raise
     finally:
         stream.close()
-    if last is None:
-        with contextlib.closing(connect(source)) as conn:
-            from binlake.source.chunks.watermarks import current_offset
-
-            head = current_offset(conn, server_version(conn))
-        return BinlogOffset(head.file, head.pos)
+    if last is None:  # nothing read: the end read before (a transaction since would have been read)
+        return head
     return last  # nothing after the set yet: the binlog's end when read
