@@ -146,7 +146,9 @@ class ReadAhead:
 
     def _next(self, start: BinlogOffset) -> tuple[list[Segment], BinlogOffset | None]:
         # A segment reader's id: the planning side scans with the last one meanwhile.
-        with claimed_server_id(self.config.source, *segment_ids(self.config.source), 0) as server_id:
+        with claimed_server_id(
+            self.config.source, *segment_ids(self.config.source), 0, wait=False
+        ) as server_id:
             return self._plan(start, server_id)
 
     def _plan(self, start: BinlogOffset, server_id: int) -> tuple[list[Segment], BinlogOffset | None]:

@@ -142,7 +142,7 @@ def run_stream(
             writing(store.engine, name, Command.STREAM, writer_lease(config)) as fence,
             # The planning side's replica id, held while the stream runs: a snapshot's chunk
             # readers claim theirs from the same range (``stream/positions.segment_ids``).
-            claimed_server_id(config.source, ids.end, ids.end, 0),
+            claimed_server_id(config.source, ids.end, ids.end, 0, wait=False),
         ):
             return _stream(config, spark, store, fence, until_caught_up, progress, stop, started)
     finally:

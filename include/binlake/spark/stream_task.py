@@ -62,7 +62,7 @@ def read_segment(
         return
     converters = {table: RowConverter(schema) for table, schema in tables.items()}
     # A snapshot's chunk readers, in a job of their own, claim their ids from the same range.
-    with claimed_server_id(source, *segment_ids(source), index) as server_id:
+    with claimed_server_id(source, *segment_ids(source), index, wait=False) as server_id:
         reader = BinlogReader(
             source,
             server_id,

@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from pymysqlreplication import BinLogStreamReader
 
 from binlake.config import PipelineConfig, SourceConfig
 from binlake.events import TableId, table_to_dict
+from binlake.source.binlog.change_reader import BinlogReader
 from binlake.source.binlog.scan import connection_settings
 from binlake.source.server.connection import connect
 from binlake.source.server.discovery import discover
 from binlake.source.server.replicas import claimed_server_id
 from binlake.source.server.validator import validate
-from binlake.spark.stream_task import read_segment
+from binlake.spark import stream_task
 from binlake.stream.positions import segment_ids
 from binlake.stream.records import ENVELOPE_SCHEMA, table_changes
 from binlake.testing.private_server import CDC_USER_PRIVILEGES, PrivateMariaDB
@@ -114,12 +118,18 @@ def _claim_and_release(source: SourceConfig, preferred: int) -> int:
         return server_id
 
 
-def test_a_stream_segment_reader_claims_an_id_a_snapshot_reader_does_not_hold(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+def test_a_stream_segment_reader_claims_an_id_a_snapshot_reader_does_not_hold_and_never_waits(
+    mariadb: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A snapshot's chunk readers and the stream's segment readers take ids from one range: a
-    segment reader claims its id too, waiting while every segment id (all but the planning
-    side's last one) is held, then reads its changes."""
+    segment reader claims a free one of the segment ids (all but the planning side's last one).
+    When every one is held it reads with its own all the same, saying so: a paused process of the
+    pipeline (a stream that lost its lease while stopped) may hold them for hours, and the stream
+    that took over must not wait for it."""
     start, end = binlog_range(
         mariadb, database, ["CREATE TABLE t (id INT PRIMARY KEY)"], ["INSERT INTO t VALUES (1), (2)"]
     )
@@ -129,16 +139,26 @@ def test_a_stream_segment_reader_claims_an_id_a_snapshot_reader_does_not_hold(
         (schema,) = discover(conn, [TableId(database, "t")])
     tables = json.dumps({schema.table.name: table_to_dict(schema)})
     assert segment_ids(config.source) == (7700, 7701)
+    used: list[int] = []
 
-    def read() -> pa.ChunkedArray:
-        batches = list(read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
-        return table_changes(pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA))[schema.table.name]["op"]
+    def reader(source: SourceConfig, server_id: int, *args: Any, **kwargs: Any) -> BinlogReader:
+        used.append(server_id)
+        return BinlogReader(source, server_id, *args, **kwargs)
 
-    with contextlib.ExitStack() as snapshot, ThreadPoolExecutor(1) as pool:
-        for preferred in (0, 1):  # two chunk readers hold both segment ids
-            snapshot.enter_context(claimed_server_id(config.source, 7700, 7701, preferred))
-        reading = pool.submit(read)
-        time.sleep(1.5)
-        assert not reading.done(), "a segment reader read with an id a chunk reader holds"
-        snapshot.close()
-        assert reading.result(timeout=60).to_pylist() == ["insert", "insert"]
+    monkeypatch.setattr(stream_task, "BinlogReader", reader)
+
+    def read() -> list[str]:
+        batches = list(stream_task.read_segment(config, 0, start.to_dict(), end.to_dict(), tables))
+        ops = table_changes(pa.Table.from_batches(batches, schema=ENVELOPE_SCHEMA))[schema.table.name]["op"]
+        return list(ops.to_pylist())
+
+    with claimed_server_id(config.source, 7700, 7701, 0):  # a chunk reader holds index 0's id
+        assert read() == ["insert", "insert"]
+    assert used == [7701]
+    with contextlib.ExitStack() as held, caplog.at_level(logging.WARNING):
+        for preferred in (0, 1):  # both segment ids held
+            held.enter_context(claimed_server_id(config.source, 7700, 7701, preferred))
+        with ThreadPoolExecutor(1) as pool:
+            assert pool.submit(read).result(timeout=60) == ["insert", "insert"]
+    assert used == [7701, 7700]
+    assert "replica ids 7700-7701 are all held by other readers" in caplog.text

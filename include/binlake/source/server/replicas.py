@@ -82,7 +82,9 @@ def _who(host: str) -> str:
 
 
 @contextlib.contextmanager
-def claimed_server_id(source: SourceConfig, first: int, last: int, preferred: int) -> Iterator[int]:
+def claimed_server_id(
+    source: SourceConfig, first: int, last: int, preferred: int, wait: bool = True
+) -> Iterator[int]:
     """A replica id of ``first``-``last`` that no other reader holds, for as long as the context
     lasts.
 
@@ -91,12 +93,25 @@ def claimed_server_id(source: SourceConfig, first: int, last: int, preferred: in
     the readers over the range. When every id is held, the reader waits for one to be freed, so
     at most ``last - first + 1`` readers run at once however many tasks Spark runs at once (on a
     cluster with more cores than ``pipeline.parallelism``: before, two tasks could share an id and
-    kick each other's binlog reads off the server)."""
+    kick each other's binlog reads off the server).
+
+    ``wait=False`` (the stream's readers): when every id is held, the preferred one is used all
+    the same. A paused process holds its locks as long as its connections live — a stream that
+    lost its writer lease while stopped, say — and the stream that took over must not wait for it.
+    """
     ids = list(range(first, last + 1))
     start = preferred % len(ids)
     order = ids[start:] + ids[:start]
     with contextlib.closing(connect(source)) as conn:
         claimed = _first_free(conn, order)
+        if claimed is None and not wait:
+            log.warning(
+                "replica ids %d-%d are all held by other readers (a paused process of this pipeline, or a "
+                "snapshot's chunk readers): reading with %d all the same; readers sharing an id kick each "
+                "other off the server until one ends",
+                first, last, order[0],
+            )  # fmt: skip
+            claimed = order[0]
         if claimed is None:
             log.info("replica ids %d-%d are all in use by other readers: waiting", first, last)
         while claimed is None:  # the preferred id, or whichever is freed first
