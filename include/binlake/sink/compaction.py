@@ -57,13 +57,7 @@ from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.key_index import KeyIndex
 from binlake.sink.layout import sorted_rows
 from binlake.sink.merge_on_read import merge_on_read, write_position_deletes
-from binlake.sink.pyiceberg_internals import (
-    DEFAULT_TARGET_FILE_SIZE,
-    TARGET_FILE_SIZE,
-    DeltaOverwrite,
-    transaction,
-    write_data_files,
-)
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, target_file_size, transaction, write_data_files
 
 log = logging.getLogger(__name__)
 
@@ -227,10 +221,6 @@ def compact(table: Table, plan: Compaction, tasks: Sequence[FileScanTask]) -> Co
     )
 
 
-def target_file_size(table: Table) -> int:
-    return int(table.properties.get(TARGET_FILE_SIZE, DEFAULT_TARGET_FILE_SIZE))
-
-
 def _delete_files(table: Table) -> set[str]:
     snapshot = table.current_snapshot()
     if snapshot is None:
@@ -294,7 +284,7 @@ def after_batch(table: Table, index: KeyIndex, changes: int, policy: CompactionP
     if not index.describes(table):
         return False
     tasks = list(table.scan().plan_files())
-    plan = choose(tasks, index.live_rows(), changes, target_file_size(table), policy)
+    plan = choose(tasks, index.live_rows(), changes, target_file_size(table.properties), policy)
     if not plan.due:
         return False
     snapshot = table.current_snapshot()

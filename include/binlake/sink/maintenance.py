@@ -26,10 +26,9 @@ from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.compaction import target_file_size
 from binlake.sink.file_systems import file_system
 from binlake.sink.layout import sorted_rows
-from binlake.sink.pyiceberg_internals import DeltaOverwrite, transaction, write_data_files
+from binlake.sink.pyiceberg_internals import DeltaOverwrite, target_file_size, transaction, write_data_files
 from binlake.state.holders import Holder
 from binlake.state.leases import Command, TableBusyError
 from binlake.state.store import StateStore, StoredPlan
@@ -115,7 +114,7 @@ def compact(table: Table, rewrite_partitions: bool = False) -> tuple[int, int]:
     replaced, files written)."""
     if table.current_snapshot() is None:
         return 0, 0
-    target = target_file_size(table)
+    target = target_file_size(table.properties)
     current = table.spec().spec_id
     groups: dict[tuple[int, str], list[FileScanTask]] = defaultdict(list)
     for task in table.scan().plan_files():

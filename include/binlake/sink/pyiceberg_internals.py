@@ -24,7 +24,7 @@ import itertools
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -208,9 +208,14 @@ def sized_on_disk(metadata: TableMetadata, rows: pa.Table, rewritten: Sequence[D
     ratio = (rows.nbytes / rows.num_rows) / (on_disk / stored)
     if ratio <= 1.0:
         return metadata
-    target = int(metadata.properties.get(TARGET_FILE_SIZE, DEFAULT_TARGET_FILE_SIZE))
+    target = target_file_size(metadata.properties)
     properties = {**metadata.properties, TARGET_FILE_SIZE: str(int(target * ratio))}
     return metadata.model_copy(update={"properties": properties})
+
+
+def target_file_size(properties: Mapping[str, str]) -> int:
+    """A table's target size of a data file, by its ``properties``."""
+    return int(properties.get(TARGET_FILE_SIZE, DEFAULT_TARGET_FILE_SIZE))
 
 
 #: The table property of a data file's target size, and Iceberg's default for it.

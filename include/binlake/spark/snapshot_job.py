@@ -31,12 +31,11 @@ from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.schema.table_rules import table_rules
 from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.compaction import target_file_size
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.companions import companion_writers
 from binlake.sink.partition_files import Partitioning
-from binlake.sink.pyiceberg_internals import DEFAULT_TARGET_FILE_SIZE
+from binlake.sink.pyiceberg_internals import DEFAULT_TARGET_FILE_SIZE, target_file_size
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
 from binlake.snapshot.chunks import chunk_groups, chunk_waves, planned, reconcile, selected
@@ -224,7 +223,7 @@ def task_options(
 ) -> dict[str, str]:
     source = config.source.model_dump(mode="json", exclude={"password": True, "tls": {"key"}})
     rules = {t: table_rules(config, t) for t in writers}
-    target = {t.name: target_file_size(w.table) for t, w in writers.items()}
+    target = {t.name: target_file_size(w.table.properties) for t, w in writers.items()}
     server_ids = config.source.server_id
     if len(server_ids) < config.pipeline.parallelism:
         raise SnapshotError(

@@ -118,9 +118,7 @@ def check_binlog(
             "always) and start anew: `binlake plan --replan`, then `binlake snapshot`."
         )
     try:
-        new = position_after(
-            config.source, server_id, offset.gtid, server.version.flavor, server.gtids, server.head
-        )
+        new = position_after(config.source, server_id, offset.gtid, server.version.flavor, server.head)
     except GtidPositionError as e:
         raise BinlogChangedError(
             f"Cannot resume the stream at {offset} (GTID `{offset.gtid}`): {what}, and {e}. Fix: point the "

@@ -176,22 +176,11 @@ def with_unknown_sources(wanted: GtidSet, server: GtidSet) -> GtidSet:
     return merged
 
 
-def binlog_gtids(conn: pymysql.Connection[Any], version: ServerVersion) -> str:
-    """The GTID set of the server's binlog ("" when it writes none)."""
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT @@gtid_binlog_pos" if version.flavor == "mariadb" else "SELECT @@GLOBAL.gtid_executed"
-        )
-        row = cur.fetchone()
-    return str(row[0] or "") if row else ""
-
-
 def position_after(
-    source: SourceConfig, server_id: int, gtid: str, flavor: str, server_gtids: str, head: BinlogOffset
+    source: SourceConfig, server_id: int, gtid: str, flavor: str, head: BinlogOffset
 ) -> BinlogOffset:
     """Where, in the source's binlog, the transactions not in ``gtid`` begin: a transaction
-    boundary to stream from (``server_gtids``, ``head``: the server's GTID set and binlog end,
-    read before).
+    boundary to stream from (``head``: the binlog's end with the server's GTID set, read before).
 
     Raises:
         GtidPositionError: the binlog does not hold the set (purged, or another history).
@@ -199,7 +188,7 @@ def position_after(
     # Transactions of domains (MariaDB) or sources (MySQL) the set does not know were never the
     # stream's: written on the new server alone (its own user accounts, say). Asked as they are,
     # the server would send them from its binlog's start; taken as applied, they are skipped.
-    gtid = str(with_unknown_sources(GtidSet.parse(gtid), GtidSet.parse(server_gtids)))
+    gtid = str(with_unknown_sources(GtidSet.parse(gtid), GtidSet.parse(head.gtid or "")))
     stream = open_stream(
         source,
         server_id,
@@ -228,5 +217,5 @@ def position_after(
     finally:
         stream.close()
     if last is None:  # nothing read: the end read before (a transaction since would have been read)
-        return head
+        return BinlogOffset(head.file, head.pos)
     return last  # nothing after the set yet: the binlog's end when read

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from binlake.config import SourceConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.source.binlog.gtid_positions import binlog_gtids, server_name
+from binlake.source.binlog.gtid_positions import server_name
 from binlake.source.binlog.scan import binary_logs
 from binlake.source.chunks.watermarks import current_offset
 from binlake.source.server.connection import ServerVersion, connect, server_version
@@ -32,10 +32,7 @@ class ServerFacts:
     binary_logs: list[tuple[str, int]]
     """The binlog files the server holds, oldest first, with their sizes."""
     head: BinlogOffset
-    """The binlog's end: after the last committed transaction."""
-    gtids: str
-    """The GTID set of the server's binlog (MariaDB's ``gtid_binlog_pos``, MySQL's
-    ``gtid_executed``; empty when it writes none)."""
+    """The binlog's end: after the last committed transaction, with the server's GTID set."""
     tables: list[CreateTable]
     """The captured tables (``source.tables``, less ``source.tables_exclude``), as they are now."""
     cascading: list[CascadingKey]
@@ -56,7 +53,6 @@ def server_facts(source: SourceConfig) -> ServerFacts:
             server=server_name(conn, version),
             binary_logs=binary_logs(conn),
             head=current_offset(conn, version),
-            gtids=binlog_gtids(conn, version),
             tables=tables,
             cascading=cascading_keys(conn, [s.table for s in tables]),
         )
