@@ -10,7 +10,7 @@ issue's goals: skewed ≤ 1.0 s and ≤ 20% of the table's bytes rewritten per b
 no growth over the batches. ``--growth`` runs each layout at ``--rows`` and 4× as many in the same
 run: ``cost_growth_4x`` (median seconds per batch at 4× ÷ at 1×; goal ≤ 1.3) and the bytes written
 per batch as a share of the table (goal ≤ 5 %). The ``key index`` layout is what the stream's
-writers do on a merge-on-read table (``sink.key_index``); its first batch builds the index.
+writers do on a merge-on-read table (``sink.keys.key_index``); its first batch builds the index.
 ``--upkeep background`` (the stream's way, default) runs each batch's compaction while the next
 batch's changes are made (the stream: while the executors read them); the next batch waits for
 what is left, in its time. ``--upkeep inline`` counts it in its own batch's time. ``--trigger-s``
@@ -80,7 +80,7 @@ LAYOUTS: dict[str, TableLayout] = {
         properties={"write.target-file-size-bytes": str(8 << 20), "write.merge.mode": "merge-on-read"}
     ),
 }
-#: Layouts whose writer keeps a key index (``sink.key_index``, what the stream's writers do), and
+#: Layouts whose writer keeps a key index (``sink.keys.key_index``, what the stream's writers do), and
 #: of those, the ones that also compact after batches (``stream.compact``, the stream's default) and
 #: keep the stream's default number of snapshots (``stream.keep_snapshots``).
 INDEXED = {

@@ -389,7 +389,7 @@ class PipelineConfig(Model):
 
     @property
     def key_index_dir(self) -> Path:
-        """Where merge-on-read sink tables keep their key indexes (``sink.key_index``): a cache,
+        """Where merge-on-read sink tables keep their key indexes (``sink.keys.key_index``): a cache,
         rebuilt from the table when missing or behind."""
         return (self.pipeline.work_dir / "key-index").resolve()
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from binlake.offsets import BinlogOffset
-from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.keys.row_match import ClearRange, clear_mask
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import content, create, make_catalog, rows
 

@@ -13,11 +13,12 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
-from binlake.sink import key_index, key_index_store
-from binlake.sink.key_index import KeyIndex, KeyIndexError
+from binlake.sink.keys import key_index, key_index_store
+from binlake.sink.keys.key_index import KeyIndex
+from binlake.sink.keys.row_match import ClearRange
+from binlake.sink.keys.table_keys import KeyIndexError
 from binlake.sink.layout import TableLayout
 from binlake.sink.metadata_applier import IcebergMetadataApplier
-from binlake.sink.row_match import ClearRange
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import content, create, make_catalog, rows
 
@@ -102,7 +103,7 @@ def test_an_index_that_missed_a_commit_is_rebuilt_from_the_table(
     keys = sorted(expected)[:50]
     other.merge_batch(2, rows(keys, "other-"), None)
     expected.update({k: f"other-{k}" for k in keys})
-    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+    with caplog.at_level(logging.INFO, logger="binlake.sink.keys.key_index"):
         first.merge_batch(3, rows(keys[:10], "again-"), pa.table({"id": pa.array(keys[10:20], pa.int64())}))
     assert "indexed the keys" in caplog.text
     expected.update({k: f"again-{k}" for k in keys[:10]})
@@ -113,7 +114,7 @@ def test_an_index_that_missed_a_commit_is_rebuilt_from_the_table(
     # A new writer (a new job) finds the index describing the table: no rebuild.
     caplog.clear()
     later = IcebergWriter(catalog, identifier, key_index_dir=tmp_path / "index")
-    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+    with caplog.at_level(logging.INFO, logger="binlake.sink.keys.key_index"):
         _batch(later, 4, rng, expected)
     assert "indexed the keys" not in caplog.text
     assert content(later) == expected
@@ -151,7 +152,7 @@ def test_a_key_stored_twice_is_merged_without_the_index_until_a_backfill(
     writer = IcebergWriter(catalog, create(catalog, properties=MOR), key_index_dir=tmp_path / "index")
     writer.table.append(rows([1, 2, 3, 4], "v"))
     writer.table.append(rows([3], "w"))
-    with caplog.at_level(logging.WARNING, logger="binlake.sink.key_index"):
+    with caplog.at_level(logging.WARNING, logger="binlake.sink.keys.key_index"):
         writer.merge_batch(1, rows([2], "u"), None)
         writer.merge_batch(2, rows([1], "u"), None)
     warned = [r.getMessage() for r in caplog.records if "two live rows" in r.getMessage()]
@@ -214,7 +215,7 @@ import os, sys
 import pyarrow as pa
 from pathlib import Path
 from pyiceberg.catalog.sql import SqlCatalog
-from binlake.sink import key_index, key_index_store
+from binlake.sink.keys import key_index, key_index_store
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import rows
 
@@ -266,7 +267,7 @@ def test_a_process_killed_while_logging_a_batch_leaves_the_index_to_be_rebuilt(
     next writer must not trust the index (it rebuilds, and the next batch replaces the right rows)."""
     writer, index = _killed(tmp_path, "log")
     assert not index.describes(writer.table)
-    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+    with caplog.at_level(logging.INFO, logger="binlake.sink.keys.key_index"):
         writer.merge_batch(2, rows([6, 8], "after-"), pa.table({"id": pa.array([5], pa.int64())}))
     assert "indexed the keys" in caplog.text
     expected = {i: f"v{i}" for i in range(20) if i not in (5, 7)} | {6: "after-6", 8: "after-8"}
@@ -280,7 +281,7 @@ def test_a_process_killed_while_writing_a_new_base_keeps_the_logged_index(
     the old base and its log still describe the table (no rebuild)."""
     writer, index = _killed(tmp_path, "base")
     assert index.describes(writer.table)
-    with caplog.at_level(logging.INFO, logger="binlake.sink.key_index"):
+    with caplog.at_level(logging.INFO, logger="binlake.sink.keys.key_index"):
         writer.merge_batch(2, rows([6, 8], "after-"), pa.table({"id": pa.array([5], pa.int64())}))
     assert "indexed the keys" not in caplog.text
     expected = {i: f"v{i}" for i in range(20) if i not in (5, 7)} | {6: "after-6", 8: "after-8"}

@@ -15,7 +15,7 @@ from pyiceberg.table import Transaction
 from binlake.offsets import BinlogOffset
 from binlake.sink import copy_on_write
 from binlake.sink.exactly_once import MAX_ATTEMPTS, ChunkCommit, CommitConflictError, PartialCommitError
-from binlake.sink.file_bounds import files_with_keys
+from binlake.sink.keys.file_bounds import files_with_keys
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import COPY_ON_WRITE, content, create, make_catalog, rows
 

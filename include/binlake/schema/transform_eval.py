@@ -11,10 +11,7 @@ from decimal import (
     ROUND_DOWN,
     ROUND_FLOOR,
     ROUND_HALF_UP,
-    Context,
     Decimal,
-    DivisionByZero,
-    InvalidOperation,
     localcontext,
 )
 from typing import Any, TypeAlias
@@ -24,6 +21,7 @@ import pyarrow.compute as pc
 
 from binlake.errors import BinlakeError
 from binlake.schema.date_functions import UnrepresentableDateError, date_format, timestamp_add, timestamp_diff
+from binlake.schema.mysql_values import WIDE, clamp, quotient, remainder, substring
 from binlake.schema.str_to_date import str_to_dates
 from binlake.schema.transform_sql import Node, SqlType
 
@@ -146,16 +144,16 @@ class Evaluator:
             )
 
     def _modulo(self, node: Node) -> Datum:
-        return self._exact(node, _remainder)
+        return self._exact(node, remainder)
 
     def _int_divide(self, node: Node) -> Datum:
-        return self._exact(node, _quotient)
+        return self._exact(node, quotient)
 
     def _exact(self, node: Node, operation: Callable[[Any, Any], Any]) -> Datum:
         """An operation on exact numbers, row by row in Python's integers and decimals (MySQL's
         results, where Arrow has no kernel: truncating, the dividend's sign, NULL for 0)."""
         left, right = (self._python(a) for a in node.args)
-        with localcontext(_WIDE):
+        with localcontext(WIDE):
             values = [
                 None if a is None or b is None else operation(a, b) for a, b in zip(left, right, strict=True)
             ]
@@ -164,7 +162,7 @@ class Evaluator:
     def _rounded(self, node: Node, rounding: str) -> Datum:
         """An exact number rounded to ``node.value`` digits (negative: left of the point)."""
         step = Decimal(1).scaleb(-int(node.value))
-        with localcontext(_WIDE):
+        with localcontext(WIDE):
             values: list[Any] = [
                 None if v is None else Decimal(v).quantize(step, rounding=rounding)
                 for v in self._python(node.args[0])
@@ -200,9 +198,9 @@ class Evaluator:
         else:
             high = Decimal(10) ** (node.type.precision - node.type.scale) - step
             low = -high
-        with localcontext(_WIDE):
+        with localcontext(WIDE):
             exact = [
-                None if v is None else _clamp(Decimal(v).quantize(step, ROUND_HALF_UP), low, high)
+                None if v is None else clamp(Decimal(v).quantize(step, ROUND_HALF_UP), low, high)
                 for v in values
             ]
         if node.type.kind == "int":
@@ -245,7 +243,7 @@ class Evaluator:
         return pc.call_function(function, [self.value(node.args[0])], pc.TrimOptions(" "))
 
     def _substring(self, node: Node) -> Datum:
-        return self._text_rows(node, _substring)
+        return self._text_rows(node, substring)
 
     def _left(self, node: Node) -> Datum:
         return self._text_rows(node, lambda s, n: s[: max(0, n)])
@@ -398,49 +396,6 @@ class Evaluator:
 
     def _second(self, node: Node) -> Datum:
         return pc.second(self.value(node.args[0]))
-
-
-#: Wide enough for any DECIMAL(65) operand: a quotient or remainder never rounds.
-_WIDE = Context(prec=200, traps=[DivisionByZero, InvalidOperation])
-
-
-def _clamp(value: Decimal, low: Decimal, high: Decimal) -> Decimal:
-    """``value`` within [low, high] (the server's CAST clamps an out-of-range value, with a warning)."""
-    return min(max(value, low), high)
-
-
-def _remainder(a: Any, b: Any) -> Any:
-    """MySQL's ``MOD``: the dividend's sign (Python's ``%`` on ints takes the divisor's; on
-    Decimals it already takes the dividend's); NULL for a zero divisor."""
-    if b == 0:
-        return None
-    if isinstance(a, Decimal) or isinstance(b, Decimal):
-        return Decimal(a) % Decimal(b)
-    magnitude = abs(a) % abs(b)
-    return -magnitude if a < 0 else magnitude
-
-
-def _quotient(a: Any, b: Any) -> Any:
-    """MySQL's ``DIV``: truncated toward zero (a DECIMAL's quotient too); NULL for a zero divisor."""
-    if b == 0:
-        return None
-    if isinstance(a, Decimal) or isinstance(b, Decimal):
-        return int(Decimal(a) // Decimal(b))
-    magnitude = abs(a) // abs(b)
-    return -magnitude if (a < 0) != (b < 0) else magnitude
-
-
-def _substring(text: str, start: int, length: int | None = None) -> str:
-    """MySQL's ``SUBSTRING``: 1-based, negative from the end, 0 (or before the start) → ''."""
-    if start > 0:
-        begin = start - 1
-    elif start < 0 and -start <= len(text):
-        begin = len(text) + start
-    else:
-        return ""
-    if length is None:
-        return text[begin:]
-    return text[begin : begin + length] if length > 0 else ""
 
 
 def evaluate(node: Node, rows: pa.Table, metadata: dict[str, Any], where: str) -> pa.Array:

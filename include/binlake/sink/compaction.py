@@ -54,7 +54,7 @@ from pyiceberg.table.snapshots import Operation
 
 from binlake.faults import crash_point
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.key_index import KeyIndex
+from binlake.sink.keys.key_index import KeyIndex
 from binlake.sink.layout import sorted_rows
 from binlake.sink.merge_on_read import merge_on_read, write_position_deletes
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, target_file_size, transaction, write_data_files

@@ -33,9 +33,9 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.typedef import Record
 
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
-from binlake.sink.file_bounds import files_to_merge
+from binlake.sink.keys.file_bounds import files_to_merge
+from binlake.sink.keys.row_match import ClearRange, clear_mask, key_positions
 from binlake.sink.pyiceberg_internals import DeltaOverwrite
-from binlake.sink.row_match import ClearRange, clear_mask, key_positions
 
 #: The table property (Iceberg's own) that turns merge-on-read on.
 MERGE_MODE = "write.merge.mode"

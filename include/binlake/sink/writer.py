@@ -58,12 +58,13 @@ from binlake.sink.exactly_once import (
     commit_result,
     conflict_retries,
 )
-from binlake.sink.file_bounds import files_for_rows, files_in_ranges, files_to_merge
-from binlake.sink.key_index import KeyIndex, KeyIndexError
+from binlake.sink.keys.file_bounds import files_for_rows, files_in_ranges, files_to_merge
+from binlake.sink.keys.key_index import KeyIndex
+from binlake.sink.keys.row_match import ClearRange, batch_keys, clear_mask, in_range, row_counts, take_rows
+from binlake.sink.keys.table_keys import KeyIndexError
 from binlake.sink.layout import sorted_rows
 from binlake.sink.merge_on_read import commit_delta, merge_on_read, scanned_positions, write_position_deletes
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
-from binlake.sink.row_match import ClearRange, batch_keys, clear_mask, in_range, row_counts, take_rows
 from binlake.sink.upkeep import Upkeep
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ class IcebergWriter:
         self.merge_manifests_at = merge_manifests_at
         """After a batch commit, merge the table's manifests once it has this many (0: never)."""
         self.key_index_dir = key_index_dir
-        """Where merge-on-read keeps the table's key index (``sink.key_index``; None: none)."""
+        """Where merge-on-read keeps the table's key index (``sink.keys.key_index``; None: none)."""
         self._key_index: KeyIndex | None = None
         self._unindexable = False  # the table holds a key twice: merged without the index till repaired
         self.compaction = compaction

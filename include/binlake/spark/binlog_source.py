@@ -220,7 +220,7 @@ def _schema_cut(config: Any, positions: Any, begin: Any, end: Any) -> Any:
 def _tables_at(config: Any, offset: Any) -> str:
     from binlake.events import table_to_dict
     from binlake.state.store import StateStore
-    from binlake.stream.schema_changes import SchemaTracker
+    from binlake.stream.schema_tracker import SchemaTracker
 
     with StateStore(config.pipeline.resolved_state_uri) as store:
         schemas = SchemaTracker(config, store).schemas_at(offset)

@@ -14,7 +14,7 @@ from binlake.state.store import StreamBatch
 from binlake.stream.backfill import StagedBackfills
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.repairs import StreamRepairs
-from binlake.stream.schema_changes import SchemaTracker
+from binlake.stream.schema_tracker import SchemaTracker
 
 if TYPE_CHECKING:
     from binlake.stream.shares.table_sink import TableSink

@@ -34,7 +34,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import select_converter
 from binlake.sink.file_systems import file_system
-from binlake.sink.row_match import ClearRange, clear_mask, without
+from binlake.sink.keys.row_match import ClearRange, clear_mask, without
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.stream.records import empty_changes, values

@@ -28,7 +28,7 @@ from binlake.source.server.foreign_keys import CascadingKey, cascade_fix
 from binlake.state.offset_names import ORIGIN, STREAM
 from binlake.state.store import StateStore
 from binlake.stream.emit_filter import SnapshotFilter
-from binlake.stream.schema_changes import SchemaTracker
+from binlake.stream.schema_tracker import SchemaTracker
 from binlake.stream.startup import Start, StartupError, resolve_start
 
 log = logging.getLogger(__name__)

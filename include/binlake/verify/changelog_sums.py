@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from binlake.events import Column, CreateTable
 from binlake.sink.history.changelog import AFTER, INSERT, OP, ORDER, POSITION
-from binlake.sink.row_match import same_key_as_next
+from binlake.sink.keys.row_match import same_key_as_next
 from binlake.verify.canonical import row_hashes
 from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, add_rows, no_sums, pinned_rows
 

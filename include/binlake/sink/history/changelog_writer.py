@@ -33,12 +33,12 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
 from binlake.sink.exactly_once import ChunkCommit, CommitResult, chunk_summary, snapshot_chunks
-from binlake.sink.file_bounds import files_in_ranges
 from binlake.sink.history.changelog import AFTER, DELETE, INSERT, METADATA, OP, ORDER, POSITION, read_rows
 from binlake.sink.history.soft_delete import live
+from binlake.sink.keys.file_bounds import files_in_ranges
+from binlake.sink.keys.row_match import ClearRange, clear_mask
 from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import transaction, write_data_files
-from binlake.sink.row_match import ClearRange, clear_mask
 from binlake.sink.writer import IcebergWriter
 
 log = logging.getLogger(__name__)

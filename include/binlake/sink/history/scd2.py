@@ -39,8 +39,8 @@ from pyiceberg.transforms import IdentityTransform
 
 from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
+from binlake.sink.keys.row_match import same_key_as_next
 from binlake.sink.merge_on_read import MERGE_MODE, MERGE_ON_READ
-from binlake.sink.row_match import same_key_as_next
 
 VALID_FROM = "__valid_from__"
 VALID_TO = "__valid_to__"

@@ -21,7 +21,6 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.exactly_once import CommitResult
-from binlake.sink.file_bounds import stored_rows
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
     UNITS_KEY,
@@ -30,8 +29,9 @@ from binlake.sink.history.changelog_writer import (
     units_summary,
 )
 from binlake.sink.history.scd2 import CURRENT, METADATA, VALID_TO, closed, current, opened_rows, versions
+from binlake.sink.keys.file_bounds import stored_rows
+from binlake.sink.keys.row_match import ClearRange
 from binlake.sink.pyiceberg_internals import transaction
-from binlake.sink.row_match import ClearRange
 
 log = logging.getLogger(__name__)
 

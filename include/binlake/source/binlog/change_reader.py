@@ -41,7 +41,6 @@ from binlake.errors import BinlakeError
 from binlake.events import DataChange, TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.event_rows import (
-    STATEMENT_FIX,
     EventRows,
     Gap,
     RowOp,
@@ -57,9 +56,8 @@ from binlake.source.binlog.scan import (
     text_of,
     xa_locator,
 )
-from binlake.source.binlog.statement_dml import is_dml, written_tables
+from binlake.source.binlog.statement_gaps import cascade_gaps, dml_gaps, is_dml, load_gaps
 from binlake.source.binlog.xa import FL_PREPARED_XA, PreparedXa, Xid, xa_statement
-from binlake.source.server.foreign_keys import adds_cascading_key, cascade_fix, ddl_target
 
 if TYPE_CHECKING:  # imported when used: the stream's planning side imports this module, not the
     # decoders (numpy, pyarrow, pyiceberg's types: 0.5 s at each query's start)
@@ -238,7 +236,7 @@ class BinlogReader:
                 text, ts = text_of(event.query), int(event.timestamp)
                 yield from self._held(self._statement(text, text_of(event.schema), offset, ts))
             elif isinstance(event, ExecuteLoadQueryEvent):
-                yield from self._held(self._loaded(event, offset))
+                yield from self._held(load_gaps(event, self.tables, offset))
             elif isinstance(event, XidEvent):
                 self._xa_group = None
                 self._in_transaction = False
@@ -286,9 +284,9 @@ class BinlogReader:
             yield from self._xa(text, offset, timestamp)
             return
         if self._in_transaction and is_dml(text):
-            yield from self._statement_gaps(text, database, offset, timestamp)
+            yield from dml_gaps(text, database, self.tables, offset, timestamp)
         elif not self._in_transaction and keyword.startswith(("CREATE", "ALTER")):
-            yield from self._cascade_gap(text, database, offset, timestamp)
+            yield from cascade_gaps(text, database, self.tables, offset, timestamp)
 
     def _xa(self, text: str, offset: BinlogOffset, timestamp: int) -> Iterator[EventRows | Gap]:
         xa = xa_statement(text)
@@ -308,49 +306,6 @@ class BinlogReader:
             if held is None:
                 held = self._prepared_elsewhere(xa.xid, offset)
             yield from (r._replace(offset=offset, timestamp=timestamp) for r in held)
-
-    def _statement_gaps(
-        self, text: str, database: str, offset: BinlogOffset, timestamp: int
-    ) -> Iterator[Gap]:
-        """A row change logged as a statement: a gap in every captured table it may write."""
-        written = written_tables(text, database)
-        tables = sorted(self.tables if written is None else written & self.tables)
-        what = (
-            "rows changed by a statement logged as text (`binlog_format` STATEMENT or MIXED in the "
-            "writing session), not as row images"
-        )
-        if written is None:
-            what += "; binlake could not tell which tables it writes, so it stops for each one it captures"
-        for table in tables:
-            yield Gap(table, what, STATEMENT_FIX, offset, timestamp)
-
-    def _cascade_gap(self, text: str, database: str, offset: BinlogOffset, timestamp: int) -> Iterator[Gap]:
-        """A captured table that gains a cascading foreign key: the rows the server will change
-        through it never reach the binlog (``source.foreign_keys``)."""
-        target = ddl_target(text, database)
-        if target is not None and target in self.tables and adds_cascading_key(text):
-            yield Gap(
-                target,
-                "a foreign key with ON DELETE/UPDATE CASCADE or SET NULL/DEFAULT was declared on it: the "
-                "child rows the server changes through it are not in the binlog",
-                cascade_fix(),
-                offset,
-                timestamp,
-            )
-
-    def _loaded(self, event: Any, offset: BinlogOffset) -> Iterator[Gap]:
-        """``LOAD DATA`` logged as a statement: its rows are in a file the binlog does not hold."""
-        table = text_of(event.table_name) if hasattr(event, "table_name") else ""
-        database = text_of(event.schema)
-        named = [t for t in self.tables if t.table == table and t.database == database]
-        for target in named or sorted(self.tables):
-            yield Gap(
-                target,
-                "rows loaded by `LOAD DATA` logged as a statement (`binlog_format` STATEMENT or MIXED)",
-                STATEMENT_FIX,
-                offset,
-                int(event.timestamp),
-            )
 
     def _prepared_elsewhere(self, xid: Xid, commit: BinlogOffset) -> list[EventRows | Gap]:
         """The rows of ``xid`` committed at ``commit`` but prepared before this reader's start."""

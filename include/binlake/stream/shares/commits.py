@@ -20,7 +20,7 @@ from binlake.sink.history.changelog import POSITION, replaced_rows
 from binlake.sink.history.changelog_writer import rows_in_ranges
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.soft_delete import live, live_mask, marked_deleted
-from binlake.sink.row_match import ClearRange, clear_mask, without
+from binlake.sink.keys.row_match import ClearRange, clear_mask, without
 from binlake.stream.records import TransactionIds, images
 from binlake.stream.shares.table_sink import PreparedShare, TableSink
 

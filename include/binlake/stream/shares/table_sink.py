@@ -13,12 +13,12 @@ from binlake.schema.projection import project
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import arrow_schema
-from binlake.sink.file_bounds import stored_rows
 from binlake.sink.history.changelog import changelog_rows
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2_writer import HistoryWriter
 from binlake.sink.history.soft_delete import marked_deleted, marked_live
-from binlake.sink.row_match import ClearRange, clear_mask
+from binlake.sink.keys.file_bounds import stored_rows
+from binlake.sink.keys.row_match import ClearRange, clear_mask
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
 from binlake.stream.records import TransactionIds, images, key_columns

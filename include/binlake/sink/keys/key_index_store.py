@@ -1,4 +1,4 @@
-"""The key index's files (``sink/key_index.py``): sorted runs of keys, a synced base, a batch log.
+"""The key index's files (``sink/keys/key_index.py``): sorted runs of keys, a synced base, a batch log.
 
 A *run* is keys in order, each with its file id (-1: the key was deleted) and row position; the
 index finds a batch's sorted keys in one binary search of it (numpy) instead of one B-tree descent

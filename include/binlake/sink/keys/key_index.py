@@ -19,7 +19,7 @@ search (numpy), not one B-tree descent per key: a SQLite index cost 2.3× per ba
 (CPU in the B-tree; its cache, memory-mapping or sorted keys changed nothing). A *base* (every key in
 order, with its file and row position) is written once and memory-mapped; the batches since then go
 to a *delta* (sorted, in memory; a deleted key is a record without a file) and to a log, one record
-per batch (``sink/key_index_store.py``: how these files survive a kill or a machine crash). Once the
+per batch (``sink/keys/key_index_store.py``: how these files survive a kill or a machine crash). Once the
 delta holds an eighth of the base, the two are merged into a new base: a cost of the table paid once
 per table/8 changed keys, so still in proportion to the changes. Memory: the delta, 20 bytes a key.
 
@@ -42,17 +42,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
-from pyiceberg.manifest import DataFileContent
-from pyiceberg.schema import Schema
-from pyiceberg.table import FileScanTask, Table
+from pyiceberg.table import Table
 
-from binlake.errors import BinlakeError
-from binlake.sink import key_index_store as store
-from binlake.sink.key_index_store import Run, among, concat
+from binlake.sink.keys import key_index_store as store
+from binlake.sink.keys.key_index_store import Run, among, concat
+from binlake.sink.keys.table_keys import KeyIndexError, file_keys, live_keys
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +56,6 @@ FORMAT = "3"
 #: ``_MIN_DELTA``): the merge rewrites the base, so its cost per changed key stays bounded.
 _DELTA_SHARE = 8
 _MIN_DELTA = 1 << 16
-
-
-class KeyIndexError(BinlakeError):
-    """The table cannot be indexed by key as it is."""
 
 
 class KeyStoredTwiceError(KeyIndexError):
@@ -130,12 +120,8 @@ class KeyIndex:
         if table.current_snapshot() is not None:
             key_schema = table.schema().select(*self.key_columns)
             for task in table.scan().plan_files():
-                data = ArrowScan(table.metadata, table.io, key_schema, AlwaysTrue()).to_table(
-                    tasks=[FileScanTask(task.file)]
-                )
-                live = _live_positions(table, task, data.num_rows)
-                at = np.arange(data.num_rows, dtype=np.int64) if live is None else live
-                keys.append(self._encode(data if live is None else data.take(pa.array(live))))
+                data, at = live_keys(table, task, key_schema)
+                keys.append(self._encode(data))
                 files.append(np.full(len(at), self._file_id(task.file.file_path), np.int32))
                 pos.append(at)
         run = self._sorted_unique(
@@ -221,7 +207,7 @@ class KeyIndex:
         new_ids = {path: self._file_id(path) for path in added}
         parts = []
         for path in added:
-            data = _file_keys(table, path, key_schema).cast(key_schema.as_arrow())
+            data = file_keys(table, path, key_schema).cast(key_schema.as_arrow())
             parts.append((self._encode(data), new_ids[path]))
         put = concat([k for k, _ in parts], self._dtype)
         files = concat([np.full(len(k), f, np.int32) for k, f in parts], np.int32)
@@ -410,39 +396,3 @@ def _per_file(files: np.ndarray) -> np.ndarray:
 
 def _dtype(encoding: str, columns: int) -> np.dtype[Any]:
     return np.dtype({"int": "int64", "ints": f"S{8 * columns}"}.get(encoding, "S16"))
-
-
-def _live_positions(table: Table, task: FileScanTask, rows: int) -> np.ndarray | None:
-    """Positions of the file's rows no position delete removes (None: all of them)."""
-    deleted: list[pa.Array] = []
-    for delete in task.delete_files:
-        if delete.content != DataFileContent.POSITION_DELETES:
-            raise KeyIndexError(
-                f"Cannot index the keys of {table.name()}: its file {task.file.file_path} has equality "
-                "deletes (binlake never writes them; another writer did). Fix: rewrite the table's files "
-                "(`binlake maintain`) or set `write.merge.mode` to copy-on-write."
-            )
-        found = pq.read_table(table.io.new_input(delete.file_path).open(), columns=["file_path", "pos"])
-        mine = found.filter(pc.equal(found.column("file_path"), task.file.file_path))
-        deleted.append(mine.column("pos").combine_chunks())
-    if not deleted or not any(len(d) for d in deleted):
-        return None
-    gone = np.asarray(pa.concat_arrays(deleted).to_numpy(zero_copy_only=False), np.int64)
-    everything = np.arange(rows, dtype=np.int64)
-    return everything[~np.isin(everything, gone)]
-
-
-def _file_keys(table: Table, path: str, key_schema: Schema) -> pa.Table:
-    """The key columns of the data file ``path``, named as the table names them. A file names its
-    columns its own way (pyiceberg writes ``Nr. %d`` as ``Nr_x2E_x20_x25d``), so they are found
-    by field id, else by name (a file added without ids reads through the name mapping's names)."""
-    fields = list(key_schema.fields)
-    with table.io.new_input(path).open() as stream:
-        found = pq.ParquetFile(stream)
-        by_id = {
-            int(f.metadata[b"PARQUET:field_id"]): f.name
-            for f in found.schema_arrow
-            if f.metadata and b"PARQUET:field_id" in f.metadata
-        }
-        data = found.read(columns=[by_id.get(f.field_id, f.name) for f in fields])
-    return data.rename_columns([f.name for f in fields])

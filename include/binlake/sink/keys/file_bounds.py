@@ -21,7 +21,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.types import DateType, IcebergType, NestedField, PrimitiveType, TimestampType, TimestamptzType
 
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.row_match import ClearRange
+from binlake.sink.keys.row_match import ClearRange
 
 
 def files_for_rows(table: Table, rows: pa.Table, column: str | None) -> list[FileScanTask]:
