@@ -113,6 +113,24 @@ def test_concurrent_chunk_readers_claim_distinct_replica_ids_and_wait_when_all_a
         assert again == 7602
 
 
+def test_a_claimed_id_stays_held_while_its_connection_idles_past_the_servers_wait_timeout(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    """The stream holds its planning id for as long as it runs, on a connection that does nothing
+    else: the server's ``wait_timeout`` (often minutes in production) must not close it and free
+    the id for a chunk reader to take."""
+    config = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
+    (default,) = mariadb.query("SELECT @@GLOBAL.wait_timeout")[0]
+    mariadb.execute("SET GLOBAL wait_timeout = 1")  # sessions opened from now on idle out in 1 s
+    try:
+        with claimed_server_id(config.source, 7650, 7651, 0, wait=False) as claimed:
+            time.sleep(3)
+            holder = mariadb.query("SELECT IS_USED_LOCK(%s)", (f"binlake:replica_id:{claimed}",))[0][0]
+            assert holder is not None, "the claim's connection idled out and its id was freed"
+    finally:
+        mariadb.execute(f"SET GLOBAL wait_timeout = {int(default)}")
+
+
 def _claim_and_release(source: SourceConfig, preferred: int) -> int:
     with claimed_server_id(source, 7600, 7602, preferred) as server_id:
         return server_id

@@ -23,6 +23,9 @@ from binlake.source.server.connection import ServerVersion, connect
 log = logging.getLogger(__name__)
 
 _NO_PRIVILEGE = (1227, 1142, 1044)
+#: The longest idle time MySQL and MariaDB accept (a year): a claim's connection sits idle while
+#: its reader works, and one closed by the server's ``wait_timeout`` would free the id silently.
+_IDLE_FOR_GOOD_S = 31_536_000
 
 
 def replica_ids(config: PipelineConfig) -> set[int]:
@@ -89,11 +92,12 @@ def claimed_server_id(
     lasts.
 
     Each id is a named lock on the server (``GET_LOCK``), held by a connection of its own: the
-    server releases it when the reader ends, even killed. ``preferred`` (a task's index) spreads
-    the readers over the range. When every id is held, the reader waits for one to be freed, so
-    at most ``last - first + 1`` readers run at once however many tasks Spark runs at once (on a
-    cluster with more cores than ``pipeline.parallelism``: before, two tasks could share an id and
-    kick each other's binlog reads off the server).
+    server releases it when the reader ends, even killed, and never for the connection's idling,
+    however long the reader runs (the stream holds its planning id for as long as it streams).
+    ``preferred`` (a task's index) spreads the readers over the range. When every id is held, the
+    reader waits for one to be freed, so at most ``last - first + 1`` readers run at once however
+    many tasks Spark runs at once (on a cluster with more cores than ``pipeline.parallelism``:
+    before, two tasks could share an id and kick each other's binlog reads off the server).
 
     ``wait=False`` (the stream's readers): when every id is held, the preferred one is used all
     the same. A paused process holds its locks as long as its connections live — a stream that
@@ -103,6 +107,8 @@ def claimed_server_id(
     start = preferred % len(ids)
     order = ids[start:] + ids[:start]
     with contextlib.closing(connect(source)) as conn:
+        with conn.cursor() as cur:
+            cur.execute(f"SET SESSION wait_timeout = {_IDLE_FOR_GOOD_S}")
         claimed = _first_free(conn, order)
         if claimed is None and not wait:
             log.warning(
