@@ -40,7 +40,7 @@ from binlake.sink.writer import IcebergWriter
 from binlake.source.binlog.event_rows import gap_message
 from binlake.source.server.connection import connect
 from binlake.source.server.foreign_keys import cascading_keys
-from binlake.source.server.replicas import claimed_server_id
+from binlake.source.server.replicas import HeldReplicaId
 from binlake.spark.healer import Healer
 from binlake.spark.read_ahead import READERS
 from binlake.spark.runtime.heap import frozen_heap
@@ -142,9 +142,9 @@ def run_stream(
             writing(store.engine, name, Command.STREAM, writer_lease(config)) as fence,
             # The planning side's replica id, held while the stream runs: a snapshot's chunk
             # readers claim theirs from the same range (``stream/positions.segment_ids``).
-            claimed_server_id(config.source, ids.end, ids.end, 0, wait=False),
+            HeldReplicaId(config.source, ids.end) as planning,
         ):
-            return _stream(config, spark, store, fence, until_caught_up, progress, stop, started)
+            return _stream(config, spark, store, fence, planning, until_caught_up, progress, stop, started)
     finally:
         store.close()
 
@@ -154,6 +154,7 @@ def _stream(
     spark: Any,
     store: StateStore,
     fence: Fence,
+    planning: HeldReplicaId,
     until_caught_up: bool,
     progress: BatchProgress | None,
     stop: threading.Event | None,
@@ -206,7 +207,7 @@ def _stream(
                 on_backfill=print_backfill if progress is not None else None,
             ),
             BatchHooks(
-                before_batch=lambda: _hold(store, name, held, fence, writers.values()),
+                before_batch=lambda: _hold(store, name, held, fence, writers.values(), planning),
                 on_batch=on_batch,
                 anchor=BinlogAnchor(config, store, ids.end, ready.server.version.flavor),
             ),
@@ -290,12 +291,20 @@ def _read_changes(
 
 
 def _hold(
-    store: StateStore, pipeline: str, identifiers: list[str], fence: Fence, writers: Iterable[IcebergWriter]
+    store: StateStore,
+    pipeline: str,
+    identifiers: list[str],
+    fence: Fence,
+    writers: Iterable[IcebergWriter],
+    planning: HeldReplicaId | None = None,
 ) -> None:
     """Take or renew the stream's hold on its tables (waiting while maintenance holds one) once
-    their upkeep after the last batch is done (``sink/upkeep.py``): a batch finds them at rest."""
+    their upkeep after the last batch is done (``sink/upkeep.py``): a batch finds them at rest;
+    and its hold on its planning replica id (``planning``), lost with its connection."""
     for writer in writers:
         writer.settle()
+    if planning is not None:
+        planning.renew()
     try:
         fence.check()  # a stream that lost its writer lease stops here, not after waiting for tables
         store.leases(pipeline).hold(identifiers, fence.lease.holder, LEASE, wait_s=LEASE_WAIT_S)

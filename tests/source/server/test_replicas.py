@@ -22,7 +22,7 @@ from binlake.source.binlog.change_reader import BinlogReader
 from binlake.source.binlog.scan import connection_settings
 from binlake.source.server.connection import connect
 from binlake.source.server.discovery import discover
-from binlake.source.server.replicas import claimed_server_id
+from binlake.source.server.replicas import HeldReplicaId, claimed_server_id
 from binlake.source.server.validator import validate
 from binlake.spark import stream_task
 from binlake.stream.positions import segment_ids
@@ -129,6 +129,40 @@ def test_a_claimed_id_stays_held_while_its_connection_idles_past_the_servers_wai
             assert holder is not None, "the claim's connection idled out and its id was freed"
     finally:
         mariadb.execute(f"SET GLOBAL wait_timeout = {int(default)}")
+
+
+def test_the_streams_planning_id_is_claimed_again_once_its_connection_is_lost(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server restart or a network cut ends the connection that holds the stream's planning id,
+    and the server frees the id with it: the next batch's renewal claims it again (a ping while the
+    connection lives); held by another reader by then, the stream goes on with a warning."""
+    config = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
+    lock = "binlake:replica_id:7660"
+
+    def holder() -> int | None:
+        found = mariadb.query("SELECT IS_USED_LOCK(%s)", (lock,))[0][0]
+        return None if found is None else int(found)
+
+    with HeldReplicaId(config.source, 7660) as planning:
+        first = holder()
+        assert first is not None
+        planning.renew()  # alive: the same connection holds it
+        assert holder() == first
+        mariadb.execute(f"KILL {first}")
+        for _ in range(50):
+            if holder() is None:
+                break
+            time.sleep(0.1)
+        assert holder() is None, "the killed connection's lock outlived it"
+        planning.renew()
+        again = holder()
+        assert again is not None, "the id was not claimed again"
+        assert again != first
+        mariadb.execute(f"KILL {again}")
+        with claimed_server_id(config.source, 7660, 7660, 0, wait=False), caplog.at_level(logging.WARNING):
+            planning.renew()  # a chunk reader took the freed id meanwhile
+        assert "replica id 7660 is held by another reader" in caplog.text
 
 
 def _claim_and_release(source: SourceConfig, preferred: int) -> int:

@@ -106,9 +106,7 @@ def claimed_server_id(
     ids = list(range(first, last + 1))
     start = preferred % len(ids)
     order = ids[start:] + ids[:start]
-    with contextlib.closing(connect(source)) as conn:
-        with conn.cursor() as cur:
-            cur.execute(f"SET SESSION wait_timeout = {_IDLE_FOR_GOOD_S}")
+    with contextlib.closing(_claiming(source)) as conn:
         claimed = _first_free(conn, order)
         if claimed is None and not wait:
             log.warning(
@@ -123,6 +121,56 @@ def claimed_server_id(
         while claimed is None:  # the preferred id, or whichever is freed first
             claimed = order[0] if _lock(conn, order[0], 1) else _first_free(conn, order)
         yield claimed
+
+
+class HeldReplicaId:
+    """The replica id a reader holds for as long as it runs (the stream's planning side), claimed
+    as ``claimed_server_id`` claims it without waiting, and claimed again by ``renew`` once its
+    connection is gone: a server restart or a network cut ends the connection, and the server
+    frees the id with it."""
+
+    def __init__(self, source: SourceConfig, server_id: int) -> None:
+        self.source = source
+        self.server_id = server_id
+        self._conn: Any = None
+
+    def __enter__(self) -> HeldReplicaId:
+        self._claim()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    def renew(self) -> None:
+        """Claim the id again if its connection was lost (a ping a batch: well under a millisecond)."""
+        try:
+            self._conn.ping(reconnect=False)
+        except pymysql.err.Error:
+            self._close()
+            log.info("the connection holding replica id %d was lost: claiming it again", self.server_id)
+            self._claim()
+
+    def _claim(self) -> None:
+        self._conn = _claiming(self.source)
+        if not _lock(self._conn, self.server_id, 0):
+            log.warning(
+                "replica id %d is held by another reader (a paused process of this pipeline, or a "
+                "snapshot's chunk reader): reading with it all the same; readers sharing an id kick each "
+                "other off the server until one ends",
+                self.server_id,
+            )
+
+    def _close(self) -> None:
+        with contextlib.suppress(pymysql.err.Error):
+            self._conn.close()
+
+
+def _claiming(source: SourceConfig) -> Any:
+    """A connection for named locks, exempt from the server's ``wait_timeout``."""
+    conn = connect(source)
+    with conn.cursor() as cur:
+        cur.execute(f"SET SESSION wait_timeout = {_IDLE_FOR_GOOD_S}")
+    return conn
 
 
 def _first_free(conn: Any, order: list[int]) -> int | None:
