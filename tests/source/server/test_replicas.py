@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,8 @@ def test_the_streams_planning_id_is_claimed_again_once_its_connection_is_lost(
 ) -> None:
     """A server restart or a network cut ends the connection that holds the stream's planning id,
     and the server frees the id with it: the next batch's renewal claims it again (a ping while the
-    connection lives); held by another reader by then, the stream goes on with a warning."""
+    connection lives). Held by another reader by then, the stream goes on with a warning and claims
+    it once freed; with the server out of reach, it goes on and claims it at a later renewal."""
     config = PipelineConfig.model_validate(pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
     lock = "binlake:replica_id:7660"
 
@@ -150,10 +152,7 @@ def test_the_streams_planning_id_is_claimed_again_once_its_connection_is_lost(
         planning.renew()  # alive: the same connection holds it
         assert holder() == first
         mariadb.execute(f"KILL {first}")
-        for _ in range(50):
-            if holder() is None:
-                break
-            time.sleep(0.1)
+        _wait_until(lambda: holder() is None)
         assert holder() is None, "the killed connection's lock outlived it"
         planning.renew()
         again = holder()
@@ -162,7 +161,36 @@ def test_the_streams_planning_id_is_claimed_again_once_its_connection_is_lost(
         mariadb.execute(f"KILL {again}")
         with claimed_server_id(config.source, 7660, 7660, 0, wait=False), caplog.at_level(logging.WARNING):
             planning.renew()  # a chunk reader took the freed id meanwhile
-        assert "replica id 7660 is held by another reader" in caplog.text
+            assert "replica id 7660 is held by another reader" in caplog.text
+            reader = holder()
+        _wait_until(lambda: holder() is None)  # the chunk reader is done
+        planning.renew()  # and the next renewal claims the id
+        assert holder() not in (None, reader, again)
+        # The server out of reach at a renewal (restarting): the stream goes on, and the next
+        # renewal claims the id.
+        mariadb.execute(f"KILL {holder()}")
+        reachable = planning.source
+        planning.source = reachable.model_copy(update={"port": _closed_port()})
+        with caplog.at_level(logging.WARNING):
+            planning.renew()
+        assert "replica id 7660 cannot be claimed again now" in caplog.text
+        planning.source = reachable
+        planning.renew()
+        assert holder() is not None
+
+
+def _wait_until(done: Callable[[], bool]) -> None:
+    for _ in range(50):
+        if done():
+            return
+        time.sleep(0.1)
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _claim_and_release(source: SourceConfig, preferred: int) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import pymysql
 
 from binlake.config import PipelineConfig, SourceConfig
+from binlake.errors import SourceConnectionError
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import ServerVersion, connect
 
@@ -133,6 +134,7 @@ class HeldReplicaId:
         self.source = source
         self.server_id = server_id
         self._conn: Any = None
+        self._held = False
 
     def __enter__(self) -> HeldReplicaId:
         self._claim()
@@ -142,17 +144,30 @@ class HeldReplicaId:
         self._close()
 
     def renew(self) -> None:
-        """Claim the id again if its connection was lost (a ping a batch: well under a millisecond)."""
+        """Claim the id again if its connection was lost, or if another reader held it at the last
+        claim and has freed it since (a ping a batch: well under a millisecond). A server that
+        cannot be reached now is tried again at the next renewal: the stream's own reads say
+        whether the server is gone, with their retries and errors."""
         try:
             self._conn.ping(reconnect=False)
-        except pymysql.err.Error:
+            if not self._held and _lock(self._conn, self.server_id, 0):
+                self._held = True
+                log.info("replica id %d is claimed: the reader that held it is gone", self.server_id)
+            return
+        except (pymysql.err.Error, AttributeError):  # AttributeError: lost before, not claimed since
             self._close()
-            log.info("the connection holding replica id %d was lost: claiming it again", self.server_id)
+        log.info("the connection holding replica id %d was lost: claiming it again", self.server_id)
+        try:
             self._claim()
+        except (SourceConnectionError, pymysql.err.Error) as e:
+            log.warning(
+                "replica id %d cannot be claimed again now (%s): trying at the next batch", self.server_id, e
+            )
 
     def _claim(self) -> None:
         self._conn = _claiming(self.source)
-        if not _lock(self._conn, self.server_id, 0):
+        self._held = _lock(self._conn, self.server_id, 0)
+        if not self._held:
             log.warning(
                 "replica id %d is held by another reader (a paused process of this pipeline, or a "
                 "snapshot's chunk reader): reading with it all the same; readers sharing an id kick each "
@@ -161,8 +176,10 @@ class HeldReplicaId:
             )
 
     def _close(self) -> None:
-        with contextlib.suppress(pymysql.err.Error):
-            self._conn.close()
+        conn, self._conn, self._held = self._conn, None, False
+        if conn is not None:
+            with contextlib.suppress(pymysql.err.Error):
+                conn.close()
 
 
 def _claiming(source: SourceConfig) -> Any:
