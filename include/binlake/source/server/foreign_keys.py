@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from binlake.events import TableId
+from binlake.source.server.discovery import named
 
 if TYPE_CHECKING:
     from sqlglot import Token
@@ -54,8 +55,8 @@ def cascading_keys(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> 
     with conn.cursor() as cur:
         cur.execute(
             "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.KEY_COLUMN_USAGE "
-            "WHERE TABLE_SCHEMA IN %s AND REFERENCED_TABLE_NAME IS NOT NULL",
-            (tuple({t.database for t in tables}),),
+            "WHERE TABLE_SCHEMA IN %s AND TABLE_NAME IN %s AND REFERENCED_TABLE_NAME IS NOT NULL",
+            named(tables),
         )
         children = sorted({TableId(str(d), str(t)) for d, t in cur.fetchall()} & set(tables))
         found: list[CascadingKey] = []
