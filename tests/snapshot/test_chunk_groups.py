@@ -66,3 +66,25 @@ def test_a_job_holds_at_most_what_a_crash_may_lose() -> None:
     assert sorted((c["table"], c["id"]) for w in waves for g in w for c in g) == sorted(
         (s.chunk.table.name, s.chunk.chunk_id) for s in pending
     )
+
+
+def test_small_tables_share_groups_after_the_tails_and_big_tables_keep_theirs() -> None:
+    """A database of many small tables (each smaller than a chunk) paid a Spark task, a replica
+    claim and a connection per table: tables of one chunk share groups, as many as a group holds;
+    a bigger table's last chunk is still read first and alone."""
+    orders = TableId("shop", "orders")
+    small = [TableId("shop", f"lookup_{i:02}") for i in range(10)]
+    pending = _states(orders, split_evenly(1, 500, 100)) + [
+        s for t in small for s in _states(t, split_evenly(1, 50, 100))
+    ]
+    groups = chunk_groups(pending, parallelism=1, chunks_per_task=4)
+    assert [(c["table"], c["end"]) for c in groups[0]] == [("shop.orders", None)]
+    shared = [[c["table"] for c in g] for g in groups[1:4]]
+    assert shared == [[t.name for t in small[i : i + 4]] for i in range(0, 10, 4)]
+    assert all(c["end"] is None for g in groups[1:4] for c in g)
+    assert [[c["table"] for c in g] for g in groups[4:]] == [["shop.orders"] * 4]
+    waves = chunk_waves(groups, parallelism=1, chunks_per_task=4)
+    assert [len(g) for g in waves[0][:4]] == [1, 4, 4, 2], "the tails and the small tables ride first"
+    assert sorted((c["table"], c["id"]) for w in waves for g in w for c in g) == sorted(
+        (s.chunk.table.name, s.chunk.chunk_id) for s in pending
+    )

@@ -72,19 +72,26 @@ def chunk_groups(
     Each table's last chunk (``[x, +inf)``) is a group of its own, and those come first: it holds
     every row inserted since the plan until it is read, so on a table growing during its snapshot
     it is read before the others, not after them all (Flink CDC's unbounded-chunk-first). The
-    others follow longest first (chunks hold even rows), so the slots of a Spark job end together."""
+    others follow longest first (chunks hold even rows), so the slots of a Spark job end together.
+
+    Tables of one chunk (smaller than a chunk when planned) share groups, as many as a group holds,
+    right after the tails: a task each, a database of many small tables paid a Spark task, a replica
+    claim and a connection for every one of them."""
     by_table: dict[str, list[ChunkState]] = defaultdict(list)
     for state in pending:
         by_table[state.chunk.table.name].append(state)
     total = len(pending)
     per_group = max(1, min(chunks_per_task, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT))))
-    tails, groups = [], []
+    tails, small, groups = [], [], []
     for table, states in sorted(by_table.items()):
+        if len(states) == 1 and _whole_table(states[0]):
+            small.append(_task_chunk(table, states[0]))
+            continue
         bounded = [s for s in states if not unbounded(s)]
         tails += [[_task_chunk(table, s)] for s in states if unbounded(s)]
         groups += [[_task_chunk(table, s) for s in run] for run in _even_runs(bounded, per_group)]
     groups.sort(key=len, reverse=True)  # stable: by table among equals
-    return tails + groups
+    return tails + [small[i : i + per_group] for i in range(0, len(small), per_group)] + groups
 
 
 def chunk_waves(
@@ -126,6 +133,11 @@ def _even_runs(states: list[ChunkState], most: int) -> list[list[ChunkState]]:
 def unbounded(state: ChunkState) -> bool:
     """Whether the chunk is its table's last, ``[x, +inf)``: read first (``chunk_groups``)."""
     return state.chunk.range.end is None
+
+
+def _whole_table(state: ChunkState) -> bool:
+    """Whether the chunk is its table's only one: the first, and unbounded."""
+    return state.chunk.chunk_id == 0 and unbounded(state)
 
 
 def _task_chunk(table: str, state: ChunkState) -> dict[str, Any]:

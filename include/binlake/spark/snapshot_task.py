@@ -1,6 +1,7 @@
 """One snapshot task, as it runs in a Spark Python worker: read a group of chunks, write Parquet.
 
-Files go to ``<table location>/data/snapshot-<task>-<n>.parquet`` and roll at the target file size;
+Files go to ``<table location>/data/snapshot-<task>-t<k>-<n>.parquet`` (``k``: the table's place
+among the task's, when small tables share a task) and roll at the target file size;
 rows are buffered into row groups of ``ROW_GROUP_ROWS`` so readers get decent row groups even from
 small chunks. Nothing here commits: a file that no commit adopts (a failed or retried task) is an
 orphan that ``binlake maintain`` removes.
@@ -144,27 +145,51 @@ class PartitionedParquetWriter:
 
 
 def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Read the chunks of one group (one table) and write their rows; one summary row per chunk."""
+    """Read the chunks of one group (consecutive chunks of one table, or small tables whole:
+    ``snapshot.chunks.chunk_groups``) and write their rows; one summary row per chunk, naming the
+    files its table's rows went to."""
     started = time.monotonic()
     data = {**json.loads(options["source"]), "password": options["password"]}
     with_tls_key(data, options)
     source = SourceConfig.model_validate(data)
-    tables = json.loads(options["tables"])
-    locations = json.loads(options["locations"])
     first, last = (int(x) for x in options["server_ids"].split("-"))
     tid = task_id(index)
+    summaries: list[dict[str, Any]] = []
+    # Concurrent readers need distinct replica ids, and Spark may run more tasks at once than the
+    # range holds: each task claims one.
+    with claimed_server_id(source, first, last, index) as server_id:
+        for k, table_specs in enumerate(_by_table(specs)):
+            summaries += _read_table(options, source, server_id, f"snapshot-{tid}-t{k}", table_specs)
+    for row in summaries:
+        row.update(task=tid, seconds=elapsed(started), max_rss_kb=max_rss_kb())
+    return summaries
+
+
+def _by_table(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A group's chunks, table by table (a table's chunks are consecutive in its group)."""
+    runs: list[list[dict[str, Any]]] = []
+    for spec in specs:
+        if runs and runs[-1][0]["table"] == spec["table"]:
+            runs[-1].append(spec)
+        else:
+            runs.append([spec])
+    return runs
+
+
+def _read_table(
+    options: dict[str, str], source: SourceConfig, server_id: int, prefix: str, specs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Read chunks of one table into its files (``prefix``: their names' start, unique to the task
+    and the table: routed tables share a folder); their summary rows."""
+    tables = json.loads(options["tables"])
+    locations = json.loads(options["locations"])
     table_name = specs[0]["table"]
     schema = table_from_dict(tables[table_name])
     routed = table_name in json.loads(options.get("routed", "[]"))
     summaries: list[dict[str, Any]] = []
     rule = json.loads(options.get("transforms", "{}")).get(table_name)
     transform = None if rule is None else _transform(rule, schema)
-    # Concurrent readers need distinct replica ids, and Spark may run more tasks at once than the
-    # range holds: each task claims one.
-    with (
-        claimed_server_id(source, first, last, index) as server_id,
-        ChunkReader(source, schema, server_id) as reader,
-    ):
+    with ChunkReader(source, schema, server_id) as reader:
         file_schema = reader.converter.schema
         if transform is not None:  # the projection's columns (computed ones typed by their expression)
             file_schema = arrow_schema(transform.sink)
@@ -181,11 +206,11 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         dictionary = [c.name for c in schema.columns if c.data_type in DICTIONARY_TYPES]
         dictionary = [name for name in dictionary if name in file_schema.names]
         writer: RollingParquetWriter | PartitionedParquetWriter = (
-            RollingParquetWriter(folder, f"snapshot-{tid}", file_schema, target, dictionary)
+            RollingParquetWriter(folder, prefix, file_schema, target, dictionary)
             if partitioning is None
             else PartitionedParquetWriter(
                 folder,
-                f"snapshot-{tid}",
+                prefix,
                 file_schema,
                 target,
                 dictionary,
@@ -220,8 +245,8 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
         # (``snapshot/rereads.straddled``); this finds the schema the task's last read did not see.
         reader.check_schema(chunk, result.high)
     for row in summaries:
-        row.update(task=tid, files=json.dumps(files), seconds=elapsed(started), max_rss_kb=max_rss_kb())
-    log.info("task %s read %d chunks of %s into %d files", tid, len(specs), table_name, len(files))
+        row["files"] = json.dumps(files)
+    log.info("%s: %d chunks of %s read into %d files", prefix, len(specs), table_name, len(files))
     return summaries
 
 
