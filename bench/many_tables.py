@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from binlake.config import PipelineConfig
@@ -26,6 +28,9 @@ from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing.private_server import PrivateMariaDB, private_mariadb
 from binlake.verify.verification import new_verify_id, verify
+
+sys.path.insert(0, str(Path(__file__).parent))
+from snapshot import _config  # a sibling benchmark script
 
 STAGES = ("plan", "snapshot", "stream", "verify")
 
@@ -41,8 +46,9 @@ def main() -> None:
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
         spark = None
         for count in counts:
-            config = _config(server, work, f"many_{count}")
-            _load(server, f"many_{count}", count, args.rows)
+            database = f"many_{count}"
+            config = _config(server, work, database, None, tables=[rf"{database}\..*"])
+            _load(server, database, count, args.rows)
             spark = spark or spark_session(config, "bench")
             seconds = _stages(server, config, spark, count)
             per_table = {s: round(1000 * seconds[s] / count, 1) for s in STAGES}
@@ -83,26 +89,6 @@ def _load(server: PrivateMariaDB, database: str, count: int, rows: int) -> None:
         statements.append(f"CREATE TABLE t{i} (id INT PRIMARY KEY, v VARCHAR(20), at DATETIME(6))")
         statements.append(f"INSERT INTO t{i} SELECT seq, CONCAT('v', seq), NOW(6) FROM seq_1_to_{rows}")
     server.execute(*statements, database=database)
-
-
-def _config(server: PrivateMariaDB, work: str, database: str) -> PipelineConfig:
-    return PipelineConfig.model_validate(
-        {
-            "pipeline": {
-                "name": database,
-                "work_dir": f"{work}/{database}",
-                "parallelism": 2,
-                "spark": {"master": "local[2]"},
-            },
-            "source": {
-                "hostname": "127.0.0.1",
-                "port": server.port,
-                "username": server.user,
-                "password": server.password,
-                "tables": [rf"{database}\..*"],
-            },
-        }
-    )
 
 
 def _timed(run: Callable[[], Any]) -> float:

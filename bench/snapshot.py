@@ -58,6 +58,7 @@ def _config(
     chunk_size: int | None,
     transform: bool = False,
     spark_conf: dict[str, str] | None = None,
+    tables: list[str] | None = None,
 ) -> PipelineConfig:
     return PipelineConfig.model_validate(
         {
@@ -72,7 +73,7 @@ def _config(
                 "port": server.port,
                 "username": server.user,
                 "password": server.password,
-                "tables": [r"shop\..*"],
+                "tables": tables or [r"shop\..*"],
                 "chunk_size": chunk_size,
                 "chunk_key_columns": {"shop.page_views": "customer_id"},
             },
