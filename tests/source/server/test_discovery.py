@@ -121,6 +121,31 @@ def test_discovering_a_table_reads_that_tables_metadata_not_its_databases(
     assert asked_keys <= 1, asked_keys  # t7 has a foreign key (not cascading); the other 39 too
 
 
+def test_tables_and_databases_named_alike_but_for_case_are_each_discovered(
+    mariadb: PrivateMariaDB, database: str
+) -> None:
+    """Names are case-sensitive on Linux servers, and given ``IN ('T', 't')`` MariaDB's
+    information_schema lookup returns one of the two tables: each is discovered, with its own
+    columns (the databases too: an upper-case twin of the test's database)."""
+    twin = database.upper()
+    mariadb.execute(f"CREATE DATABASE `{twin}`")
+    try:
+        mariadb.execute(
+            "CREATE TABLE t (lower_t INT PRIMARY KEY)",
+            "CREATE TABLE T (upper_t INT PRIMARY KEY)",
+            database=database,
+        )
+        mariadb.execute("CREATE TABLE t (twin_t INT PRIMARY KEY)", database=twin)
+        wanted = [TableId(database, "t"), TableId(database, "T"), TableId(twin, "t")]
+        with contextlib.closing(connect(source_config(mariadb, database))) as conn:
+            found = {s.table: s.column_names for s in discover(conn, wanted)}
+            keys = cascading_keys(conn, wanted)
+        assert found == {wanted[0]: ("lower_t",), wanted[1]: ("upper_t",), wanted[2]: ("twin_t",)}
+        assert keys == []
+    finally:
+        mariadb.execute(f"DROP DATABASE `{twin}`")
+
+
 def test_the_shadow_tables_of_schema_change_tools_are_captured_with_their_table() -> None:
     from binlake.events import TableId
     from binlake.source.server.discovery import TableSelector

@@ -74,12 +74,45 @@ def captured_tables(conn: pymysql.Connection[Any], source: SourceConfig) -> list
     return TableSelector(source.tables, source.tables_exclude).select(list_tables(conn))
 
 
-def named(tables: Sequence[TableId]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The parameters of ``TABLE_SCHEMA IN %s AND TABLE_NAME IN %s`` for ``tables`` (callers keep
-    the exact pairs). Naming the tables, not only their databases: a query of one table's columns
-    otherwise reads every table's of its database — a snapshot task's schema check cost 70 ms at
-    200 tables in the database, most of a small table's snapshot, and grew with the database."""
-    return tuple(sorted({t.database for t in tables})), tuple(sorted({t.table for t in tables}))
+def rows_of(conn: pymysql.Connection[Any], sql: str, tables: Sequence[TableId]) -> list[tuple[Any, ...]]:
+    """The rows of ``sql``, an ``information_schema`` query whose ``%s`` placeholders take the
+    databases, then the names, of ``tables`` (``TABLE_SCHEMA IN %s AND TABLE_NAME IN %s``); the
+    callers keep the exact pairs.
+
+    Naming the tables, not only their databases: a query of one table's columns otherwise reads
+    every table's of its database (a snapshot task's schema check cost 70 ms at 200 tables in the
+    database, and grew with it). In rounds of spellings that differ by more than case: given
+    ``IN ('T', 't')`` (names, or databases), MariaDB's lookup returns one of the two tables only
+    (checked on 10.11), and two such tables may both exist where names are case-sensitive. Some
+    tables (``KEY_COLUMN_USAGE``) match a name whatever its case: a row two rounds return counts
+    once."""
+    found: list[tuple[Any, ...]] = []
+    earlier: set[tuple[Any, ...]] = set()
+    with conn.cursor() as cur:
+        for databases, names in _case_rounds(tables):
+            cur.execute(sql, (tuple(sorted(databases)), tuple(sorted(names))))
+            rows = cur.fetchall()
+            found += [r for r in rows if r not in earlier]  # some tables match each spelling
+            earlier.update(rows)
+    return found
+
+
+def _case_rounds(tables: Sequence[TableId]) -> list[tuple[set[str], set[str]]]:
+    """``tables`` as rounds of (databases, names), no two of a round's databases (or names)
+    the same but for case."""
+    rounds: list[tuple[dict[str, str], dict[str, str]]] = []  # each: spelling by folded, of both
+    for table in tables:
+        spot = next((r for r in rounds if _fits(r[0], table.database) and _fits(r[1], table.table)), None)
+        if spot is None:
+            spot = ({}, {})
+            rounds.append(spot)
+        spot[0][table.database.lower()] = table.database
+        spot[1][table.table.lower()] = table.table
+    return [(set(databases.values()), set(names.values())) for databases, names in rounds]
+
+
+def _fits(spellings: dict[str, str], name: str) -> bool:
+    return spellings.get(name.lower(), name) == name
 
 
 def primary_keys(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> dict[TableId, list[str]]:
@@ -111,12 +144,10 @@ def _columns_by_table(
     columns: dict[TableId, list[str]] = {t: [] for t in tables}
     if not tables:
         return columns
-    with conn.cursor() as cur:
-        cur.execute(sql, named(tables))
-        for db, table, column in cur.fetchall():
-            key = TableId(str(db), str(table))
-            if key in columns:
-                columns[key].append(str(column))
+    for db, table, column in rows_of(conn, sql, tables):
+        key = TableId(str(db), str(table))
+        if key in columns:
+            columns[key].append(str(column))
     return columns
 
 
@@ -139,12 +170,10 @@ def discover(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> list[C
     wanted = set(tables)
     columns: dict[TableId, list[Column]] = {}
     json_columns = _mariadb_json_columns(conn, tables)
-    with conn.cursor() as cur:
-        cur.execute(_COLUMNS_SQL, named(tables))
-        for row in cur.fetchall():
-            table = TableId(str(row[0]), str(row[1]))
-            if table in wanted:
-                columns.setdefault(table, []).append(_column(row, (table, str(row[2])) in json_columns))
+    for row in rows_of(conn, _COLUMNS_SQL, tables):
+        table = TableId(str(row[0]), str(row[1]))
+        if table in wanted:
+            columns.setdefault(table, []).append(_column(row, (table, str(row[2])) in json_columns))
     keys = primary_keys(conn, tables)
     collations = _table_collations(conn, tables)
     return [
@@ -182,13 +211,13 @@ def _shape(table: CreateTable) -> tuple[Column, ...]:
 
 
 def _table_collations(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> dict[TableId, str]:
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES "
-            "WHERE TABLE_SCHEMA IN %s AND TABLE_NAME IN %s",
-            named(tables),
-        )
-        return {TableId(str(r[0]), str(r[1])): str(r[2]) for r in cur.fetchall() if r[2] is not None}
+    rows = rows_of(
+        conn,
+        "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COLLATION FROM information_schema.TABLES "
+        "WHERE TABLE_SCHEMA IN %s AND TABLE_NAME IN %s",
+        tables,
+    )
+    return {TableId(str(r[0]), str(r[1])): str(r[2]) for r in rows if r[2] is not None}
 
 
 def _column(row: tuple[Any, ...], is_json: bool) -> Column:
@@ -245,21 +274,20 @@ def _mariadb_json_columns(
     conn: pymysql.Connection[Any], tables: Sequence[TableId]
 ) -> set[tuple[TableId, str]]:
     """MariaDB stores JSON as LONGTEXT with a ``json_valid(col)`` check; find those columns."""
-    with conn.cursor() as cur:
-        try:
-            cur.execute(
-                "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE "
-                "FROM information_schema.CHECK_CONSTRAINTS "
-                "WHERE CONSTRAINT_SCHEMA IN %s AND TABLE_NAME IN %s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
-                named(tables),
-            )
-        except pymysql.err.MySQLError:
-            return set()  # servers without CHECK_CONSTRAINTS have no such columns either
-        found = set()
-        for db, table, clause in cur.fetchall():
-            column = str(clause)[len("json_valid(") : -1].strip("`")
-            found.add((TableId(str(db), str(table)), column.replace("``", "`")))
-        return found
+    try:
+        rows = rows_of(
+            conn,
+            "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA IN %s AND TABLE_NAME IN %s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
+            tables,
+        )
+    except pymysql.err.MySQLError:
+        return set()  # servers without CHECK_CONSTRAINTS have no such columns either
+    found = set()
+    for db, table, clause in rows:
+        column = str(clause)[len("json_valid(") : -1].strip("`")
+        found.add((TableId(str(db), str(table)), column.replace("``", "`")))
+    return found
 
 
 def server_charsets(conn: pymysql.Connection[Any]) -> Charsets:

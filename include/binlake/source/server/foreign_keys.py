@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from binlake.events import TableId
-from binlake.source.server.discovery import named
+from binlake.source.server.discovery import rows_of
 
 if TYPE_CHECKING:
     from sqlglot import Token
@@ -52,14 +52,15 @@ def cascading_keys(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> 
     """
     if not tables:
         return []
+    rows = rows_of(
+        conn,
+        "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.KEY_COLUMN_USAGE "
+        "WHERE TABLE_SCHEMA IN %s AND TABLE_NAME IN %s AND REFERENCED_TABLE_NAME IS NOT NULL",
+        tables,
+    )
+    children = sorted({TableId(str(d), str(t)) for d, t in rows} & set(tables))
+    found: list[CascadingKey] = []
     with conn.cursor() as cur:
-        cur.execute(
-            "SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.KEY_COLUMN_USAGE "
-            "WHERE TABLE_SCHEMA IN %s AND TABLE_NAME IN %s AND REFERENCED_TABLE_NAME IS NOT NULL",
-            named(tables),
-        )
-        children = sorted({TableId(str(d), str(t)) for d, t in cur.fetchall()} & set(tables))
-        found: list[CascadingKey] = []
         for child in children:
             cur.execute(f"SHOW CREATE TABLE {child.quoted()}")
             found += declared_keys(child, str(cur.fetchone()[1]))
