@@ -139,8 +139,8 @@ def column_names(conn: pymysql.Connection[Any], tables: Sequence[TableId]) -> di
 def _columns_by_table(
     conn: pymysql.Connection[Any], tables: Sequence[TableId], sql: str
 ) -> dict[TableId, list[str]]:
-    """Run ``sql`` (schema, table, column rows; ``%s`` for the schemas, then the names: ``named``)
-    grouped by table."""
+    """Run ``sql`` (schema, table, column rows; ``%s`` for the schemas, then the names:
+    ``rows_of``) grouped by table."""
     columns: dict[TableId, list[str]] = {t: [] for t in tables}
     if not tables:
         return columns

@@ -148,14 +148,15 @@ class HeldReplicaId:
         claim and has freed it since (a ping a batch: well under a millisecond). A server that
         cannot be reached now is tried again at the next renewal: the stream's own reads say
         whether the server is gone, with their retries and errors."""
-        try:
-            self._conn.ping(reconnect=False)
-            if not self._held and _lock(self._conn, self.server_id, 0):
-                self._held = True
-                log.info("replica id %d is claimed: the reader that held it is gone", self.server_id)
-            return
-        except (pymysql.err.Error, AttributeError):  # AttributeError: lost before, not claimed since
-            self._close()
+        if self._conn is not None:  # None: lost before, not claimed since
+            try:
+                self._conn.ping(reconnect=False)
+                if not self._held and _lock(self._conn, self.server_id, 0):
+                    self._held = True
+                    log.info("replica id %d is claimed: the reader that held it is gone", self.server_id)
+                return
+            except pymysql.err.Error:
+                self._close()
         log.info("the connection holding replica id %d was lost: claiming it again", self.server_id)
         try:
             self._claim()
