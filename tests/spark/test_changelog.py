@@ -363,3 +363,44 @@ def test_shards_routed_into_one_table_share_its_changelog_and_history(
     assert bag(current.select(columns).to_pylist()) == expected
     shards = {r["_source_table"] for r in changelog.scan().to_arrow().to_pylist()}
     assert shards == {f"{database}.orders_{n}" for n in (1, 2, 3)}
+
+
+def test_a_column_added_with_a_default_changes_every_row_in_the_changelog_and_history(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """``ADD COLUMN … DEFAULT`` gives the rows the source holds a value without a row event: each is
+    a ``-U``/``+U`` in the changelog (origin ``schema``) and a new version in the history, at the
+    statement, exactly once through a kill between those commits and the upsert table's fill; two
+    columns one statement adds are two changes. Without them the changelog and the history's
+    current versions held NULL where the source holds the value (verify found them drifted)."""
+    mariadb.execute(*SET_UP, database=database)
+    config = _config(mariadb, database, tmp_path)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute("UPDATE orders SET total = 0 WHERE id <= 10", database=database)
+    run_stream(config, spark, until_caught_up=True)
+    mariadb.execute(
+        "ALTER TABLE orders ADD COLUMN c INT NOT NULL DEFAULT 7, ADD COLUMN d VARCHAR(5) DEFAULT 'x'",
+        "ALTER TABLE visits ADD COLUMN c INT NOT NULL DEFAULT 7",
+        "UPDATE orders SET c = 8 WHERE id = 5",
+        "DELETE FROM visits WHERE n = 3 LIMIT 1",
+        database=database,
+    )
+    kill_9_at(write_config_file(tmp_path, config, mariadb), "schema-after-companion-fill")
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+
+    rows = _changelog(config, database, "orders").scan().to_arrow().to_pylist()
+    fills = Counter((r["__op__"], r["__order__"]) for r in rows if r["__origin__"] == "schema")
+    assert fills == {("-U", 0): 300, ("+U", 1): 300, ("-U", 2): 300, ("+U", 3): 300}
+    assert {(r["c"], r["d"]) for r in rows if r["__origin__"] == "schema" and r["__op__"] == "+U"} == {
+        (7, None),
+        (7, "x"),
+    }
+    _assert_replays_to_the_upsert_table(config, database, "orders")
+    _assert_replays_to_the_upsert_table(config, database, "visits")  # no key: signed replay
+    _assert_history_is_current(config, database)
+    history = _history(config, database).scan().to_arrow().to_pylist()
+    assert sum(v["__current__"] and v["c"] == 7 and v["d"] == "x" for v in history) == 299
+    report = verify(config, "v1")
+    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}

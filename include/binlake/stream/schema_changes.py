@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from binlake.config import PipelineConfig
 from binlake.events import (
+    AddColumn,
     AlterColumnType,
     CreateTable,
     DropTable,
@@ -176,6 +177,39 @@ def _log_removals(
         log.info("%s: %d rows removed by %s, in %s", table, removed, what, writer.identifier)
 
 
+def _log_fill(
+    config: PipelineConfig, applier: IcebergMetadataApplier, change: AddColumn, request: SchemaChangeRequest
+) -> None:
+    """The rows an ``ADD COLUMN`` gives a value (``sink/column_fill.py``): a ``-U``/``+U`` of each
+    in the table's changelog, a new version of each in its history, if it keeps them. Before the
+    sink table's own fill, each once: a replay after the sink table has the column finds them made."""
+    from binlake.schema.type_mapping import iceberg_type
+    from binlake.sink.history.changelog import ColumnFill
+    from binlake.sink.history.companions import companion_writers
+    from binlake.sink.metadata_applier import existing_rows_scalar
+
+    value = existing_rows_scalar(change)
+    catalog, identifier = applier.catalog, applier.identifier(change.table)
+    if value is None or not catalog.table_exists(identifier):
+        return
+    upsert = catalog.load_table(identifier)
+    if change.column.name in upsert.schema().column_names:
+        return  # filled (or added) already: its changelog and history rows were made before
+    rules = table_rules(config, change.table)
+    fill = ColumnFill(
+        change.column.name, iceberg_type(change.column), value, change.table.name, request.offset,
+        request.seq, change_id(request), change.statement_time or int(request.requested_at.timestamp()),
+    )  # fmt: skip
+    after_only = rules.changelog is not None and rules.changelog.changelog_updates == "after"
+    writers = companion_writers(rules, catalog, upsert)
+    for writer in writers:
+        filled = writer.fill_all(upsert, fill, after_only)
+        log.info("%s: %d rows given `%s` by %s, in %s", change.table, filled, fill.column,
+                 describe_change(change), writer.identifier)  # fmt: skip
+    if writers:
+        crash_point("schema-after-companion-fill")
+
+
 def change_id(request: SchemaChangeRequest) -> str:
     """The id a sink records with the change it made for ``request`` (a replay finds it there)."""
     return f"{request.offset}#{request.seq}"
@@ -247,6 +281,8 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
             step_id = None if shared and isinstance(step, CreateTable) else change_id(request)
             if isinstance(step, (TruncateTable, DropTable)):
                 _log_removals(config, applier, step.table, request)
+            if isinstance(step, AddColumn):
+                _log_fill(config, applier, step, request)
             if isinstance(step, TruncateTable) and table_rules(config, step.table).soft_delete:
                 # The rows stay, marked deleted by the TRUNCATE (sink/history/soft_delete.py).
                 table = applier.catalog.load_table(applier.identifier(step.table))

@@ -7,7 +7,8 @@ table, ``<sink table>_changelog``: the sink table's columns (the after image; th
 - ``__op__``: ``+I`` (an insert, or a row the snapshot read), ``-U`` / ``+U`` (an update's before
   and after image), ``-D`` (a delete). An update that changes the key is ``-U`` of the old row and
   ``+U`` of the new; a row a transform's filter lets in is ``+I``, one it lets out ``-D``.
-- ``__origin__``: ``binlog``, or ``snapshot`` for the rows the initial snapshot read.
+- ``__origin__``: ``binlog``, or ``snapshot`` for the rows the initial snapshot read, ``backfill``
+  for a backfill's, ``schema`` for the rows an ``ADD COLUMN`` gave a value (``ColumnFill``).
 - ``__event_time__``: the binlog event's time (when the statement ran on the source, seconds);
   a snapshot row: its chunk's read time. The table is partitioned by its day.
 - ``__position__``: the change's binlog position as one sortable number (file number × 2³² +
@@ -29,6 +30,7 @@ appended with their chunk ids in the snapshot summary, like the upsert table's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,8 +43,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.types import IcebergType
 
 from binlake.offsets import POS_MASK, BinlogOffset
+from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 
 OP = "__op__"
@@ -67,6 +71,8 @@ METADATA = pa.schema(
     ]
 )
 INSERT, BEFORE, AFTER, DELETE = "+I", "-U", "+U", "-D"
+#: ``__origin__`` of the rows a schema change made (``ColumnFill``).
+SCHEMA_ORIGIN = "schema"
 
 
 def changelog_schema(sink: Schema) -> Schema:
@@ -222,3 +228,48 @@ def replaced_rows(removed: pa.Table, added: pa.Table, at: BinlogOffset, event_ti
     gone = read_rows(removed, event_time, at, "backfill", DELETE, 0)
     new = read_rows(added.cast(removed.schema), event_time, at, "backfill", INSERT, 1)
     return pa.concat_tables([gone, new])
+
+
+@dataclass(frozen=True)
+class ColumnFill:
+    """An ``ADD COLUMN``'s value for the rows a table held (``sink/column_fill.py``), as a changelog
+    and a history record it: a change of each of those rows at the statement. The server filled
+    them without a row event; without these, replaying the changelog (or the history's current
+    versions) would give the column NULL where the source holds the value."""
+
+    column: str
+    field_type: IcebergType
+    value: pa.Scalar
+    source: str | None
+    """On a sink table routed sources share: the source table whose rows got the value."""
+    at: BinlogOffset
+    """The statement's offset."""
+    seq: int
+    """The change's place in its statement: two columns one ``ALTER`` adds are two changes."""
+    change_id: str
+    """What the commit records (``offset#seq``): a replay finds it and adds nothing."""
+    event_time: int
+    """The statement's time (epoch seconds)."""
+
+    def mine(self, rows: pa.Table) -> pa.Table:
+        """The rows of ``rows`` that got the value."""
+        if self.source is None or SOURCE_TABLE_COLUMN not in rows.column_names:
+            return rows
+        return rows.filter(pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), self.source), False))
+
+    def filled(self, rows: pa.Table) -> pa.Table:
+        """``rows`` (which have the column, NULL) with the value in it."""
+        index = rows.schema.get_field_index(self.column)
+        field = rows.schema.field(index)
+        return rows.set_column(index, field, pa.repeat(self.value.cast(field.type), rows.num_rows))
+
+
+def filled_rows(rows: pa.Table, fill: ColumnFill, after_only: bool) -> pa.Table:
+    """``fill`` of ``rows`` (sink columns, the column NULL) as changelog rows: each row's ``-U``
+    (without the value) and ``+U`` (with it), or the ``+U`` alone (``changelog_updates: after``)."""
+    rows = fill.mine(rows)
+    after = read_rows(fill.filled(rows), fill.event_time, fill.at, SCHEMA_ORIGIN, AFTER, 2 * fill.seq + 1)
+    if after_only:
+        return after
+    before = read_rows(rows, fill.event_time, fill.at, SCHEMA_ORIGIN, BEFORE, 2 * fill.seq)
+    return pa.concat_tables([before, after.cast(before.schema)])

@@ -33,7 +33,18 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
 from binlake.sink.exactly_once import ChunkCommit, CommitResult, chunk_summary, snapshot_chunks
-from binlake.sink.history.changelog import AFTER, DELETE, INSERT, METADATA, OP, ORDER, POSITION, read_rows
+from binlake.sink.history.changelog import (
+    AFTER,
+    DELETE,
+    INSERT,
+    METADATA,
+    OP,
+    ORDER,
+    POSITION,
+    ColumnFill,
+    filled_rows,
+    read_rows,
+)
 from binlake.sink.history.soft_delete import live
 from binlake.sink.keys.file_bounds import files_in_ranges
 from binlake.sink.keys.row_match import ClearRange, clear_mask
@@ -169,10 +180,7 @@ class ChangelogWriter(IcebergWriter):
         """``-D`` of every row ``upsert`` holds, at ``at`` and ``event_time`` (a TRUNCATE or DROP of
         the source table, applied to the upsert table next), once: the commit records
         ``change_id``; returns the rows."""
-        self.settle()
-        self.table.refresh()
-        if any(s.summary and s.summary.additional_properties.get(CHANGE_KEY) == change_id
-               for s in self.table.metadata.snapshots):  # fmt: skip
+        if self.holds_change(change_id):
             return 0
         with transaction(self.table) as tx:
             files, rows = self._live_rows_as(
@@ -182,6 +190,45 @@ class ChangelogWriter(IcebergWriter):
                 for data_file in files:
                     append.append_data_file(data_file)
         return rows
+
+    def fill_all(self, upsert: Table, fill: ColumnFill, after_only: bool = False) -> int:
+        """``fill``: the rows ``upsert`` holds (before its own fill) as ``-U``/``+U`` changes at
+        the statement, once (the commit records ``fill.change_id``); returns the rows filled."""
+        if self.holds_change(fill.change_id):
+            return 0
+        self.add_column(fill)
+        filled = 0
+
+        def shaped(data: pa.Table) -> pa.Table:
+            nonlocal filled
+            rows = filled_rows(data, fill, after_only)
+            filled += fill.mine(data).num_rows
+            return rows
+
+        with transaction(self.table) as tx:
+            files, _ = self._live_rows_as(tx, upsert, shaped)
+            with tx.update_snapshot(snapshot_properties={CHANGE_KEY: fill.change_id}).fast_append() as append:
+                for data_file in files:
+                    append.append_data_file(data_file)
+        return filled
+
+    def holds_change(self, change_id: str) -> bool:
+        """Whether a commit of the table made the schema change ``change_id`` already (the table
+        refreshed, its upkeep settled, for what follows)."""
+        self.settle()
+        self.table.refresh()
+        return any(
+            s.summary is not None and s.summary.additional_properties.get(CHANGE_KEY) == change_id
+            for s in self.table.metadata.snapshots
+        )
+
+    def add_column(self, fill: ColumnFill) -> None:
+        """The filled column, if the table lacks it (optional, last: as ``ensure_*`` adds a sink
+        table's column later)."""
+        if fill.column not in self.table.schema().column_names:
+            with self.table.update_schema() as update:
+                update.add_column(fill.column, fill.field_type)
+            self.table.refresh()
 
     def _live_rows_as(
         self, tx: Transaction, upsert: Table, shape: Callable[[pa.Table], pa.Table]

@@ -17,9 +17,10 @@ then: ``__opened_position__ <= P AND (__closed_position__ IS NULL OR __closed_po
 A batch's versions come from its changelog rows (``sink/history/changelog.py``, computed whether or not a
 changelog table is kept): ``+I``/``+U`` open a version, ``-U``/``-D`` close the key's open one;
 the key's current version before the batch is read from the table (by its key's file bounds) and
-closed in the same commit that opens the new ones. Exactly once as every sink table: the commit
-records the batch's end offset (``sink/exactly_once.py``). Tables without a primary key have no
-versions to tell apart: ``plan`` refuses them.
+closed in the same commit that opens the new ones. An ``ADD COLUMN … DEFAULT`` closes every
+current version at the statement and opens one with the value (``refilled``). Exactly once as
+every sink table: the commit records the batch's end offset (``sink/exactly_once.py``). Tables
+without a primary key have no versions to tell apart: ``plan`` refuses them.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 
-from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION
+from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION, ColumnFill
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.keys.row_match import same_key_as_next
 from binlake.sink.merge_on_read import MERGE_MODE, MERGE_ON_READ
@@ -167,6 +168,23 @@ def _shaped(rows: pa.Table, meta: dict[str, Any], schema: pa.Schema) -> pa.Table
             values = rows.column(field.name) if field.name in rows.column_names else pa.nulls(n, field.type)
         arrays.append(pc.cast(values, field.type))
     return pa.table(arrays, schema=schema)
+
+
+def refilled(current: pa.Table, fill: ColumnFill, schema: pa.Schema) -> pa.Table:
+    """An ``ADD COLUMN``'s fill of ``current`` versions (which have the column, NULL): each closed
+    at the statement, and the version with the value opened there (``schema``: the history's)."""
+    n = current.num_rows
+    times = pa.array([fill.event_time * 1_000_000] * n, pa.int64()).cast(_TIME)
+    at = pa.array([fill.at.packed] * n, pa.int64())
+    meta = {
+        VALID_FROM: times,
+        VALID_TO: pa.nulls(n, _TIME),
+        CURRENT: pa.array([True] * n, pa.bool_()),
+        OPENED: at,
+        OPENED_ORDER: pa.array([fill.seq] * n, pa.int32()),
+        CLOSED: pa.nulls(n, pa.int64()),
+    }
+    return pa.concat_tables([closed(current, times, at, schema), _shaped(fill.filled(current), meta, schema)])
 
 
 def current(rows: pa.Table) -> pa.Table:

@@ -21,6 +21,7 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.exactly_once import CommitResult
+from binlake.sink.history.changelog import ColumnFill
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
     UNITS_KEY,
@@ -28,7 +29,16 @@ from binlake.sink.history.changelog_writer import (
     rows_in_ranges,
     units_summary,
 )
-from binlake.sink.history.scd2 import CURRENT, METADATA, VALID_TO, closed, current, opened_rows, versions
+from binlake.sink.history.scd2 import (
+    CURRENT,
+    METADATA,
+    VALID_TO,
+    closed,
+    current,
+    opened_rows,
+    refilled,
+    versions,
+)
 from binlake.sink.keys.file_bounds import stored_rows
 from binlake.sink.keys.row_match import ClearRange
 from binlake.sink.pyiceberg_internals import transaction
@@ -79,10 +89,7 @@ class HistoryWriter(ChangelogWriter):
     def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int) -> int:
         """Close every current version at ``at`` and ``event_time`` (a TRUNCATE or DROP of the
         source table), once."""
-        self.settle()
-        self.table.refresh()
-        if any(s.summary and s.summary.additional_properties.get(CHANGE_KEY) == change_id
-               for s in self.table.metadata.snapshots):  # fmt: skip
+        if self.holds_change(change_id):
             return 0
         current = self.table.scan(row_filter=f"{CURRENT} == True").to_arrow()
         n = current.num_rows
@@ -90,6 +97,19 @@ class HistoryWriter(ChangelogWriter):
         ended = closed(current, times, pa.array([at.packed] * n, pa.int64()), current.schema)
         self._merge_rows({CHANGE_KEY: change_id}, ended)
         return int(n)
+
+    def fill_all(self, upsert: Table, fill: ColumnFill, after_only: bool = False) -> int:
+        """``fill``: each current version of the rows that got the value closed at the statement,
+        and a version with the value opened there, once (the commit records ``fill.change_id``);
+        returns the rows filled."""
+        if self.holds_change(fill.change_id):
+            return 0
+        self.add_column(fill)
+        current = fill.mine(self.table.scan(row_filter=f"{CURRENT} == True").to_arrow())
+        self._merge_rows(
+            {CHANGE_KEY: fill.change_id}, refilled(current, fill, self.table.schema().as_arrow())
+        )
+        return int(current.num_rows)
 
     def state_in_ranges(self, clear: Sequence[ClearRange], columns: Sequence[str]) -> pa.Table:
         """The current versions in the ``clear`` ranges (``columns``)."""
