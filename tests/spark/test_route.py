@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ from binlake.sink.catalog import open_catalog
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
-from binlake.testing.compare import sink_rows
+from binlake.testing.compare import bag, replay_changelog, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
+from binlake.verify.verification import verify
 from tests.helpers import assert_sink_equals_source, config_dict, stream_config
 
 pytestmark = pytest.mark.slow
@@ -65,3 +67,50 @@ def test_shards_merge_into_one_table_and_a_column_added_to_one_shard_appears(
     run_backfill(config, spark, "shard", tables=[f"{database}.orders_2"], key_range=KeyRange(1, 100))
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)
+
+
+def test_a_column_each_shard_adds_with_its_default_fills_that_shards_rows(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """The first shard's ``ADD COLUMN … DEFAULT`` adds the column to the merged table and fills its
+    rows; the second's finds the column there and fills its own rows with its own default (it
+    left them NULL, silently: verify found the table drifted) — in the changelog and history too."""
+    mariadb.execute(
+        "CREATE TABLE orders_1 (id INT PRIMARY KEY, amount INT)",
+        "CREATE TABLE orders_2 (id INT PRIMARY KEY, amount INT)",
+        "INSERT INTO orders_1 SELECT seq, seq FROM seq_1_to_200",
+        "INSERT INTO orders_2 SELECT seq, seq * 10 FROM seq_1_to_100",
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path, chunk_size=80)
+    raw = config_dict(config)
+    raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
+    raw["sink"]["modes"] = [
+        {"source_table": rf"{database}\.orders_[0-9]+", "mode": ["upsert", "changelog", "history"]}
+    ]
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute(
+        "ALTER TABLE orders_1 ADD COLUMN c INT NOT NULL DEFAULT 7",
+        "UPDATE orders_1 SET amount = 0 WHERE id = 3",
+        "ALTER TABLE orders_2 ADD COLUMN c INT NOT NULL DEFAULT 9",
+        "UPDATE orders_2 SET c = 1 WHERE id = 4",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    catalog = open_catalog(config)
+    rows = catalog.load_table("ods.orders").scan().to_arrow().to_pylist()
+    assert Counter((r["_source_table"].rsplit(".", 1)[1], r["c"]) for r in rows) == {
+        ("orders_1", 7): 200,
+        ("orders_2", 9): 99,
+        ("orders_2", 1): 1,
+    }
+    changelog = catalog.load_table("ods.orders_changelog").scan().to_arrow().to_pylist()
+    columns = [f.name for f in catalog.load_table("ods.orders").schema().fields]
+    assert replay_changelog(changelog, columns) == bag(rows)
+    history = catalog.load_table("ods.orders_history").scan(row_filter="__current__ == True").to_arrow()
+    assert bag(history.select(columns).to_pylist()) == bag(rows)
+    report = verify(config, "v1")
+    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}

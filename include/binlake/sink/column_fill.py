@@ -31,6 +31,23 @@ from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
 
 #: Snapshot property naming the operation (``binlake maintain`` and people reading history).
 OPERATION = "binlake.operation"
+#: Snapshot property naming the schema change (``offset#seq``) a commit made: a replay finds it.
+SCHEMA_CHANGE_KEY = "binlake.schema-change"
+
+
+def fill_pending(table: Table, column: str, change_id: str | None) -> bool:
+    """Whether the fill of an ``ADD COLUMN`` (``change_id``) is still to be made on ``table``: the
+    column is missing (it is added and filled in one commit), or — on a table routed sources share,
+    where another source's ``ADD COLUMN`` added it — no commit records this source's fill."""
+    names = table.schema().column_names
+    if column not in names:
+        return True
+    if SOURCE_TABLE_COLUMN not in names or change_id is None:
+        return False
+    return not any(
+        s.summary is not None and s.summary.additional_properties.get(SCHEMA_CHANGE_KEY) == change_id
+        for s in table.metadata.snapshots
+    )
 
 
 def live_rows(table: Table) -> int:
@@ -42,13 +59,15 @@ def live_rows(table: Table) -> int:
     return int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
 
 
-def fill_column(tx: Transaction, table: Table, column: str, value: pa.Scalar, source: str | None) -> int:
+def fill_column(
+    tx: Transaction, table: Table, column: str, value: pa.Scalar, source: str | None, change_id: str | None
+) -> int:
     """Rewrite every data file of ``table`` (as it was before ``tx``) with ``column`` set to
     ``value``, inside ``tx``, whose schema already has the column; returns the rows filled.
 
     ``source``: on a sink table routed sources share, only that source table's rows get the value
-    (the others' tables have no such column). Every delete file goes: the rewritten files hold
-    only live rows.
+    (the others' tables have no such column, or add it with a value of their own). Every delete
+    file goes: the rewritten files hold only live rows. The commit records ``change_id``.
     """
     tasks = list(table.scan().plan_files()) if table.current_snapshot() is not None else []
     if not tasks:
@@ -63,7 +82,10 @@ def fill_column(tx: Transaction, table: Table, column: str, value: pa.Scalar, so
         transaction=tx,
         io=table.io,
         commit_uuid=write_uuid,
-        snapshot_properties={OPERATION: f"fill {column}"},
+        snapshot_properties={
+            OPERATION: f"fill {column}",
+            **({SCHEMA_CHANGE_KEY: change_id} if change_id is not None else {}),
+        },
         retired_delete_files=retired,
     ) as snap:
         for task in tasks:

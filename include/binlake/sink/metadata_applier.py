@@ -39,7 +39,7 @@ from binlake.events import (
 )
 from binlake.schema.defaults import existing_rows_value
 from binlake.schema.type_mapping import RowConverter, iceberg_schema, iceberg_type, identifier_columns
-from binlake.sink.column_fill import fill_column
+from binlake.sink.column_fill import fill_column, fill_pending
 from binlake.sink.layout import TableLayout, evolve, partition_spec, sort_order
 
 log = logging.getLogger(__name__)
@@ -223,9 +223,16 @@ class IcebergMetadataApplier:
     def _add_column(self, change: AddColumn, change_id: str | None) -> ApplyResult:
         table = self._load(change.table)
         name = change.column.name
-        if _has(table, name):
-            return ApplyResult(change, "no-op", f"column {name} exists")
         value = existing_rows_scalar(change)
+        if _has(table, name):
+            if value is None or not fill_pending(table, name, change_id):
+                return ApplyResult(change, "no-op", f"column {name} exists")
+            # Another source routed into the table added it: this one's rows get their value.
+            with table.transaction() as tx:
+                filled = fill_column(tx, table, name, value, change.table.name, change_id)
+            return ApplyResult(
+                change, "applied", f"column {name} exists; {filled} rows of {change.table} filled"
+            )
         with table.transaction() as tx:
             with tx.update_schema() as update:
                 # Iceberg cannot add a required column to existing rows: new columns are optional.
@@ -235,7 +242,9 @@ class IcebergMetadataApplier:
                 elif change.position == "after" and change.after:
                     update.move_after(name, change.after)
             # The rows the source held got a value with the column (one commit: see column_fill).
-            filled = fill_column(tx, table, name, value, change.table.name) if value is not None else 0
+            filled = (
+                fill_column(tx, table, name, value, change.table.name, change_id) if value is not None else 0
+            )
         return ApplyResult(change, "applied", f"{filled} existing rows filled" if filled else "")
 
     @_apply.register

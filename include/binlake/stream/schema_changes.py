@@ -184,6 +184,7 @@ def _log_fill(
     in the table's changelog, a new version of each in its history, if it keeps them. Before the
     sink table's own fill, each once: a replay after the sink table has the column finds them made."""
     from binlake.schema.type_mapping import iceberg_type
+    from binlake.sink.column_fill import fill_pending
     from binlake.sink.history.changelog import ColumnFill
     from binlake.sink.history.companions import companion_writers
     from binlake.sink.metadata_applier import existing_rows_scalar
@@ -193,8 +194,8 @@ def _log_fill(
     if value is None or not catalog.table_exists(identifier):
         return
     upsert = catalog.load_table(identifier)
-    if change.column.name in upsert.schema().column_names:
-        return  # filled (or added) already: its changelog and history rows were made before
+    if not fill_pending(upsert, change.column.name, change_id(request)):
+        return  # filled already: its changelog and history rows were made before
     rules = table_rules(config, change.table)
     fill = ColumnFill(
         change.column.name, iceberg_type(change.column), value, change.table.name, request.offset,

@@ -32,6 +32,7 @@ from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
+from binlake.sink.column_fill import SCHEMA_CHANGE_KEY
 from binlake.sink.exactly_once import ChunkCommit, CommitResult, chunk_summary, snapshot_chunks
 from binlake.sink.history.changelog import (
     AFTER,
@@ -54,8 +55,8 @@ from binlake.sink.writer import IcebergWriter
 
 log = logging.getLogger(__name__)
 
-#: The snapshot summary key naming the schema change (``offset#seq``) whose removals a commit holds.
-CHANGE_KEY = "binlake.schema-change"
+#: The snapshot summary key naming the schema change (``offset#seq``) whose rows a commit holds.
+CHANGE_KEY = SCHEMA_CHANGE_KEY
 #: The snapshot summary key naming the backfill units a commit's rows hold.
 UNITS_KEY = "binlake.backfill-units"
 
@@ -245,6 +246,8 @@ class ChangelogWriter(IcebergWriter):
             if not data.num_rows:  # every row of the file deleted (merge-on-read)
                 continue
             shaped = project(shape(data), metadata.schema().as_arrow())
+            if not shaped.num_rows:  # none of the file's rows is one ``shape`` keeps
+                continue
             files += write_data_files(metadata, shaped, self.table.io, uuid.uuid4(), itertools.count(0))
             rows += data.num_rows
         return files, rows

@@ -88,7 +88,9 @@ def key_positions(stored: pa.Table, keys: pa.Table, key_columns: list[str]) -> l
         mask = pc.is_in(stored.column(column), value_set=keys.column(column).combine_chunks())
         return [int(i) for i in pc.indices_nonzero(mask).to_pylist()]
     numbered = stored.append_column("__binlake_pos", pa.array(range(stored.num_rows), pa.int64()))
-    matched = numbered.join(keys.group_by(key_columns).aggregate([]), keys=key_columns, join_type="inner")
+    # A join needs one type per key column: files and batches may spell strings either way.
+    wanted = keys.select(key_columns).cast(stored.select(key_columns).schema)
+    matched = numbered.join(wanted.group_by(key_columns).aggregate([]), keys=key_columns, join_type="inner")
     return sorted(int(i) for i in matched.column("__binlake_pos").to_pylist())
 
 
