@@ -10,6 +10,7 @@ from binlake.events import (
     Column,
     CreateTable,
     DropColumn,
+    DropTable,
     PartitionRowsChanged,
     RenameColumn,
     RenameTable,
@@ -59,6 +60,13 @@ def test_rows_changed_without_row_events_stop_evolve_and_name_the_backfill() -> 
     assert sink_changes(change, "lenient", False, AFTER) == []
 
 
-def test_a_routed_sink_table_takes_no_table_level_change_of_one_source() -> None:
+def test_a_routed_sink_table_takes_no_table_level_change_of_one_source_but_the_removal_of_its_rows() -> None:
     assert sink_changes(RenameTable(T, TableId("db", "t2")), "evolve", False, AFTER, routed=True) == []
     assert sink_changes(DropColumn(T, "v"), "evolve", False, AFTER, routed=True) == []
+    for behavior in ("evolve", "try_evolve"):  # the shard's own rows leave the shared table
+        for removal in (TruncateTable(T, 7), DropTable(T, 7)):
+            (made,) = sink_changes(removal, behavior, False, AFTER, routed=True)
+            assert made == TruncateTable(T)
+            assert made.statement_time == 7
+    assert sink_changes(TruncateTable(T), "lenient", False, AFTER, routed=True) == []
+    assert sink_changes(DropTable(T), "lenient", False, AFTER, routed=True) == []

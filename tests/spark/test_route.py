@@ -114,3 +114,61 @@ def test_a_column_each_shard_adds_with_its_default_fills_that_shards_rows(
     assert bag(history.select(columns).to_pylist()) == bag(rows)
     report = verify(config, "v1")
     assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}
+
+
+def test_a_shards_truncate_or_drop_removes_its_own_rows_from_the_shared_table(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """Under ``evolve`` a shard's TRUNCATE or DROP removes that shard's rows from the table the
+    shards share (marked deleted with soft deletes, ``-D`` in the changelog, versions closed in the
+    history) and no other shard's: before, the shared table kept them, with an info line."""
+    mariadb.execute(
+        *(f"CREATE TABLE orders_{n} (id INT PRIMARY KEY, amount INT)" for n in (1, 2, 3)),
+        "INSERT INTO orders_1 SELECT seq, seq FROM seq_1_to_200",
+        "INSERT INTO orders_2 SELECT seq, seq * 10 FROM seq_1_to_100",
+        "INSERT INTO orders_3 SELECT seq, seq * 100 FROM seq_1_to_50",
+        database=database,
+    )
+    config = stream_config(mariadb, database, tmp_path, chunk_size=80)
+    raw = config_dict(config)
+    raw["pipeline"]["schema_change_behavior"] = "evolve"
+    raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
+    raw["sink"]["modes"] = [
+        {
+            "source_table": rf"{database}\.orders_[0-9]+",
+            "mode": ["upsert", "changelog", "history"],
+            "soft_delete": True,
+        }
+    ]
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute(
+        "TRUNCATE TABLE orders_1",
+        "INSERT INTO orders_1 VALUES (5, 5)",
+        "DROP TABLE orders_3",
+        "UPDATE orders_2 SET amount = 0 WHERE id = 7",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    catalog = open_catalog(config)
+    stored = catalog.load_table("ods.orders").scan().to_arrow().to_pylist()
+    rows = [r for r in stored if not r["__deleted__"]]
+    assert Counter(r["_source_table"].rsplit(".", 1)[1] for r in rows) == {"orders_1": 1, "orders_2": 100}
+    assert Counter(r["_source_table"].rsplit(".", 1)[1] for r in stored if r["__deleted__"]) == {
+        "orders_1": 199,  # 5 inserted again: live again
+        "orders_3": 50,
+    }
+    columns = ["_source_table", "id", "amount"]
+    live = bag([{c: r[c] for c in columns} for r in rows])
+    changelog = catalog.load_table("ods.orders_changelog").scan().to_arrow().to_pylist()
+    assert replay_changelog(changelog, columns) == live
+    assert Counter(r["_source_table"].rsplit(".", 1)[1] for r in changelog if r["__op__"] == "-D") == {
+        "orders_1": 200,
+        "orders_3": 50,
+    }
+    history = catalog.load_table("ods.orders_history").scan(row_filter="__current__ == True").to_arrow()
+    assert bag(history.select(columns).to_pylist()) == live
+    report = verify(config, "v1")
+    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}

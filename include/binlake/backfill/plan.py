@@ -142,6 +142,10 @@ def checked_plans(
     keys: dict[TableId, str] = {}
     for stored in chosen:
         schema = schemas.get(stored.table)
+        if schema is None and not tables:
+            skipped.append(stored)  # all tables asked for: one dropped since the plan is named, not fatal
+            log.warning("%s leaves %s out: the table no longer exists in the source", action, stored.table)
+            continue
         if schema is None:
             raise BackfillError(f"Cannot {action} {stored.table}: the table no longer exists in the source.")
         # A keyed table splits by its primary key as it is now (a key change since the plan moved

@@ -60,8 +60,8 @@ def sink_changes(
         safe_widening: whether Iceberg can make an ``AlterColumnType`` change in place.
         source_after: the source table's schema after the change (column types of renames).
         routed: the sink table is shared by routed sources (``schema/routes.py``): changes that would
-            take data from the other sources are made leniently, a source's own table-level
-            changes are not applied to the shared table.
+            take data from the other sources are made leniently, a source's own renames are not
+            applied to the shared table, and its TRUNCATE or DROP (``evolve``) removes its own rows.
 
     Raises:
         SchemaChangeRefusedError: behaviour ``exception`` and a change other than a new table.
@@ -88,6 +88,9 @@ def sink_changes(
             return merged_creation(change)
         if isinstance(change, RenameTable):
             return []
+        if isinstance(change, TruncateTable | DropTable) and behavior in ("evolve", "try_evolve"):
+            # The source's own rows leave the shared table (``_source_table``), the others' stay.
+            return [TruncateTable(change.table, change.statement_time)]
     elif behavior in ("evolve", "try_evolve"):
         return [change]
     return _lenient(change, safe_widening, source_after)

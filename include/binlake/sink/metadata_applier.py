@@ -16,7 +16,8 @@ from typing import Any, Literal, Protocol
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
-from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.expressions import AlwaysTrue, EqualTo, Reference
+from pyiceberg.expressions.literals import literal
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
@@ -38,6 +39,7 @@ from binlake.events import (
     TruncateTable,
 )
 from binlake.schema.defaults import existing_rows_value
+from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.type_mapping import RowConverter, iceberg_schema, iceberg_type, identifier_columns
 from binlake.sink.column_fill import fill_column, fill_pending
 from binlake.sink.layout import TableLayout, evolve, partition_spec, sort_order
@@ -350,12 +352,18 @@ class IcebergMetadataApplier:
         table = self._load(change.table)
         if change_id is not None and table.properties.get(TRUNCATE_ID) == change_id:
             return ApplyResult(change, "no-op", f"truncate {change_id} was applied")
+        # Routed sources share the table: the source's own rows go, the others' stay.
+        shared = SOURCE_TABLE_COLUMN in table.schema().column_names
         with table.transaction() as tx:
             if table.current_snapshot() is not None:
-                tx.delete(AlwaysTrue())
+                tx.delete(
+                    EqualTo(term=Reference(SOURCE_TABLE_COLUMN), value=literal(change.table.name))
+                    if shared
+                    else AlwaysTrue()
+                )
             if change_id is not None:
                 tx.set_properties({TRUNCATE_ID: change_id})
-        return ApplyResult(change, "applied")
+        return ApplyResult(change, "applied", f"the rows of {change.table}" if shared else "")
 
     @_apply.register
     def _drop_table(self, change: DropTable, change_id: str | None) -> ApplyResult:

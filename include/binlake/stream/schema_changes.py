@@ -161,10 +161,14 @@ def _through_transform(
 
 
 def _log_removals(
-    config: PipelineConfig, applier: IcebergMetadataApplier, table: TableId, request: SchemaChangeRequest
+    config: PipelineConfig,
+    applier: IcebergMetadataApplier,
+    table: TableId,
+    request: SchemaChangeRequest,
+    source: str | None,
 ) -> None:
-    """The rows a TRUNCATE or DROP of ``table`` removes: ``-D`` in its changelog, their versions
-    closed in its history, if it keeps them."""
+    """The rows a TRUNCATE or DROP of ``table`` removes (``source``'s alone, on a table routed
+    sources share): ``-D`` in its changelog, their versions closed in its history, if it keeps them."""
     from binlake.sink.history.companions import companion_writers
 
     catalog, identifier = applier.catalog, applier.identifier(table)
@@ -172,7 +176,7 @@ def _log_removals(
         return
     upsert = catalog.load_table(identifier)
     for writer in companion_writers(table_rules(config, table), catalog, upsert):
-        removed = writer.remove_all(upsert, request.offset, change_id(request), removal_time(request))
+        removed = writer.remove_all(upsert, request.offset, change_id(request), removal_time(request), source)
         what = describe_change(request.change)
         log.info("%s: %d rows removed by %s, in %s", table, removed, what, writer.identifier)
 
@@ -280,14 +284,16 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         for step in planned:
             # a routed source's creation never replaces the table the other sources share
             step_id = None if shared and isinstance(step, CreateTable) else change_id(request)
+            source = step.table.name if shared else None  # the rows of a shared table it removes
             if isinstance(step, (TruncateTable, DropTable)):
-                _log_removals(config, applier, step.table, request)
+                _log_removals(config, applier, step.table, request, source)
             if isinstance(step, AddColumn):
                 _log_fill(config, applier, step, request)
             if isinstance(step, TruncateTable) and table_rules(config, step.table).soft_delete:
                 # The rows stay, marked deleted by the TRUNCATE (sink/history/soft_delete.py).
                 table = applier.catalog.load_table(applier.identifier(step.table))
-                marked = truncate_marking(table, removal_time(request), request.offset, change_id(request))
+                at, when, made = request.offset, removal_time(request), change_id(request)
+                marked = truncate_marking(table, when, at, made, source)
                 log.info("%s: %d rows marked deleted by its truncate", step.table, marked)
                 continue
             applier.apply(step, step_id)

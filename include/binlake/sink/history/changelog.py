@@ -253,9 +253,7 @@ class ColumnFill:
 
     def mine(self, rows: pa.Table) -> pa.Table:
         """The rows of ``rows`` that got the value."""
-        if self.source is None or SOURCE_TABLE_COLUMN not in rows.column_names:
-            return rows
-        return rows.filter(pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), self.source), False))
+        return of_source(rows, self.source)
 
     def filled(self, rows: pa.Table) -> pa.Table:
         """``rows`` (which have the column, NULL) with the value in it."""
@@ -273,3 +271,11 @@ def filled_rows(rows: pa.Table, fill: ColumnFill, after_only: bool) -> pa.Table:
         return after
     before = read_rows(rows, fill.event_time, fill.at, SCHEMA_ORIGIN, BEFORE, 2 * fill.seq)
     return pa.concat_tables([before, after.cast(before.schema)])
+
+
+def of_source(rows: pa.Table, source: str | None) -> pa.Table:
+    """``rows`` of the source table ``source`` (``database.table``) where routed sources share a sink
+    table (``_source_table``); all of them for None, or a table no route shares."""
+    if source is None or SOURCE_TABLE_COLUMN not in rows.column_names:
+        return rows
+    return rows.filter(pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), source), False))

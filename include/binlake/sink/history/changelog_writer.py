@@ -44,6 +44,7 @@ from binlake.sink.history.changelog import (
     POSITION,
     ColumnFill,
     filled_rows,
+    of_source,
     read_rows,
 )
 from binlake.sink.history.soft_delete import live
@@ -177,20 +178,28 @@ class ChangelogWriter(IcebergWriter):
                  ".".join(upsert.name()), at)  # fmt: skip
         return rows
 
-    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int) -> int:
-        """``-D`` of every row ``upsert`` holds, at ``at`` and ``event_time`` (a TRUNCATE or DROP of
-        the source table, applied to the upsert table next), once: the commit records
-        ``change_id``; returns the rows."""
+    def remove_all(
+        self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
+    ) -> int:
+        """``-D`` of every row ``upsert`` holds (``source``'s alone, on a table routed sources share),
+        at ``at`` and ``event_time`` (a TRUNCATE or DROP of the source table, applied to the upsert
+        table next), once: the commit records ``change_id``; returns the rows."""
         if self.holds_change(change_id):
             return 0
+        removed = 0
+
+        def shaped(data: pa.Table) -> pa.Table:
+            nonlocal removed
+            gone = of_source(data, source)
+            removed += gone.num_rows
+            return read_rows(gone, event_time, at, "binlog", DELETE)
+
         with transaction(self.table) as tx:
-            files, rows = self._live_rows_as(
-                tx, upsert, lambda data: read_rows(data, event_time, at, "binlog", DELETE)
-            )
+            files, _ = self._live_rows_as(tx, upsert, shaped)
             with tx.update_snapshot(snapshot_properties={CHANGE_KEY: change_id}).fast_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
-        return rows
+        return removed
 
     def fill_all(self, upsert: Table, fill: ColumnFill, after_only: bool = False) -> int:
         """``fill``: the rows ``upsert`` holds (before its own fill) as ``-U``/``+U`` changes at

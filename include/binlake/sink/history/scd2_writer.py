@@ -21,7 +21,7 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.exactly_once import CommitResult
-from binlake.sink.history.changelog import ColumnFill
+from binlake.sink.history.changelog import ColumnFill, of_source
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
     UNITS_KEY,
@@ -86,12 +86,14 @@ class HistoryWriter(ChangelogWriter):
         self._versions(units_summary(units), rows)
         return True
 
-    def remove_all(self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int) -> int:
-        """Close every current version at ``at`` and ``event_time`` (a TRUNCATE or DROP of the
-        source table), once."""
+    def remove_all(
+        self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
+    ) -> int:
+        """Close every current version (``source``'s alone, on a table routed sources share) at
+        ``at`` and ``event_time`` (a TRUNCATE or DROP of the source table), once."""
         if self.holds_change(change_id):
             return 0
-        current = self.table.scan(row_filter=f"{CURRENT} == True").to_arrow()
+        current = of_source(self.table.scan(row_filter=f"{CURRENT} == True").to_arrow(), source)
         n = current.num_rows
         times = pa.array([event_time * 1_000_000] * n, pa.int64()).cast(METADATA.field(VALID_TO).type)
         ended = closed(current, times, pa.array([at.packed] * n, pa.int64()), current.schema)

@@ -27,6 +27,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from binlake.offsets import BinlogOffset
+from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.layout import sorted_rows
 from binlake.sink.metadata_applier import TRUNCATE_ID
@@ -85,10 +86,13 @@ def _marked(rows: pa.Table, deleted: pa.Array, micros: pa.Array, positions: pa.A
     return rows
 
 
-def truncate_marking(table: Table, event_time: int, at: BinlogOffset, change_id: str) -> int:
-    """A TRUNCATE of the source table: every live row of ``table`` marked deleted at ``event_time``
-    and ``at`` (rows deleted earlier keep their marks), file by file in one commit that records
-    ``change_id`` as a truncate does (a replay marks nothing twice); returns the rows marked."""
+def truncate_marking(
+    table: Table, event_time: int, at: BinlogOffset, change_id: str, source: str | None = None
+) -> int:
+    """A TRUNCATE of the source table: every live row of ``table`` (``source``'s alone, on a table
+    routed sources share) marked deleted at ``event_time`` and ``at`` (rows deleted earlier keep
+    their marks), file by file in one commit that records ``change_id`` as a truncate does (a
+    replay marks nothing twice); returns the rows marked."""
     if table.properties.get(TRUNCATE_ID) == change_id:
         return 0
     ensure_columns(table)
@@ -100,7 +104,7 @@ def truncate_marking(table: Table, event_time: int, at: BinlogOffset, change_id:
         with tx.update_snapshot().overwrite(write_uuid) as overwrite:
             for task in table.scan().plan_files():
                 rows = ArrowScan(metadata, table.io, metadata.schema(), AlwaysTrue()).to_table(tasks=[task])
-                rows, newly = _all_deleted(rows, event_time, at)
+                rows, newly = _all_deleted(rows, event_time, at, source)
                 marked += newly
                 overwrite.delete_data_file(task.file)
                 if not rows.num_rows:  # every row of the file deleted already (merge-on-read)
@@ -112,11 +116,16 @@ def truncate_marking(table: Table, event_time: int, at: BinlogOffset, change_id:
     return marked
 
 
-def _all_deleted(rows: pa.Table, event_time: int, at: BinlogOffset) -> tuple[pa.Table, int]:
-    """``rows`` with the live ones marked deleted at ``event_time`` and ``at``; how many were live."""
+def _all_deleted(
+    rows: pa.Table, event_time: int, at: BinlogOffset, source: str | None
+) -> tuple[pa.Table, int]:
+    """``rows`` with the live ones (of ``source``, if given and routed sources share the table)
+    marked deleted at ``event_time`` and ``at``; how many were live."""
     alive = live_mask(rows)
     if alive is None:
         raise ValueError("the rows have no soft-delete columns")
+    if source is not None and SOURCE_TABLE_COLUMN in rows.column_names:
+        alive = pc.and_(alive, pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), source), False))
     gone = rows.filter(alive)
     n = gone.num_rows
     gone = marked_deleted(gone, pa.array([event_time] * n, pa.int64()), pa.array([at.packed] * n, pa.int64()))
