@@ -28,6 +28,7 @@ from tests.helpers import (
     assert_sink_equals_source,
     concurrent_writes,
     config_dict,
+    in_session,
     kill_9_at,
     run_binlake,
     start_stream_process,
@@ -624,6 +625,55 @@ def test_a_column_only_the_server_could_fill_stops_the_stream_until_a_backfill(
     mariadb.execute("UPDATE t SET v = 9 WHERE id = 3", database=database)
     run_stream(config, spark, until_caught_up=True)
     assert_sink_equals_source(config)
+
+
+def test_a_type_change_that_rewrote_values_stops_or_heals_and_one_that_could_not_passes(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """``MODIFY`` converts every value the table holds, with no row event: a `DATETIME(3)` made
+    `DATETIME(0)` rounds even in a strict session, a smaller integer clips where the session is
+    not strict. Each is a gap of the table at the statement (before, the sink kept the old values,
+    silently). A strict session's narrowing whose values all fit changed nothing: no gap."""
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, at DATETIME(3), n INT, note VARCHAR(20))",
+        "INSERT INTO t SELECT seq, '2024-01-01 00:00:00.678' + INTERVAL seq SECOND, seq * 100, "
+        "CONCAT('note ', seq) FROM seq_1_to_60",
+        database=database,
+    )
+    raw = stream_config(mariadb, database, tmp_path, chunk_size=40).model_dump(mode="json")
+    raw["source"]["password"] = mariadb.password
+    raw["stream"]["on_gap"] = "stop"  # to see each gap (the default heals: below)
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    t = TableId(database, "t")
+    mariadb.execute(
+        "ALTER TABLE t MODIFY note VARCHAR(15)", "UPDATE t SET n = 1 WHERE id = 1", database=database
+    )
+    run_stream(config, spark, until_caught_up=True)  # strict (the default), every value fits: no gap
+    assert_sink_equals_source(config)
+
+    for session, statement, how in (
+        ("SET SESSION sql_mode = DEFAULT", "ALTER TABLE t MODIFY at DATETIME(0)", "rounded to 0 digits"),
+        ("SET SESSION sql_mode = ''", "ALTER TABLE t MODIFY n TINYINT", "outside tinyint(4) clipped"),
+    ):
+        in_session(mariadb, database, session, statement, "UPDATE t SET note = 'x' WHERE id = 2")
+        with pytest.raises(StreamError) as stopped:
+            run_stream(config, spark, until_caught_up=True)
+        assert f"holds a change of `{t}`" in str(stopped.value)
+        assert how in str(stopped.value)
+        run_backfill(config, spark, f"after-{how[:7]}", tables=[t.name])
+        run_stream(config, spark, until_caught_up=True)
+        assert_sink_equals_source(config)
+
+    # Healed by the stream itself (the default `on_gap`): an ALTER IGNORE that cut strings.
+    raw["stream"]["on_gap"] = "backfill"
+    config = PipelineConfig.model_validate(raw)
+    mariadb.execute("ALTER IGNORE TABLE t MODIFY note VARCHAR(3)", database=database)
+    run_stream(config, spark, until_caught_up=True)  # meets the gap: stages the table's backfill
+    run_stream(config, spark, until_caught_up=True)  # applies it (test_healing.py: mid-stream)
+    assert_sink_equals_source(config)
+    assert {r["note"] for r in sink_rows(config, t)} == {"not", "x"}
 
 
 # -- DDL during the snapshot -----------------------------------------------------------------------

@@ -50,13 +50,21 @@ def fill_pending(table: Table, column: str, change_id: str | None) -> bool:
     )
 
 
-def live_rows(table: Table) -> int:
-    """Rows the table holds now, from its snapshot summary (data rows less position deletes)."""
+def holds_rows(table: Table) -> bool:
+    """Whether the table holds a live row. Read (one row of one column), not taken from the snapshot
+    summary: its count of position deletes includes positions deleted twice (a backfill's deletes
+    of rows a batch had deleted), so records less deletes can fall to zero or below with rows left."""
     snapshot = table.current_snapshot()
     if snapshot is None or snapshot.summary is None:
-        return 0
+        return False
     summary = snapshot.summary.additional_properties
-    return int(summary.get("total-records", 0)) - int(summary.get("total-position-deletes", 0))
+    if int(summary.get("total-records", 0)) == 0:
+        return False
+    if not any(int(summary.get(k, 0)) for k in ("total-position-deletes", "total-equality-deletes")):
+        return True
+    first = table.schema().fields[0].name
+    found: int = table.scan(selected_fields=(first,), limit=1).to_arrow().num_rows
+    return found > 0
 
 
 def fill_column(

@@ -93,7 +93,7 @@ class SchemaChangeProtocol:
         table at the statement (``stream/server_filled.py``), before anything of it is recorded."""
         if self.config.pipeline.schema_change_behavior in ("ignore", "exception"):
             return  # the column never reaches the sink (ignore), or the change stops the stream
-        meet_server_filled(self.config, self.store, ddl.changes, ddl.offset)
+        meet_server_filled(self.config, self.store, ddl.changes, ddl.offset, ddl.strict)
 
     def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
         deadline = time.monotonic() + self.config.stream.schema_change_timeout_s

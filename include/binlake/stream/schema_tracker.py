@@ -45,6 +45,9 @@ class Ddl:
     offset: BinlogOffset
     """The boundary after it: where the new schema begins."""
     changes: tuple[SchemaChange, ...]
+    strict: bool = True
+    """Whether a value that did not fit a column's new type failed the statement (a strict session,
+    no ``ALTER IGNORE``) instead of being converted (``schema/type_changes.py``)."""
 
 
 class SchemaTracker:
@@ -83,6 +86,7 @@ class SchemaTracker:
         # Imported here, like the Iceberg side in `apply_request`: Spark's streaming source runner
         # imports this module to plan every query's batches, and the parser (sqlglot) and pyiceberg
         # took a second of that start; they are needed once a statement comes.
+        from binlake.schema.type_changes import strict_statement
         from binlake.source.ddl.parser import UnparsedDdlError, parse_ddl
 
         current = self.schemas_at(before)
@@ -107,7 +111,11 @@ class SchemaTracker:
                 known.add(change.new_table)
             if any(self.selector.matches(t) for t in tables_changed(change)):
                 relevant.append(self._renamed_in(change, known, boundary.offset))
-        return Ddl(before, boundary.offset, tuple(relevant)) if relevant else None
+        if not relevant:
+            return None
+        return Ddl(
+            before, boundary.offset, tuple(relevant), strict_statement(boundary.sql_mode, boundary.statement)
+        )
 
     def _held_at(self, at: BinlogOffset) -> set[TableId]:
         """The tables the snapshot read after a statement ending at ``at`` (``snapshot.spans``)."""

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pymysql
 
 from binlake.config import PipelineConfig, SourceConfig
-from binlake.events import AddColumn, Column, DropTable, SchemaChange, TableId, TruncateTable
+from binlake.events import AddColumn, AlterColumnType, Column, DropTable, SchemaChange, TableId, TruncateTable
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.event_rows import Gap
 from binlake.source.binlog.scan import Boundary
@@ -55,10 +55,15 @@ def local_time(source: SourceConfig, boundary: Boundary) -> dt.datetime | None:
 
 
 def meet_server_filled(
-    config: PipelineConfig, store: StateStore, changes: Sequence[SchemaChange], at: BinlogOffset
+    config: PipelineConfig,
+    store: StateStore,
+    changes: Sequence[SchemaChange],
+    at: BinlogOffset,
+    strict: bool = True,
 ) -> None:
-    """Hand the statement's gaps (columns only the server could fill, on tables with rows) to the
-    stream's repairs: healed, or the stream stops here (``stream.on_gap``)."""
+    """Hand the statement's gaps (columns only the server could fill, columns whose new type
+    changed their values — ``strict``: values that did not fit failed the statement — on tables
+    with rows) to the stream's repairs: healed, or the stream stops here (``stream.on_gap``)."""
     # Here, not at the top: the planning side imports this module and must stay light (pyarrow).
     from binlake.schema.defaults import existing_rows_value
     from binlake.state.backfills import BackfillLedger
@@ -73,6 +78,7 @@ def meet_server_filled(
         and existing_rows_value(change.column, clock) is None
         and _holds_rows(config, change.table)
     ]
+    gaps += _type_gaps(config, store, changes, at, strict)
     if gaps:
         name = config.pipeline.name
         heal = config.stream.on_gap == "backfill"
@@ -81,11 +87,11 @@ def meet_server_filled(
 
 def _holds_rows(config: PipelineConfig, table: TableId) -> bool:
     from binlake.sink.catalog import open_catalog, sink_name  # light imports: see meet_server_filled
-    from binlake.sink.column_fill import live_rows
+    from binlake.sink.column_fill import holds_rows
 
     catalog = open_catalog(config)
     identifier = sink_name(config, table)
-    return catalog.table_exists(identifier) and live_rows(catalog.load_table(identifier)) > 0
+    return catalog.table_exists(identifier) and holds_rows(catalog.load_table(identifier))
 
 
 def _reads_local_time(column: Column) -> bool:
@@ -112,3 +118,38 @@ def _server_gap(change: AddColumn, at: BinlogOffset) -> Gap:
         at,
         change.statement_time or 0,
     )
+
+
+def _type_gaps(
+    config: PipelineConfig, store: StateStore, changes: Sequence[SchemaChange], at: BinlogOffset, strict: bool
+) -> list[Gap]:
+    """Columns whose new type made the server convert the values it held (``schema/type_changes.py``)."""
+    from binlake.schema.type_changes import changed_values  # light imports: see meet_server_filled
+
+    gaps = []
+    for change in changes:
+        if not isinstance(change, AlterColumnType):
+            continue
+        old = _column_before(store, config.pipeline.name, change.table, change.column.name, at)
+        how = changed_values(old, change.column, strict) if old is not None else None
+        if old is not None and how is not None and _holds_rows(config, change.table):
+            what = f"`MODIFY {old.name}` ({old.column_type} → {change.column.column_type}: {how})"
+            gaps.append(
+                Gap(
+                    change.table,
+                    f"{what} rewrote the rows the table held, which no row event carries",
+                    "none is needed on the source (the values are there, only not in the binlog)",
+                    at,
+                    0,
+                )
+            )
+    return gaps
+
+
+def _column_before(
+    store: StateStore, pipeline: str, table: TableId, name: str, at: BinlogOffset
+) -> Column | None:
+    """The column ``name`` of ``table`` as the schema history holds it before ``at``."""
+    earlier = [v for v in store.schema_history(pipeline).versions(table) if v.offset < at]
+    schema = earlier[-1].schema if earlier else None
+    return next((c for c in schema.columns if c.name == name), None) if schema is not None else None

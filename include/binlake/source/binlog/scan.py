@@ -69,6 +69,9 @@ class Boundary:
     time_zone: str | None = None
     """The session time zone of the statement (``Q_TIME_ZONE_CODE``: ``SYSTEM``, ``+05:30``, a
     name), where the server wrote it — when the statement converted a time to local time."""
+    sql_mode: int | None = None
+    """The statement's session ``sql_mode`` bits (``Q_SQL_MODE_CODE``), where the server wrote
+    them: whether a column's new type failed on values that did not fit, or converted them."""
 
 
 class XaMark(NamedTuple):
@@ -186,7 +189,10 @@ def transactions(
             statement = text_of(event.query) if standalone else None
             database = text_of(event.schema) if standalone else ""
             micros, time_zone = clock_of(event) if standalone else (None, None)
-            yield Boundary(offset, int(event.timestamp), gtid, statement, database, mark, micros, time_zone)
+            sql_mode = getattr(event, "sql_mode", None) if standalone else None
+            yield Boundary(
+                offset, int(event.timestamp), gtid, statement, database, mark, micros, time_zone, sql_mode
+            )
             gtid = None
             previous = offset
     except pymysql.err.OperationalError as e:
