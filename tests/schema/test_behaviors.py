@@ -53,11 +53,13 @@ def test_ignore_never_changes_the_sink() -> None:
     assert sink_changes(AddColumn(T, V), "ignore", False, AFTER) == []
 
 
-def test_rows_changed_without_row_events_stop_evolve_and_name_the_backfill() -> None:
+def test_rows_changed_without_row_events_change_no_schema() -> None:
+    """The stream heals them under (try_)evolve (``stream/server_filled.py``); lenient keeps the rows."""
     change = PartitionRowsChanged(T, "TRUNCATE PARTITION")
-    with pytest.raises(SchemaChangeRefusedError, match="backfill the table"):
-        sink_changes(change, "evolve", False, AFTER)
-    assert sink_changes(change, "lenient", False, AFTER) == []
+    for behavior in ("evolve", "try_evolve", "lenient", "ignore"):
+        assert sink_changes(change, behavior, False, AFTER) == []
+    with pytest.raises(SchemaChangeRefusedError):
+        sink_changes(change, "exception", False, AFTER)
 
 
 def test_a_routed_sink_table_takes_no_table_level_change_of_one_source_but_the_removal_of_its_rows() -> None:

@@ -94,16 +94,3 @@ def test_a_column_moves_where_the_server_put_it() -> None:
     latin = evolve(t, defaulted, AlterTableCollation(t, "latin1_swedish_ci"))
     assert latin is not None
     assert latin.collation == "latin1_swedish_ci"
-
-
-def test_rows_partition_maintenance_changes_are_kept_under_lenient_and_stop_evolve() -> None:
-    import pytest
-
-    from binlake.events import PartitionRowsChanged, TableId
-    from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
-
-    change = PartitionRowsChanged(TableId("d", "t"), "DROP PARTITION")
-    assert sink_changes(change, "lenient", True, None) == []
-    for behavior in ("evolve", "try_evolve", "exception"):
-        with pytest.raises(SchemaChangeRefusedError, match=r"backfill|exception"):
-            sink_changes(change, behavior, True, None)

@@ -23,6 +23,8 @@ ROUNDED = [  # even a strict session converts these
     (col("bigint"), col("double")),
     (col("datetime"), col("date")),
     (col("datetime"), col("time")),
+    (col("int", generated=True), col("int", generated=True)),  # a new expression, perhaps
+    (col("int"), col("int", auto_increment=True)),
 ]
 CUT = [  # a strict session fails instead
     (col("varchar(20)", length=20), col("varchar(3)", length=3)),

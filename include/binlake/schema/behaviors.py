@@ -70,12 +70,10 @@ def sink_changes(
         return _key_change(change, behavior, routed)
     if behavior == "ignore" or isinstance(change, AlterColumnDefault | AlterTableCollation):
         return []  # defaults and a table's default collation are not part of the sink's schema
-    if isinstance(change, PartitionRowsChanged) and behavior in ("evolve", "try_evolve"):
-        raise SchemaChangeRefusedError(
-            f"{change.action} changed rows of {change.table} without row events, so binlake cannot "
-            f"tell which. Fix: backfill the table (`binlake --config … backfill --table {change.table}`) "
-            "once the stream has passed this point, or choose `lenient`, which keeps such rows"
-        )
+    if isinstance(change, PartitionRowsChanged) and behavior != "exception":
+        # Rows the server changed without row events: no schema change; under (try_)evolve the
+        # stream heals the table by a backfill (stream/server_filled.py), lenient keeps the rows.
+        return []
     if behavior == "exception":
         if isinstance(change, CreateTable):
             return [change]

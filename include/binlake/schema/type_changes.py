@@ -54,6 +54,10 @@ def changed_values(old: Column, new: Column, strict: bool) -> str | None:
 def _rounded(old: Column, new: Column) -> str | None:
     """Conversions that change values even in strict mode."""
     a, b = old.data_type, new.data_type
+    if new.generated:
+        return "values computed again from the column's expression"
+    if new.auto_increment and not old.auto_increment:
+        return "zeros and NULLs given sequence numbers"
     if a == b and a in _TEMPORAL and (new.fsp or 0) < (old.fsp or 0):
         return f"fractions of a second rounded to {new.fsp or 0} digits"
     if a == b == "decimal" and (new.scale or 0) < (old.scale or 0):

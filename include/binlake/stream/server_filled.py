@@ -13,7 +13,16 @@ from dataclasses import replace
 import pymysql
 
 from binlake.config import PipelineConfig, SourceConfig
-from binlake.events import AddColumn, AlterColumnType, Column, DropTable, SchemaChange, TableId, TruncateTable
+from binlake.events import (
+    AddColumn,
+    AlterColumnType,
+    Column,
+    DropTable,
+    PartitionRowsChanged,
+    SchemaChange,
+    TableId,
+    TruncateTable,
+)
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.event_rows import Gap
 from binlake.source.binlog.scan import Boundary
@@ -79,6 +88,12 @@ def meet_server_filled(
         and _holds_rows(config, change.table)
     ]
     gaps += _type_gaps(config, store, changes, at, strict)
+    if config.pipeline.schema_change_behavior in ("evolve", "try_evolve"):  # lenient keeps such rows
+        gaps += [
+            _rows_gap(change, at)
+            for change in changes
+            if isinstance(change, PartitionRowsChanged) and _holds_rows(config, change.table)
+        ]
     if gaps:
         name = config.pipeline.name
         heal = config.stream.on_gap == "backfill"
@@ -153,3 +168,13 @@ def _column_before(
     earlier = [v for v in store.schema_history(pipeline).versions(table) if v.offset < at]
     schema = earlier[-1].schema if earlier else None
     return next((c for c in schema.columns if c.name == name), None) if schema is not None else None
+
+
+def _rows_gap(change: PartitionRowsChanged, at: BinlogOffset) -> Gap:
+    return Gap(
+        change.table,
+        f"`{change.action}` changed rows of the table without row events, so binlake cannot tell which",
+        "none is needed on the source",
+        at,
+        0,
+    )

@@ -159,6 +159,12 @@ def _kinds(changes: list[SchemaChange]) -> list[tuple[str, ...]]:
         ("ALTER TABLE t TRUNCATE PARTITION ALL", [("rows", "db.t", "TRUNCATE PARTITION")]),
         ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE db2.u WITHOUT VALIDATION",
          [("rows", "db.t", "EXCHANGE PARTITION"), ("rows", "db2.u", "EXCHANGE PARTITION")]),
+        # ALTER IGNORE deletes the rows a new unique key finds duplicated
+        ("ALTER IGNORE TABLE t ADD UNIQUE KEY (a)", [("rows", "db.t", "ALTER IGNORE … ADD UNIQUE")]),
+        ("ALTER ONLINE IGNORE TABLE t ADD CONSTRAINT u UNIQUE (a)",
+         [("rows", "db.t", "ALTER IGNORE … ADD UNIQUE")]),
+        ("ALTER TABLE t ADD UNIQUE KEY (a)", []),
+        ("ALTER IGNORE TABLE t ADD INDEX (a)", []),
         ("ALTER TABLE IF EXISTS gone ADD c INT", []),
         ("ALTER TABLE t ORDER BY t.a, b DESC", []),
         ("ALTER TABLE t ADD COLUMN t.c INT", [("add", "db.t", "c", "int(11)", "last", "")]),

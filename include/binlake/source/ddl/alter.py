@@ -61,6 +61,9 @@ class AlterPlan:
     """The columns of a primary key the statement adds (``ADD PRIMARY KEY``, a column's ``PRIMARY KEY``)"""
     rows_changed: list[tuple[TableId, str]] = field(default_factory=list)
     """Partition maintenance that changes rows without row events: (table, action)"""
+    unique_added: bool = False
+    """A UNIQUE or PRIMARY key added: under ``ALTER IGNORE`` the server deletes the rows it finds
+    duplicated, without row events"""
 
 
 def resolve(current: CreateTable, plan: AlterPlan) -> tuple[CreateTable, list[str | None], set[str]]:

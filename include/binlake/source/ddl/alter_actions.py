@@ -37,7 +37,9 @@ class AlterReader(DdlScope):
 
     def read(self, cur: Cursor) -> list[SchemaChange]:
         cur.next()
+        ignore = False
         while cur.peek_upper() in ("ONLINE", "OFFLINE", "IGNORE"):
+            ignore = ignore or cur.peek_upper() == "IGNORE"
             cur.next()
         if not cur.accept("TABLE"):
             return []  # ALTER DATABASE, USER, VIEW, EVENT …
@@ -46,11 +48,11 @@ class AlterReader(DdlScope):
         if if_exists and self.lookup(table) is None and self.tracked(table):
             return []  # binlake knows every table it tracks: this one is not there
         try:
-            return self._alter_table(cur, table)
+            return self._alter_table(cur, table, ignore)
         except UnparsedDdlError as e:
             return self._refuse(table, str(e))
 
-    def _alter_table(self, cur: Cursor, table: TableId) -> list[SchemaChange]:
+    def _alter_table(self, cur: Cursor, table: TableId, ignore: bool = False) -> list[SchemaChange]:
         current = self.lookup(table)
         skip_wait(cur)
         charset = table_charset(current, self.charsets, table)
@@ -66,6 +68,8 @@ class AlterReader(DdlScope):
         changes = differences(current, after, origins, placed)
         if key_changed(current, after, origins):
             changes.append(AlterPrimaryKey(table, after.primary_key))
+        if ignore and plan.unique_added:  # duplicates deleted by the server, no row event says which
+            plan.rows_changed.append((table, "ALTER IGNORE … ADD UNIQUE"))
         changes += [PartitionRowsChanged(t, action) for t, action in plan.rows_changed]
         if plan.new_name is not None and plan.new_name != table:
             changes.append(RenameTable(table, plan.new_name))
@@ -165,6 +169,7 @@ class AlterReader(DdlScope):
 
     def _add(self, cur: Cursor, plan: AlterPlan, charset: tuple[str, str]) -> None:
         word = cur.peek_upper()
+        plan.unique_added = plan.unique_added or _adds_unique(cur)
         if word in ("PRIMARY",) or (word == "CONSTRAINT" and declares_primary(cur)):
             plan.new_key = key_item(cur)
             return
@@ -179,6 +184,7 @@ class AlterReader(DdlScope):
         if cur.accept_punct("("):
             while True:
                 if cur.peek_upper() in ITEM_WORDS:
+                    plan.unique_added = plan.unique_added or _adds_unique(cur)
                     keys = key_item(cur)  # None: another kind of key
                     if keys is not None:
                         plan.new_key = keys
@@ -264,3 +270,11 @@ class AlterReader(DdlScope):
             assert charset is not None
             collation = database[1] if charset == database[0] else self.charsets.collation_of(charset)
         return collation
+
+
+def _adds_unique(cur: Cursor) -> bool:
+    """Whether the item at ``cur`` (after ``ADD``) is a UNIQUE or PRIMARY key (``CONSTRAINT [c]`` first)."""
+    words = [cur.peek_upper(i) for i in range(3)]
+    if words[0] == "CONSTRAINT":
+        return any(w in ("PRIMARY", "UNIQUE") for w in words[1:])
+    return words[0] in ("PRIMARY", "UNIQUE")
