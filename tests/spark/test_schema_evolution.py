@@ -633,11 +633,14 @@ def test_a_type_change_that_rewrote_values_stops_or_heals_and_one_that_could_not
     """``MODIFY`` converts every value the table holds, with no row event: a `DATETIME(3)` made
     `DATETIME(0)` rounds even in a strict session, a smaller integer clips where the session is
     not strict. Each is a gap of the table at the statement (before, the sink kept the old values,
-    silently). A strict session's narrowing whose values all fit changed nothing: no gap."""
+    silently); so do a generated column's new expression and a column made AUTO_INCREMENT (its
+    zeros and NULLs numbered). A strict session's narrowing whose values all fit changed nothing: no
+    gap."""
     mariadb.execute(
-        "CREATE TABLE t (id INT PRIMARY KEY, at DATETIME(3), n INT, note VARCHAR(20))",
-        "INSERT INTO t SELECT seq, '2024-01-01 00:00:00.678' + INTERVAL seq SECOND, seq * 100, "
-        "CONCAT('note ', seq) FROM seq_1_to_60",
+        "CREATE TABLE t (id INT PRIMARY KEY, at DATETIME(3), n INT, note VARCHAR(20), "
+        "g INT AS (id * 2) STORED, s INT)",
+        "INSERT INTO t (id, at, n, note, s) SELECT seq, '2024-01-01 00:00:00.678' + INTERVAL seq SECOND, "
+        "seq * 100, CONCAT('note ', seq), IF(seq % 2, 0, NULL) FROM seq_1_to_60",
         database=database,
     )
     raw = stream_config(mariadb, database, tmp_path, chunk_size=40).model_dump(mode="json")
@@ -656,6 +659,16 @@ def test_a_type_change_that_rewrote_values_stops_or_heals_and_one_that_could_not
     for session, statement, how in (
         ("SET SESSION sql_mode = DEFAULT", "ALTER TABLE t MODIFY at DATETIME(0)", "rounded to 0 digits"),
         ("SET SESSION sql_mode = ''", "ALTER TABLE t MODIFY n TINYINT", "outside tinyint(4) clipped"),
+        (
+            "SET SESSION sql_mode = DEFAULT",
+            "ALTER TABLE t MODIFY g BIGINT AS (id * 3) STORED",
+            "computed again",
+        ),
+        (
+            "SET SESSION sql_mode = DEFAULT",
+            "ALTER TABLE t MODIFY s INT NOT NULL AUTO_INCREMENT UNIQUE",
+            "given sequence numbers",
+        ),
     ):
         in_session(mariadb, database, session, statement, "UPDATE t SET note = 'x' WHERE id = 2")
         with pytest.raises(StreamError) as stopped:
