@@ -404,3 +404,33 @@ def test_a_column_added_with_a_default_changes_every_row_in_the_changelog_and_hi
     assert sum(v["__current__"] and v["c"] == 7 and v["d"] == "x" for v in history) == 299
     report = verify(config, "v1")
     assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}
+
+
+def test_a_renamed_column_and_a_widened_type_follow_into_the_changelog_and_history(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """Under ``evolve`` a renamed column keeps its values under the new name in the changelog and
+    the history, as in the upsert table (they gained a new, empty column and verify found both
+    drifted), and an ``INT`` made ``BIGINT`` is promoted there too (a value past 2^31 stopped the
+    stream at every run: "Integer value … not in range")."""
+    mariadb.execute(*SET_UP[:2], database=database)
+    config = _config(mariadb, database, tmp_path, "evolve")
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute(
+        "UPDATE orders SET note = 'before' WHERE id = 1",
+        "ALTER TABLE orders RENAME COLUMN note TO memo",
+        "UPDATE orders SET memo = 'after' WHERE id = 2",
+        "ALTER TABLE orders MODIFY tenant_id BIGINT NOT NULL",
+        "UPDATE orders SET tenant_id = 3000000000 WHERE id = 3",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    columns = _changelog(config, database, "orders").schema().column_names
+    assert "memo" in columns
+    assert "note" not in columns
+    _assert_replays_to_the_upsert_table(config, database, "orders")
+    _assert_history_is_current(config, database)
+    report = verify(config, "v1")
+    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}

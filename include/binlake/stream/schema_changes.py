@@ -32,6 +32,7 @@ from binlake.events import (
     AlterColumnType,
     CreateTable,
     DropTable,
+    RenameColumn,
     RenameTable,
     SchemaChange,
     TableId,
@@ -215,6 +216,24 @@ def _log_fill(
         crash_point("schema-after-companion-fill")
 
 
+def _rename_in_companions(
+    config: PipelineConfig, applier: IcebergMetadataApplier, change: RenameColumn
+) -> None:
+    """A column the sink table renamed is renamed in its changelog and history too: their rows keep
+    their values under the new name, as the sink table's do (Iceberg renames by field id). After
+    the sink table's rename, and a no-op once made (a replay)."""
+    catalog = applier.catalog
+    for identifier in table_rules(config, change.table).companion_names:
+        if not catalog.table_exists(identifier):
+            continue
+        table = catalog.load_table(identifier)
+        names = table.schema().column_names
+        if change.old_name in names and change.new_name not in names:
+            with table.update_schema() as update:
+                update.rename_column(change.old_name, change.new_name)
+            log.info("%s: column %s renamed to %s", identifier, change.old_name, change.new_name)
+
+
 def change_id(request: SchemaChangeRequest) -> str:
     """The id a sink records with the change it made for ``request`` (a replay finds it there)."""
     return f"{request.offset}#{request.seq}"
@@ -297,6 +316,8 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
                 log.info("%s: %d rows marked deleted by its truncate", step.table, marked)
                 continue
             applier.apply(step, step_id)
+            if isinstance(step, RenameColumn):
+                _rename_in_companions(config, applier, step)
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
         store.schema_requests(pipeline).finish(request.offset, request.seq, status, str(e))

@@ -37,9 +37,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import NoSuchTableError, ResolveError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, promote
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform
@@ -103,11 +103,31 @@ def ensure_changelog(catalog: Catalog, identifier: str, sink: Table) -> Table:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
         return _create(catalog, identifier, wanted, sink)
-    have = set(table.schema().column_names)
-    if any(f.name not in have for f in wanted.fields):
-        with table.update_schema() as update:
-            update.union_by_name(wanted)
+    follow_sink_columns(table, wanted)
     return table
+
+
+def follow_sink_columns(table: Table, wanted: Schema) -> None:
+    """Give a changelog or history table (``table``) the columns of its sink table it lacks
+    (``wanted``: its schema for the sink's) and the types the sink table promoted its columns to
+    (int to long, float to double, a wider decimal: the sink's values must fit). Columns the sink
+    dropped stay: earlier rows hold them."""
+    have = {f.name: f.field_type for f in table.schema().fields}
+    changed = [f for f in wanted.fields if f.name not in have or _promoted(have[f.name], f.field_type)]
+    if changed:
+        with table.update_schema() as update:
+            update.union_by_name(Schema(*changed))
+
+
+def _promoted(have: IcebergType, wanted: IcebergType) -> bool:
+    """Whether ``wanted`` is ``have`` promoted (another type: left, a column the sink replaced)."""
+    if have == wanted:
+        return False
+    try:
+        promote(have, wanted)
+    except ResolveError:
+        return False
+    return True
 
 
 def _create(catalog: Catalog, identifier: str, schema: Schema, sink: Table) -> Table:

@@ -38,7 +38,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import IdentityTransform
 
-from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION, ColumnFill
+from binlake.sink.history.changelog import EVENT_TIME, OP, ORDER, POSITION, ColumnFill, follow_sink_columns
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.keys.row_match import same_key_as_next
 from binlake.sink.merge_on_read import MERGE_MODE, MERGE_ON_READ
@@ -97,11 +97,7 @@ def ensure_history(catalog: Catalog, identifier: str, sink: Table, keys: Sequenc
         # its new versions, not every file it touches (an existing table keeps its mode).
         properties = {"format-version": "2", MERGE_MODE: MERGE_ON_READ}
         return catalog.create_table(identifier, wanted, sort_order=order, properties=properties)
-    have = set(table.schema().column_names)
-    missing = [f for f in wanted.fields if f.name not in have]
-    if missing:
-        with table.update_schema() as update:
-            update.union_by_name(Schema(*missing))
+    follow_sink_columns(table, wanted)
     return table
 
 
