@@ -10,7 +10,7 @@ from binlake.schema.type_changes import STRICT_MODES, changed_values, strict_sta
 
 def col(column_type: str, **kw: object) -> Column:
     data_type = column_type.split("(")[0].split()[0]
-    return Column("c", data_type, column_type, **kw)  # type: ignore[arg-type]
+    return Column("c", data_type, column_type, **kw)
 
 
 ROUNDED = [  # even a strict session converts these
@@ -56,6 +56,7 @@ KEPT = [  # every value reads the same
     (col("enum('a')", values=("a",)), col("enum('a','b')", values=("a", "b"))),
     (col("int", nullable=False), col("int")),
     (col("int"), col("varchar(20)", length=20)),  # rendered as text: the sink's behaviour decides
+    (col("varchar(10)", length=10, charset="utf8mb3"), col("varchar(10)", length=10, charset="utf8mb4")),
     (col("datetime"), col("timestamp")),
 ]
 

@@ -124,3 +124,23 @@ def test_a_changelog_starts_from_and_clears_an_upsert_table_whose_file_lost_ever
     )
     found = sorted((r["__op__"], r["id"], r["v"]) for r in changelog.table.scan().to_arrow().to_pylist())
     assert found == [("+I", 1, "v1"), ("+I", 2, "u2"), ("-D", 1, "v1"), ("-D", 2, "u2")]
+
+
+def test_a_filled_column_is_an_update_of_each_row_of_its_source() -> None:
+    """Each row the fill gave the value: its ``-U`` without it and its ``+U`` with it (``+U`` alone
+    for ``changelog_updates: after``), at the statement, ordered after the statement's earlier
+    changes; on a routed table only the rows of the source that added the column."""
+    from binlake.offsets import BinlogOffset
+    from binlake.sink.history.changelog import ColumnFill, filled_rows
+
+    rows = pa.table({"_source_table": ["d.a", "d.b"], "id": [1, 1], "c": pa.array([None, None], pa.int64())})
+    at = BinlogOffset("binlog.000003", 900)
+    fill = ColumnFill("c", None, pa.scalar(5), "d.a", at, 2, "x#2", 60)
+    both = filled_rows(rows, fill, after_only=False).to_pylist()
+    assert [(r["_source_table"], r["__op__"], r["c"], r["__order__"], r["__origin__"]) for r in both] == [
+        ("d.a", "-U", None, 4, "schema"),
+        ("d.a", "+U", 5, 5, "schema"),
+    ]
+    assert {r["__position__"] for r in both} == {at.packed}
+    after = filled_rows(rows, fill, after_only=True).to_pylist()
+    assert [(r["__op__"], r["c"]) for r in after] == [("+U", 5)]

@@ -131,3 +131,25 @@ _CHANGES = pa.schema(
     [("__op__", pa.string()), ("id", pa.int32()), ("k2", pa.string()), ("v", pa.string()),
      ("__position__", pa.int64()), ("__order__", pa.int32()), ("__event_time__", pa.timestamp("us", "UTC"))]
 )  # fmt: skip
+
+
+def test_a_filled_column_closes_each_current_version_and_opens_one_with_the_value() -> None:
+    from binlake.offsets import BinlogOffset
+    from binlake.sink.history.changelog import ColumnFill
+    from binlake.sink.history.scd2 import refilled
+
+    schema = pa.schema([*SCHEMA, ("c", pa.int64())])
+    current = pa.Table.from_pylist([{**_current(1, "a"), "c": None}, {**_current(2, "b"), "c": None}], schema)
+    at = BinlogOffset("binlog.000002", 400)
+    fill = ColumnFill("c", None, pa.scalar(7), None, at, 1, "x#1", 50)
+    rows = refilled(current, fill, schema).to_pylist()
+    closed = [r for r in rows if not r[CURRENT]]
+    opened = [r for r in rows if r[CURRENT]]
+    assert [(r["id"], r["c"], r[CLOSED], r[VALID_TO]) for r in closed] == [
+        (1, None, at.packed, _time(50)),
+        (2, None, at.packed, _time(50)),
+    ]
+    assert [(r["id"], r["v"], r["c"], r[OPENED], r["__opened_order__"], r[VALID_FROM]) for r in opened] == [
+        (1, "a", 7, at.packed, 1, _time(50)),
+        (2, "b", 7, at.packed, 1, _time(50)),
+    ]

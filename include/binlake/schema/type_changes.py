@@ -94,7 +94,8 @@ def _cut(old: Column, new: Column) -> str | None:
     if (a in _CHARS and b in _CHARS) or (a in _BYTES and b in _BYTES):
         if _length(new) < _length(old):
             return f"values longer than {new.column_type} cut"
-        if old.charset != new.charset and old.charset is not None and new.charset is not None:
+        if old.charset not in (new.charset, None) and new.charset not in (None, "utf8mb4"):
+            # utf8mb4 holds every character of every charset: nothing to lose converting to it
             return f"text converted from {old.charset} to {new.charset}"
     if a == b and a in ("enum", "set") and not set(old.values) <= set(new.values):
         return "members no longer defined became ''"
