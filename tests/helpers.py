@@ -134,6 +134,28 @@ def stream_config(
     return PipelineConfig.model_validate(raw)
 
 
+def routed_config(
+    server: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+    modes: tuple[str, ...] = (),
+    **pipeline: Any,
+) -> PipelineConfig:
+    """``stream_config`` (chunks of 80 rows) with the tables ``orders_<n>`` routed into
+    ``ods.orders``, keeping ``modes`` beside it (``changelog``, ``history``, ``soft_delete``) and
+    ``pipeline`` settings (``schema_change_behavior``)."""
+    raw = config_dict(stream_config(server, database, tmp_path, chunk_size=80))
+    raw["pipeline"].update(pipeline)
+    shards = rf"{database}\.orders_[0-9]+"
+    raw["route"] = [{"source_table": shards, "sink_table": "ods.orders"}]
+    if modes:
+        kept = [m for m in modes if m != "soft_delete"]
+        raw["sink"]["modes"] = [
+            {"source_table": shards, "mode": ["upsert", *kept], "soft_delete": "soft_delete" in modes}
+        ]
+    return PipelineConfig.model_validate(raw)
+
+
 def stream_during(config: PipelineConfig, spark: Any, workload: Any, batches: int) -> Any:
     """Run the continuous stream while ``workload`` (started) writes, for ``batches`` micro-batches
     (waited for, not timed); then stop both (the stream between batches) and return the workload's

@@ -33,6 +33,7 @@ from tests.helpers import (
     config_dict,
     in_session,
     kill_9_at,
+    routed_config,
     stream_config,
     write_config_file,
 )
@@ -328,13 +329,7 @@ def test_shards_routed_into_one_table_share_its_changelog_and_history(
         "INSERT INTO orders_2 SELECT seq, seq * 10 FROM seq_1_to_100",  # the same ids: keys collide
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=80)
-    raw = config_dict(config)
-    raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
-    raw["sink"]["modes"] = [
-        {"source_table": rf"{database}\.orders_[0-9]+", "mode": ["upsert", "changelog", "history"]}
-    ]
-    config = PipelineConfig.model_validate(raw)
+    config = routed_config(mariadb, database, tmp_path, ("changelog", "history"))
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute(

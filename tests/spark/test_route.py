@@ -19,7 +19,7 @@ from binlake.spark.stream_job import run_stream
 from binlake.testing.compare import bag, replay_changelog, sink_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
-from tests.helpers import assert_sink_equals_source, config_dict, stream_config
+from tests.helpers import assert_sink_equals_source, config_dict, routed_config, stream_config
 
 pytestmark = pytest.mark.slow
 
@@ -82,13 +82,7 @@ def test_a_column_each_shard_adds_with_its_default_fills_that_shards_rows(
         "INSERT INTO orders_2 SELECT seq, seq * 10 FROM seq_1_to_100",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=80)
-    raw = config_dict(config)
-    raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
-    raw["sink"]["modes"] = [
-        {"source_table": rf"{database}\.orders_[0-9]+", "mode": ["upsert", "changelog", "history"]}
-    ]
-    config = PipelineConfig.model_validate(raw)
+    config = routed_config(mariadb, database, tmp_path, ("changelog", "history"))
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute(
@@ -107,13 +101,9 @@ def test_a_column_each_shard_adds_with_its_default_fills_that_shards_rows(
         ("orders_2", 9): 99,
         ("orders_2", 1): 1,
     }
-    changelog = catalog.load_table("ods.orders_changelog").scan().to_arrow().to_pylist()
-    columns = [f.name for f in catalog.load_table("ods.orders").schema().fields]
-    assert replay_changelog(changelog, columns) == bag(rows)
-    history = catalog.load_table("ods.orders_history").scan(row_filter="__current__ == True").to_arrow()
-    assert bag(history.select(columns).to_pylist()) == bag(rows)
-    report = verify(config, "v1")
-    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}
+    _assert_companions_and_verify(
+        config, [f.name for f in catalog.load_table("ods.orders").schema().fields], rows
+    )
 
 
 def test_a_shards_truncate_or_drop_removes_its_own_rows_from_the_shared_table(
@@ -129,18 +119,8 @@ def test_a_shards_truncate_or_drop_removes_its_own_rows_from_the_shared_table(
         "INSERT INTO orders_3 SELECT seq, seq * 100 FROM seq_1_to_50",
         database=database,
     )
-    config = stream_config(mariadb, database, tmp_path, chunk_size=80)
-    raw = config_dict(config)
-    raw["pipeline"]["schema_change_behavior"] = "evolve"
-    raw["route"] = [{"source_table": rf"{database}\.orders_[0-9]+", "sink_table": "ods.orders"}]
-    raw["sink"]["modes"] = [
-        {
-            "source_table": rf"{database}\.orders_[0-9]+",
-            "mode": ["upsert", "changelog", "history"],
-            "soft_delete": True,
-        }
-    ]
-    config = PipelineConfig.model_validate(raw)
+    modes = ("changelog", "history", "soft_delete")
+    config = routed_config(mariadb, database, tmp_path, modes, schema_change_behavior="evolve")
     plan(config)
     assert run_snapshot(config, spark).complete
     mariadb.execute(
@@ -160,15 +140,24 @@ def test_a_shards_truncate_or_drop_removes_its_own_rows_from_the_shared_table(
         "orders_1": 199,  # 5 inserted again: live again
         "orders_3": 50,
     }
-    columns = ["_source_table", "id", "amount"]
-    live = bag([{c: r[c] for c in columns} for r in rows])
-    changelog = catalog.load_table("ods.orders_changelog").scan().to_arrow().to_pylist()
-    assert replay_changelog(changelog, columns) == live
+    changelog = _assert_companions_and_verify(config, ["_source_table", "id", "amount"], rows)
     assert Counter(r["_source_table"].rsplit(".", 1)[1] for r in changelog if r["__op__"] == "-D") == {
         "orders_1": 200,
         "orders_3": 50,
     }
+
+
+def _assert_companions_and_verify(
+    config: PipelineConfig, columns: list[str], rows: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The shared table's changelog replays to ``rows`` (its live rows, in ``columns``), its history's
+    current versions are they, and verify finds every table equal; returns the changelog's rows."""
+    catalog = open_catalog(config)
+    live = bag([{c: r[c] for c in columns} for r in rows])
+    changelog = catalog.load_table("ods.orders_changelog").scan().to_arrow().to_pylist()
+    assert replay_changelog(changelog, columns) == live
     history = catalog.load_table("ods.orders_history").scan(row_filter="__current__ == True").to_arrow()
     assert bag(history.select(columns).to_pylist()) == live
     report = verify(config, "v1")
     assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}
+    return changelog
