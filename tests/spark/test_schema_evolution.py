@@ -683,8 +683,7 @@ def test_a_type_change_that_rewrote_values_stops_or_heals_and_one_that_could_not
     raw["stream"]["on_gap"] = "backfill"
     config = PipelineConfig.model_validate(raw)
     mariadb.execute("ALTER IGNORE TABLE t MODIFY note VARCHAR(3)", database=database)
-    run_stream(config, spark, until_caught_up=True)  # meets the gap: stages the table's backfill
-    run_stream(config, spark, until_caught_up=True)  # applies it (test_healing.py: mid-stream)
+    run_stream(config, spark, until_caught_up=True)  # meets the gap, and ends with it healed
     assert_sink_equals_source(config)
     assert {r["note"] for r in sink_rows(config, t)} == {"not", "x"}
 
@@ -716,8 +715,7 @@ def test_rows_the_server_deleted_without_row_events_heal_under_evolve(
         "UPDATE p SET v = 0 WHERE id = 60",
         database=database,
     )
-    run_stream(config, spark, until_caught_up=True)
-    run_stream(config, spark, until_caught_up=True)
+    run_stream(config, spark, until_caught_up=True)  # ends with both tables healed
     assert_sink_equals_source(config)
     assert len(sink_rows(config, TableId(database, "t"))) == 10
     assert len(sink_rows(config, TableId(database, "p"))) == 51
