@@ -144,3 +144,29 @@ def test_a_filled_column_is_an_update_of_each_row_of_its_source() -> None:
     assert {r["__position__"] for r in both} == {at.packed}
     after = filled_rows(rows, fill, after_only=True).to_pylist()
     assert [(r["__op__"], r["c"]) for r in after] == [("+U", 5)]
+
+
+def test_a_changelog_follows_renames_promotions_and_a_column_added_again_with_another_type(
+    tmp_path: Path,
+) -> None:
+    """Columns the sink table promoted are promoted; one it dropped and added again with a type the
+    old one cannot take is renamed aside (earlier rows keep their values) and the new one added."""
+    from pyiceberg.types import LongType
+
+    from binlake.sink.history.changelog import ensure_changelog
+    from tests.sink.helpers import create, make_catalog
+
+    catalog = make_catalog(tmp_path)
+    upsert = catalog.load_table(create(catalog))
+    changelog = ensure_changelog(catalog, "db.t_changelog", upsert)
+    assert changelog.schema().find_field("v").field_type == upsert.schema().find_field("v").field_type
+    with upsert.update_schema() as update:
+        update.delete_column("v")
+    with upsert.update_schema() as update:
+        update.add_column("v", LongType())
+    changelog = ensure_changelog(catalog, "db.t_changelog", upsert)
+    names = changelog.schema().column_names
+    assert changelog.schema().find_field("v").field_type == LongType()
+    assert "v__string" in names
+    again = ensure_changelog(catalog, "db.t_changelog", upsert)  # nothing more to do
+    assert again.schema().column_names == names

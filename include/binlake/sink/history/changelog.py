@@ -29,6 +29,7 @@ appended with their chunk ids in the snapshot summary, like the upsert table's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -111,12 +112,36 @@ def follow_sink_columns(table: Table, wanted: Schema) -> None:
     """Give a changelog or history table (``table``) the columns of its sink table it lacks
     (``wanted``: its schema for the sink's) and the types the sink table promoted its columns to
     (int to long, float to double, a wider decimal: the sink's values must fit). Columns the sink
-    dropped stay: earlier rows hold them."""
+    dropped stay: earlier rows hold them — renamed aside when the sink adds the name again with a
+    type they cannot take."""
     have = {f.name: f.field_type for f in table.schema().fields}
+    replaced = [
+        f.name
+        for f in wanted.fields
+        if f.name in have and have[f.name] != f.field_type and not _promoted(have[f.name], f.field_type)
+    ]
+    if replaced:
+        # A column the sink dropped and added again with another type: the earlier rows' values
+        # stay under ``<name>__<old type>``, and the new column comes next (two commits; a crash
+        # between them leaves a missing column, which the next call adds).
+        with table.update_schema() as update:
+            for name in replaced:
+                update.rename_column(name, _aside(name, have))
+        have = {f.name: f.field_type for f in table.schema().fields}
     changed = [f for f in wanted.fields if f.name not in have or _promoted(have[f.name], f.field_type)]
     if changed:
         with table.update_schema() as update:
             update.union_by_name(Schema(*changed))
+
+
+def _aside(name: str, have: dict[str, IcebergType]) -> str:
+    """A free name for the column ``name`` of type ``have[name]`` that a new one replaces."""
+    base = f"{name}__{re.sub(r'[^0-9A-Za-z]+', '_', str(have[name])).strip('_')}"
+    found, n = base, 1
+    while found in have:
+        n += 1
+        found = f"{base}_{n}"
+    return found
 
 
 def _promoted(have: IcebergType, wanted: IcebergType) -> bool:
