@@ -87,3 +87,13 @@ def test_a_statement_is_strict_in_a_strict_session_without_alter_ignore() -> Non
     assert not strict_statement(strict, "/* gh-ost */ alter online ignore table t modify c int")
     assert not strict_statement(0, "ALTER TABLE t MODIFY c INT")
     assert not strict_statement(None, "ALTER TABLE t MODIFY c INT")  # not written: assume it converted
+
+
+def test_a_widening_keeps_the_family_and_every_value() -> None:
+    from binlake.schema.type_changes import widened
+
+    assert widened(col("int"), col("bigint"))
+    assert widened(col("varchar(10)", length=10), col("varchar(40)", length=40))
+    assert not widened(col("int"), col("varchar(20)", length=20))  # another family: expressions change
+    assert not widened(col("bigint"), col("int"))  # may cut, in a session that lets it
+    assert not widened(col("datetime(3)", fsp=3), col("datetime", fsp=0))

@@ -22,6 +22,7 @@ from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import StreamError, run_stream
 from binlake.testing import demo, duckdb_iceberg
+from binlake.testing.compare import sink_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from binlake.verify.verification import verify
@@ -186,6 +187,40 @@ def test_schema_changes_through_a_transform(
     ) as stopped:
         run_stream(config, spark, until_caught_up=True)
     assert "Fix:" in str(stopped.value)
+
+
+def test_a_widened_column_a_transform_reads_widens_its_sink_columns(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """``INT`` to ``BIGINT`` or a longer ``VARCHAR`` of a column the projection and filter read: the
+    expressions mean what they did, so the stream goes on, the sink columns over it widened (the
+    projected one and the expression's), in the changelog and history too. It stopped, naming the
+    transform, as for a change that alters what the expressions mean (above)."""
+    mariadb.execute(
+        "CREATE TABLE w (id INT PRIMARY KEY, note VARCHAR(20), n INT)",
+        "INSERT INTO w SELECT seq, CONCAT('note ', seq), seq FROM seq_1_to_30",
+        database=database,
+    )
+    raw = config_dict(stream_config(mariadb, database, tmp_path))
+    raw["pipeline"]["schema_change_behavior"] = "evolve"
+    raw["transform"] = [
+        {"source_table": rf"{database}\.w", "projection": "id, note, n * 2 AS twice", "filter": "n > 5"}
+    ]
+    raw["sink"]["modes"] = [{"source_table": rf"{database}\.w", "mode": ["upsert", "changelog", "history"]}]
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute(
+        "ALTER TABLE w MODIFY n BIGINT, MODIFY note VARCHAR(40)",
+        "UPDATE w SET n = 3000000000, note = REPEAT('y', 30) WHERE id = 12",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    rows = {r["id"]: r for r in sink_rows(config, TableId(database, "w"))}
+    assert (rows[12]["twice"], rows[12]["note"]) == (6_000_000_000, "y" * 30)
+    assert len(rows) == 25
+    report = verify(config, "v1")
+    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}
 
 
 def test_a_table_renamed_out_of_its_transform_stops_the_stream(

@@ -366,6 +366,8 @@ def sink_changes_through(
         name = change.column.name
     else:
         return None
+    if isinstance(change, AlterColumnType) and after is not None and _widens(transform, change):
+        return _widened_sink(transform, after)
     if name in transform.source_columns or name in transform.table.primary_key:
         raise TransformError(
             f"{transform.where}: the source's change of column `{name}` (a {type(change).__name__}) alters a "
@@ -376,6 +378,29 @@ def sink_changes_through(
     if after is not None and star:
         return None
     return []
+
+
+def _widens(transform: Transform, change: AlterColumnType) -> bool:
+    """Whether ``change`` only widens a column the transform knows (``INT`` to ``BIGINT``, a longer
+    ``VARCHAR``): its expressions and filter mean what they did."""
+    from binlake.schema.type_changes import widened
+
+    old = next((c for c in transform.table.columns if c.name == change.column.name), None)
+    return old is not None and widened(old, change.column)
+
+
+def _widened_sink(transform: Transform, after: CreateTable) -> list[SchemaChange]:
+    """The sink columns whose type the transform, compiled on ``after``, gives anew (a projected
+    column widened with its source, an expression over it): each a type change of the sink table,
+    which the sink makes where Iceberg can (a promotion) and refuses otherwise."""
+    before = {c.name: c for c in transform.sink.columns}
+    now = compile_transform(transform.spec, after).sink.columns
+    return [
+        AlterColumnType(transform.table.table, c)
+        for c in now
+        if c.name in before
+        and (c.data_type, c.column_type) != (before[c.name].data_type, before[c.name].column_type)
+    ]
 
 
 __all__ = ["Transform", "TransformError", "TransformSpec", "arrow_of", "compile_transform", "sink_column"]

@@ -51,6 +51,13 @@ def changed_values(old: Column, new: Column, strict: bool) -> str | None:
     return _cut(old, new)
 
 
+def widened(old: Column, new: Column) -> bool:
+    """Whether ``new`` only widens ``old``: every value stays, in the same family of types (an
+    expression over it means what it did), whatever the session."""
+    same_family = _family(old.data_type) == _family(new.data_type)
+    return same_family and changed_values(old, new, strict=False) is None
+
+
 def _rounded(old: Column, new: Column) -> str | None:
     """Conversions that change values even in strict mode."""
     a, b = old.data_type, new.data_type
