@@ -107,6 +107,16 @@ def merged_creation(schema: CreateTable) -> list[SchemaChange]:
     return [merged_schema(schema), *adds]
 
 
+def source_mask(rows: pa.Table, source: str | None) -> pa.Array | pa.ChunkedArray | None:
+    """Which of ``rows`` are the source table ``source``'s (``database.table``) on a sink table
+    routed sources share; None: all of them (no source given, or rows of a table no route shares)."""
+    import pyarrow.compute as pc  # here: see with_source_table
+
+    if source is None or SOURCE_TABLE_COLUMN not in rows.column_names:
+        return None
+    return pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), source), False)
+
+
 def with_source_table(table: TableId, rows: pa.Table) -> pa.Table:
     """``rows`` of ``table`` with the ``_source_table`` column in front."""
     import pyarrow as pa  # here: the stream's planning side imports this module, not pyarrow

@@ -26,7 +26,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
 
-from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.schema.routes import SOURCE_TABLE_COLUMN, source_mask
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
 
 #: Snapshot property naming the operation (``binlake maintain`` and people reading history).
@@ -44,7 +44,12 @@ def fill_pending(table: Table, column: str, change_id: str | None) -> bool:
         return True
     if SOURCE_TABLE_COLUMN not in names or change_id is None:
         return False
-    return not any(
+    return not made_change(table, change_id)
+
+
+def made_change(table: Table, change_id: str) -> bool:
+    """Whether a commit of ``table`` records the schema change ``change_id`` (``SCHEMA_CHANGE_KEY``)."""
+    return any(
         s.summary is not None and s.summary.additional_properties.get(SCHEMA_CHANGE_KEY) == change_id
         for s in table.metadata.snapshots
     )
@@ -112,8 +117,8 @@ def _filled(data: pa.Table, column: str, value: pa.Scalar, source: str | None) -
     field = data.schema.field(index)
     values: Any = pa.repeat(value.cast(field.type), data.num_rows)
     rows = data.num_rows
-    if source is not None and SOURCE_TABLE_COLUMN in data.column_names:
-        mine = pc.equal(data.column(SOURCE_TABLE_COLUMN), source)
+    mine = source_mask(data, source)
+    if mine is not None:
         values = pc.if_else(mine, values, data.column(index))
         rows = int(pc.sum(mine).as_py() or 0)
     return data.set_column(index, field, values), rows

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import ColumnElement, delete, select
 from sqlalchemy.engine import Engine
 
 from binlake.events import CreateTable, TableId, table_from_dict, table_to_dict
@@ -52,13 +52,21 @@ class SchemaHistory:
 
     def at(self, table: TableId, offset: BinlogOffset) -> SchemaVersion | None:
         """The version of ``table`` in force at ``offset`` (None: no version recorded up to there)."""
+        return self._latest(table, schema_history_table.c.at <= sortable(offset))
+
+    def before(self, table: TableId, offset: BinlogOffset) -> SchemaVersion | None:
+        """The version of ``table`` in force just before ``offset`` (a statement there: the schema
+        it changed, whether or not its own version is recorded yet)."""
+        return self._latest(table, schema_history_table.c.at < sortable(offset))
+
+    def _latest(self, table: TableId, up_to: ColumnElement[bool]) -> SchemaVersion | None:
         with self.engine.connect() as conn:
             row = conn.execute(
                 select(schema_history_table)
                 .where(
                     schema_history_table.c.pipeline == self.pipeline,
                     schema_history_table.c.table_name == table.name,
-                    schema_history_table.c.at <= sortable(offset),
+                    up_to,
                 )
                 .order_by(schema_history_table.c.at.desc())
                 .limit(1)

@@ -149,12 +149,8 @@ def _through_transform(
         return None
     if rules.transform is None:
         return None
-    earlier = [
-        v
-        for v in store.schema_history(config.pipeline.name).versions(change.table)
-        if v.offset < request.offset
-    ]
-    before = earlier[-1].schema if earlier else None
+    version = store.schema_history(config.pipeline.name).before(change.table, request.offset)
+    before = version.schema if version is not None else None
     if before is None:
         return None
     transform = transform_of(rules, before)

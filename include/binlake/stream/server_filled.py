@@ -125,14 +125,8 @@ def _server_gap(change: AddColumn, at: BinlogOffset) -> Gap:
         if column.auto_increment
         else f"`DEFAULT {column.default}`"
     )
-    return Gap(
-        change.table,
-        f"`ADD COLUMN {column.name}` ({what}) gave the rows the table held values the server computed, "
-        "which no row event carries",
-        "none is needed on the source (the values are there, only not in the binlog)",
-        at,
-        change.statement_time or 0,
-    )
+    reason = f"`ADD COLUMN {column.name}` ({what}) gave the rows the table held values the server computed"
+    return _server_side(change.table, reason, at, change.statement_time or 0)
 
 
 def _type_gaps(
@@ -149,15 +143,7 @@ def _type_gaps(
         how = changed_values(old, change.column, strict) if old is not None else None
         if old is not None and how is not None and _holds_rows(config, change.table):
             what = f"`MODIFY {old.name}` ({old.column_type} → {change.column.column_type}: {how})"
-            gaps.append(
-                Gap(
-                    change.table,
-                    f"{what} rewrote the rows the table held, which no row event carries",
-                    "none is needed on the source (the values are there, only not in the binlog)",
-                    at,
-                    0,
-                )
-            )
+            gaps.append(_server_side(change.table, f"{what} rewrote the rows the table held", at))
     return gaps
 
 
@@ -165,16 +151,22 @@ def _column_before(
     store: StateStore, pipeline: str, table: TableId, name: str, at: BinlogOffset
 ) -> Column | None:
     """The column ``name`` of ``table`` as the schema history holds it before ``at``."""
-    earlier = [v for v in store.schema_history(pipeline).versions(table) if v.offset < at]
-    schema = earlier[-1].schema if earlier else None
+    version = store.schema_history(pipeline).before(table, at)
+    schema = version.schema if version is not None else None
     return next((c for c in schema.columns if c.name == name), None) if schema is not None else None
 
 
 def _rows_gap(change: PartitionRowsChanged, at: BinlogOffset) -> Gap:
+    return _server_side(change.table, f"`{change.action}` deleted or changed rows of the table", at)
+
+
+def _server_side(table: TableId, what: str, at: BinlogOffset, timestamp: int = 0) -> Gap:
+    """A gap of ``table`` at ``at``: ``what`` the server did to its rows, which no row event carries
+    (nothing to fix on the source: a backfill reads the values there)."""
     return Gap(
-        change.table,
-        f"`{change.action}` changed rows of the table without row events, so binlake cannot tell which",
-        "none is needed on the source",
+        table,
+        f"{what}, which no row event carries",
+        "none is needed on the source (the values are there, only not in the binlog)",
         at,
-        0,
+        timestamp,
     )

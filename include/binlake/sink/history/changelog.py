@@ -47,7 +47,7 @@ from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyiceberg.types import IcebergType
 
 from binlake.offsets import POS_MASK, BinlogOffset
-from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.schema.routes import source_mask
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 
 OP = "__op__"
@@ -321,6 +321,5 @@ def filled_rows(rows: pa.Table, fill: ColumnFill, after_only: bool) -> pa.Table:
 def of_source(rows: pa.Table, source: str | None) -> pa.Table:
     """``rows`` of the source table ``source`` (``database.table``) where routed sources share a sink
     table (``_source_table``); all of them for None, or a table no route shares."""
-    if source is None or SOURCE_TABLE_COLUMN not in rows.column_names:
-        return rows
-    return rows.filter(pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), source), False))
+    mine = source_mask(rows, source)
+    return rows if mine is None else rows.filter(mine)

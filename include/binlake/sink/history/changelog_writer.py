@@ -32,7 +32,7 @@ from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.sink import exactly_once
-from binlake.sink.column_fill import SCHEMA_CHANGE_KEY
+from binlake.sink.column_fill import SCHEMA_CHANGE_KEY, made_change
 from binlake.sink.exactly_once import ChunkCommit, CommitResult, chunk_summary, snapshot_chunks
 from binlake.sink.history.changelog import (
     AFTER,
@@ -194,11 +194,7 @@ class ChangelogWriter(IcebergWriter):
             removed += gone.num_rows
             return read_rows(gone, event_time, at, "binlog", DELETE)
 
-        with transaction(self.table) as tx:
-            files, _ = self._live_rows_as(tx, upsert, shaped)
-            with tx.update_snapshot(snapshot_properties={CHANGE_KEY: change_id}).fast_append() as append:
-                for data_file in files:
-                    append.append_data_file(data_file)
+        self._append_as(upsert, shaped, change_id)
         return removed
 
     def fill_all(self, upsert: Table, fill: ColumnFill, after_only: bool = False) -> int:
@@ -215,22 +211,24 @@ class ChangelogWriter(IcebergWriter):
             filled += fill.mine(data).num_rows
             return rows
 
+        self._append_as(upsert, shaped, fill.change_id)
+        return filled
+
+    def _append_as(self, upsert: Table, shape: Callable[[pa.Table], pa.Table], change_id: str) -> None:
+        """``upsert``'s live rows ``shape``d into this table's, appended in one commit that records
+        the schema change ``change_id``."""
         with transaction(self.table) as tx:
-            files, _ = self._live_rows_as(tx, upsert, shaped)
-            with tx.update_snapshot(snapshot_properties={CHANGE_KEY: fill.change_id}).fast_append() as append:
+            files, _ = self._live_rows_as(tx, upsert, shape)
+            with tx.update_snapshot(snapshot_properties={CHANGE_KEY: change_id}).fast_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
-        return filled
 
     def holds_change(self, change_id: str) -> bool:
         """Whether a commit of the table made the schema change ``change_id`` already (the table
         refreshed, its upkeep settled, for what follows)."""
         self.settle()
         self.table.refresh()
-        return any(
-            s.summary is not None and s.summary.additional_properties.get(CHANGE_KEY) == change_id
-            for s in self.table.metadata.snapshots
-        )
+        return made_change(self.table, change_id)
 
     def add_column(self, fill: ColumnFill) -> None:
         """The filled column, if the table lacks it (optional, last: as ``ensure_*`` adds a sink

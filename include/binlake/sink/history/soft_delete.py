@@ -27,7 +27,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from binlake.offsets import BinlogOffset
-from binlake.schema.routes import SOURCE_TABLE_COLUMN
+from binlake.schema.routes import source_mask
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.layout import sorted_rows
 from binlake.sink.metadata_applier import TRUNCATE_ID
@@ -124,8 +124,9 @@ def _all_deleted(
     alive = live_mask(rows)
     if alive is None:
         raise ValueError("the rows have no soft-delete columns")
-    if source is not None and SOURCE_TABLE_COLUMN in rows.column_names:
-        alive = pc.and_(alive, pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), source), False))
+    mine = source_mask(rows, source)
+    if mine is not None:
+        alive = pc.and_(alive, mine)
     gone = rows.filter(alive)
     n = gone.num_rows
     gone = marked_deleted(gone, pa.array([event_time] * n, pa.int64()), pa.array([at.packed] * n, pa.int64()))
