@@ -4,6 +4,7 @@ names them, when a transform's filter lets a row in or out, and with the after i
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -170,3 +171,49 @@ def test_a_changelog_follows_renames_promotions_and_a_column_added_again_with_an
     assert "v__string" in names
     again = ensure_changelog(catalog, "db.t_changelog", upsert)  # nothing more to do
     assert again.schema().column_names == names
+
+
+def test_a_renamed_tables_changelog_and_history_take_its_new_name(tmp_path: Path) -> None:
+    """Each companion the old name keeps and the new name keeps moves to the new name (an empty one
+    made there before is replaced); a replay finds it done; one holding rows there is refused."""
+    from binlake.config import PipelineConfig
+    from binlake.errors import BinlakeError
+    from binlake.events import TableId
+    from binlake.schema.table_rules import table_rules
+    from binlake.sink.history.companions import ensure_companions, rename_companions
+    from tests.sink.helpers import create, make_catalog
+
+    raw = {
+        "pipeline": {"name": "p", "work_dir": str(tmp_path)},
+        "source": {"hostname": "h", "username": "u", "password": "x", "tables": ["db\\..*"]},
+        "sink": {"modes": [{"source_table": "db\\.t.*", "mode": ["upsert", "changelog", "history"]}]},
+    }
+    config = PipelineConfig.model_validate(raw)
+    old, new = table_rules(config, TableId("db", "t")), table_rules(config, TableId("db", "t2"))
+    catalog = make_catalog(tmp_path)
+    upsert = catalog.load_table(create(catalog))
+    ensure_companions(old, catalog, upsert)
+    _with_row(catalog, "db.t_changelog")
+    ensure_companions(new, catalog, upsert)  # made empty for the new name before the rename came
+    assert rename_companions(old, new, catalog) == [
+        "db.t_changelog → db.t2_changelog",
+        "db.t_history → db.t2_history",
+    ]
+    names = {".".join(i) for i in catalog.list_tables("db")}
+    assert {"db.t2_changelog", "db.t2_history"} <= names
+    assert not {"db.t_changelog", "db.t_history"} & names
+    assert catalog.load_table("db.t2_changelog").scan().to_arrow().num_rows == 1  # its past came along
+    assert rename_companions(old, new, catalog) == []  # a replay
+    ensure_companions(old, catalog, upsert)
+    _with_row(catalog, "db.t_changelog")
+    with pytest.raises(BinlakeError, match="holds rows"):
+        rename_companions(old, new, catalog)
+
+
+def _with_row(catalog: Any, identifier: str) -> None:
+    """One ``+I`` row appended to ``identifier`` (null but for its key and kind)."""
+    table = catalog.load_table(identifier)
+    schema = table.schema().as_arrow()
+    values = {f.name: pa.array([1] if f.name == "id" else [None], f.type) for f in schema}
+    values["__op__"] = pa.array(["+I"], schema.field("__op__").type)
+    table.append(pa.table(values, schema=schema))

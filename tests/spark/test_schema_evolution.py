@@ -283,8 +283,11 @@ def test_renamed_out_of_and_into_the_captured_tables(
     )
     run_stream(config, spark, until_caught_up=True)
     assert [r["id"] for r in sink_rows(config, TableId(database, "keep"))] == [1]
-    # the row it held when it was renamed in is not streamed: a backfill brings it (logged)
-    assert sink_rows(config, TableId(database, "incoming")) == [{"id": 2, "v": 2}]
+    # the row it held when it was renamed in is in no row event: the stream's backfill read it
+    assert sorted(sink_rows(config, TableId(database, "incoming")), key=lambda r: r["id"]) == [
+        {"id": 1, "v": 1},
+        {"id": 2, "v": 2},
+    ]
     store = StateStore(config.pipeline.resolved_state_uri)
     statuses = [
         (type(r.change).__name__, r.status) for r in store.schema_requests(config.pipeline.name).all()

@@ -170,7 +170,9 @@ class BinlakeSparkSubmitOperator(SparkSubmitOperator):
                 return self._backfill_summary(store, config.pipeline.name, context)
             self._written = dict.fromkeys((p.table for p in plans), None)
             offset = store.offsets(config.pipeline.name).load(STREAM)
-            tables = sink_tables(config, [p.table for p in plans])
+            # the tables the stream keeps: planned, or created or renamed in since
+            kept = {p.table for p in plans} | set(store.schema_history(config.pipeline.name).current())
+            tables = sink_tables(config, kept)
             assets.emit(context, self.pipeline, self.catalog, tables, assets.layouts(config, tables))
             return {"stream_offset": offset.to_dict() if offset else None}
 

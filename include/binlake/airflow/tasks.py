@@ -135,17 +135,6 @@ def apply_schema_changes(path: str | Path) -> list[str]:
     return sorted(set(touched))
 
 
-def sink_tables(path: str | Path) -> list[str]:
-    """The pipeline's planned sink tables (``namespace.table``): what its Assets are."""
-    from binlake.sink.catalog import sink_name
-    from binlake.state.store import StateStore
-
-    config = load_pipeline(path)
-    with StateStore(config.pipeline.resolved_state_uri) as store:
-        plans = store.plans(config.pipeline.name).load()
-    return sorted({sink_name(config, p.table) for p in plans})
-
-
 def plan_backfill(path: str | Path, backfill_id: str, params: dict[str, Any]) -> dict[str, Any]:
     """Plan backfill ``backfill_id`` from the DAG's form (kept if it exists: a rerun resumes).
 

@@ -13,11 +13,12 @@ from binlake.backfill import BackfillError
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
-from binlake.source.chunks.splitter import ChunkRange, ChunkSplitter, choose_key_column
+from binlake.source.chunks.splitter import ChunkKeyError, ChunkRange, ChunkSplitter, choose_key_column
 from binlake.source.server.connection import connect
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore, StoredPlan
+from binlake.state.tables import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,13 @@ def checked_plans(
     chunks of a key range), refused (saying why and what to do) unless it can be done."""
     name = config.pipeline.name
     plans = store.plans(name).load()
-    if not plans or store.offsets(name).load(SWITCH) is None:
+    unfinished = bool(plans) and store.offsets(name).load(SWITCH) is None
+    # A pipeline that streams without a snapshot (`startup_mode` other than `initial`) keeps the
+    # tables its stream began with or met.
+    plans = (
+        [*plans, *streamed_since(store, name, schemas, {p.table for p in plans})] if not unfinished else []
+    )
+    if not plans:
         raise BackfillError(
             f"Pipeline `{name}` has no finished snapshot: {action} works on tables the stream keeps. "
             "Fix: run `binlake snapshot` (and the stream) first."
@@ -151,7 +158,16 @@ def checked_plans(
         # A keyed table splits by its primary key as it is now (a key change since the plan moved
         # it: the sink merges, and a backfill clears ranges, on the new one).
         configured = dict(config.source.chunk_key_columns).get(stored.table.name)
-        column = choose_key_column(schema, configured or (None if schema.primary_key else stored.key_column))
+        try:
+            column = choose_key_column(
+                schema, configured or (None if schema.primary_key else stored.key_column or None)
+            )
+        except ChunkKeyError as e:
+            if tables:
+                raise
+            skipped.append(stored)  # a keyless table the stream created, with no chunk key set
+            log.warning("%s leaves %s out: %s", action, stored.table, e)
+            continue
         keys[stored.table] = column.name
         # A verification takes such a table whole, as one chunk: no row needs placing in a range.
         text = column.is_text and not (action == "verify" and key_range.is_all)
@@ -183,6 +199,30 @@ def checked_plans(
                 "(`binlake stream --until-caught-up`) first."
             )
     return [replace(p, key_column=keys[p.table]) for p in chosen if p not in skipped]
+
+
+def streamed_since(
+    store: StateStore, pipeline: str, schemas: dict[TableId, CreateTable], planned: set[TableId]
+) -> list[StoredPlan]:
+    """Tables the stream keeps that the snapshot did not plan: created, or renamed into their
+    name, after it (their rows came from the stream alone). They are the pipeline's as much as
+    the planned ones: as plans without chunks, keyed like a new plan would be."""
+    current = store.schema_history(pipeline).current()
+    found = []
+    for table, version in sorted(current.items(), key=lambda item: item[0].name):
+        if table in planned or table not in schemas:
+            continue
+        why = f"streamed since {version.offset} ({version.cause})"
+        found.append(
+            StoredPlan(table, _key_name(schemas[table]), "single", why, 0, None, None, utc_now(), ())
+        )
+    return found
+
+
+def _key_name(schema: CreateTable) -> str:
+    """The first key column; none for a table without a key (``checked_plans`` takes the
+    configured chunk key, or leaves the table out)."""
+    return schema.primary_key[0] if schema.primary_key else ""
 
 
 def clip(chunk: ChunkRange, key_range: KeyRange) -> ChunkRange | None:

@@ -82,6 +82,13 @@ class SchemaHistory:
             rows = conn.execute(query.order_by(schema_history_table.c.at)).all()
         return [_version(TableId.parse(r.table_name), r) for r in rows]
 
+    def current(self) -> dict[TableId, SchemaVersion]:
+        """Each table's latest version, of the tables that exist there (not dropped or renamed away)."""
+        latest: dict[TableId, SchemaVersion] = {}
+        for version in self.versions():  # oldest first: the last one stays
+            latest[version.table] = version
+        return {t: v for t, v in latest.items() if v.schema is not None}
+
     def delete(self) -> None:
         """Forget every version (a new snapshot starts a new history)."""
         with self.engine.begin() as conn:

@@ -90,11 +90,15 @@ class SchemaChangeProtocol:
                 )
 
     def _server_filled(self, ddl: Ddl) -> None:
-        """Columns added with values for the existing rows only the server knew: a gap of the
-        table at the statement (``stream/server_filled.py``), before anything of it is recorded."""
-        if self.config.pipeline.schema_change_behavior in ("ignore", "exception"):
-            return  # the column never reaches the sink (ignore), or the change stops the stream
-        meet_server_filled(self.config, self.store, ddl.changes, ddl.offset, ddl.strict)
+        """Rows the statement changed (or, renamed into the captured tables, brought) that only the
+        server knows: a gap of the table at the statement (``stream/server_filled.py``), before
+        anything of it is recorded."""
+        behavior = self.config.pipeline.schema_change_behavior
+        if behavior == "ignore":
+            return  # neither a column nor a new table reaches the sink
+        # `exception` stops at the statement's changes, but takes a new table
+        changes = () if behavior == "exception" else ddl.changes
+        meet_server_filled(self.config, self.store, changes, ddl.offset, ddl.strict, ddl.renamed_in)
 
     def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
         deadline = time.monotonic() + self.config.stream.schema_change_timeout_s
@@ -230,6 +234,15 @@ def _rename_in_companions(
             log.info("%s: column %s renamed to %s", identifier, change.old_name, change.new_name)
 
 
+def _companions_follow(config: PipelineConfig, applier: IcebergMetadataApplier, change: RenameTable) -> None:
+    """A renamed table's changelog and history take the new name with its sink table."""
+    from binlake.sink.history.companions import rename_companions
+
+    old, new = table_rules(config, change.table), table_rules(config, change.new_table)
+    for moved in rename_companions(old, new, applier.catalog):
+        log.info("%s renamed to %s: %s", change.table, change.new_table, moved)
+
+
 def change_id(request: SchemaChangeRequest) -> str:
     """The id a sink records with the change it made for ``request`` (a replay finds it there)."""
     return f"{request.offset}#{request.seq}"
@@ -314,6 +327,9 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
             applier.apply(step, step_id)
             if isinstance(step, RenameColumn):
                 _rename_in_companions(config, applier, step)
+            if isinstance(step, RenameTable):
+                crash_point("schema-before-companion-rename")
+                _companions_follow(config, applier, step)
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
         store.schema_requests(pipeline).finish(request.offset, request.seq, status, str(e))

@@ -48,6 +48,9 @@ class Ddl:
     strict: bool = True
     """Whether a value that did not fit a column's new type failed the statement (a strict session,
     no ``ALTER IGNORE``) instead of being converted (``schema/type_changes.py``)."""
+    renamed_in: tuple[RenameTable, ...] = ()
+    """Renames that brought a table into ``source.tables`` (each a new table in ``changes``, whose
+    rows no row event carries)."""
 
 
 class SchemaTracker:
@@ -104,18 +107,21 @@ class SchemaTracker:
         changes = _not_held(changes, held, boundary.offset)
         changes = clocked(self.config.source, changes, boundary)
         relevant: list[SchemaChange] = []
+        renamed_in: list[RenameTable] = []
         known = set(current)  # the statement's renames run one after another (a → tmp, b → a, tmp → b)
         for change in changes:
             if isinstance(change, RenameTable) and change.table in known:
                 known.discard(change.table)
                 known.add(change.new_table)
             if any(self.selector.matches(t) for t in tables_changed(change)):
-                relevant.append(self._renamed_in(change, known, boundary.offset))
+                made = self._renamed_in(change, known, boundary.offset)
+                relevant.append(made)
+                if made is not change and isinstance(change, RenameTable):
+                    renamed_in.append(change)
         if not relevant:
             return None
-        return Ddl(
-            before, boundary.offset, tuple(relevant), strict_statement(boundary.sql_mode, boundary.statement)
-        )
+        strict = strict_statement(boundary.sql_mode, boundary.statement)
+        return Ddl(before, boundary.offset, tuple(relevant), strict, tuple(renamed_in))
 
     def _held_at(self, at: BinlogOffset) -> set[TableId]:
         """The tables the snapshot read after a statement ending at ``at`` (``snapshot.spans``)."""
@@ -143,9 +149,8 @@ class SchemaTracker:
                 f"captures, but {change.new_table} no longer exists on the source to read its schema."
             )
         log.warning(
-            "%s was renamed into `source.tables` as %s at %s: it is streamed from there on, but the rows "
-            "it held then are not in the sink. Fix: backfill %s.",
-            change.table, change.new_table, at, change.new_table,
+            "%s was renamed into `source.tables` as %s at %s: it is streamed from there on, and the rows "
+            "it held then are a gap of it there (``stream.on_gap``)", change.table, change.new_table, at,
         )  # fmt: skip
         return found[0]
 

@@ -9,9 +9,11 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from binlake.config import PipelineConfig
+from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.type_mapping import identifier_columns
+from binlake.sink.column_fill import holds_rows
 from binlake.sink.history.changelog import ensure_changelog
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2 import ensure_history
@@ -48,3 +50,30 @@ def companion_writers(rules: TableRules, catalog: Catalog, upsert: Table) -> lis
     if rules.history_name is not None and keys:
         found.append(HistoryWriter(catalog, rules.history_name, keys))
     return found
+
+
+def rename_companions(old: TableRules, new: TableRules, catalog: Catalog) -> list[str]:
+    """A renamed table's changelog and history go with its sink table: they hold its past, which
+    the new name's must replay (a new, empty one would not). Each kind the old name keeps and the
+    new one keeps too is renamed, after the sink table; a no-op once made. Returns what moved.
+
+    Raises:
+        BinlakeError: the new name's companion already holds rows (of another table).
+    """
+    moved = []
+    pairs = ((old.changelog_name, new.changelog_name), (old.history_name, new.history_name))
+    for before, after in pairs:
+        if before is None or after is None or before == after or not catalog.table_exists(before):
+            continue
+        if catalog.table_exists(after):
+            if holds_rows(catalog.load_table(after)):
+                raise BinlakeError(
+                    f"Cannot rename {before} to {after} after its table's rename: {after} exists and "
+                    f"holds rows, which are not {new.sink_name}'s past. Fix: drop or rename {after} "
+                    "(it is not the new table's), then run the stream again."
+                )
+            catalog.drop_table(after)  # made empty for the new name before the rename came
+        catalog.create_namespace_if_not_exists(after.rsplit(".", 1)[0])
+        catalog.rename_table(before, after)
+        moved.append(f"{before} → {after}")
+    return moved
