@@ -24,6 +24,7 @@ from binlake.state.store import StateStore
 from binlake.stream.schema_changes import apply_request
 from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
+from binlake.verify.verification import verify
 from tests.helpers import (
     assert_sink_equals_source,
     concurrent_writes,
@@ -725,3 +726,37 @@ def test_rows_the_server_deleted_without_row_events_heal_under_evolve(
 
 
 # -- DDL during the snapshot -----------------------------------------------------------------------
+
+
+def test_a_table_created_by_a_select_is_healed_and_a_dropped_database_drops_its_tables(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """MariaDB logs ``CREATE TABLE … SELECT`` as one transaction, its ``CREATE`` then its rows: the
+    stream saw no statement there, never made the table, and dropped its rows. Now the table is
+    made and its rows are a gap at the statement, healed by a backfill — of a copy without a key
+    too (split by its integer column) — on a pipeline streaming without a snapshot. ``DROP
+    DATABASE`` writes no ``DROP TABLE`` of its tables: under ``evolve`` their sink tables go (they
+    stayed, with every row); verify covers the tables the stream made (it left them out)."""
+    other = f"{database}_other"
+    raw = config_dict(_config(mariadb, database, tmp_path, "evolve"))
+    raw["source"]["tables"] = [rf"{database}(_other)?\..*"]
+    config = PipelineConfig.model_validate(raw)
+    mariadb.execute(f"CREATE DATABASE {other}", f"CREATE TABLE {other}.gone (id INT PRIMARY KEY)")
+    _start(mariadb, database, config, spark, TABLE)
+    mariadb.execute(
+        f"INSERT INTO {other}.gone VALUES (1), (2)",
+        "INSERT INTO t VALUES (1, 1, 'one', 10), (2, 2, 'two', 20), (3, NULL, 'three', 30)",
+        "CREATE TABLE copy AS SELECT b, a, id FROM t",  # no key: split by `a` (NULL in the first chunk)
+        "CREATE TABLE keyed (PRIMARY KEY (id)) AS SELECT id, b FROM t WHERE id < 3",
+        "UPDATE copy SET b = 'ONE' WHERE id = 1",
+        "DELETE FROM keyed WHERE id = 2",
+        f"DROP DATABASE {other}",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    assert sorted(r["b"] for r in sink_rows(config, TableId(database, "copy"))) == ["ONE", "three", "two"]
+    assert not open_catalog(config).table_exists(sink_name(config, TableId(other, "gone")))
+    report = verify(config, "v1")
+    assert {t.table for t in report.tables} == {f"{database}.{n}" for n in ("t", "copy", "keyed")}
+    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}

@@ -220,9 +220,15 @@ def streamed_since(
 
 
 def _key_name(schema: CreateTable) -> str:
-    """The first key column; none for a table without a key (``checked_plans`` takes the
-    configured chunk key, or leaves the table out)."""
-    return schema.primary_key[0] if schema.primary_key else ""
+    """The first key column. A table without a key that the stream created (``CREATE TABLE …
+    SELECT`` copies no key) is split by a column of ordered values — an integer's, else any but
+    text (ranges of text need the server's collation) — as a configured chunk key would split it
+    (NULLs in the first chunk); none such: no key (``checked_plans`` takes the configured one, or
+    leaves the table out)."""
+    if schema.primary_key:
+        return schema.primary_key[0]
+    ordered = [c for c in schema.columns if c.is_integral] + [c for c in schema.columns if not c.is_text]
+    return ordered[0].name if ordered else ""
 
 
 def clip(chunk: ChunkRange, key_range: KeyRange) -> ChunkRange | None:

@@ -98,7 +98,7 @@ class SchemaChangeProtocol:
             return  # neither a column nor a new table reaches the sink
         # `exception` stops at the statement's changes, but takes a new table
         changes = () if behavior == "exception" else ddl.changes
-        meet_server_filled(self.config, self.store, changes, ddl.offset, ddl.strict, ddl.renamed_in)
+        meet_server_filled(self.config, self.store, changes, ddl.offset, ddl.strict, ddl.brought)
 
     def _wait(self, request: SchemaChangeRequest) -> SchemaChangeRequest:
         deadline = time.monotonic() + self.config.stream.schema_change_timeout_s

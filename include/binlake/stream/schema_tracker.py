@@ -48,9 +48,9 @@ class Ddl:
     strict: bool = True
     """Whether a value that did not fit a column's new type failed the statement (a strict session,
     no ``ALTER IGNORE``) instead of being converted (``schema/type_changes.py``)."""
-    renamed_in: tuple[RenameTable, ...] = ()
-    """Renames that brought a table into ``source.tables`` (each a new table in ``changes``, whose
-    rows no row event carries)."""
+    brought: tuple[tuple[TableId, str], ...] = ()
+    """New tables in ``changes`` that came with rows the stream reads in no row event, and what
+    brought them (a rename into ``source.tables``, a ``CREATE TABLE … SELECT``)."""
 
 
 class SchemaTracker:
@@ -101,13 +101,14 @@ class SchemaTracker:
                 lambda t: None if t in held else current.get(t),
                 self._charsets(),
                 lambda t: self.selector.matches(t) and t not in held,
+                lambda database: [t for t in current if t.database == database and t not in held],
             )
         except UnparsedDdlError as e:
             return self._unparsed(boundary, str(e))
         changes = _not_held(changes, held, boundary.offset)
         changes = clocked(self.config.source, changes, boundary)
         relevant: list[SchemaChange] = []
-        renamed_in: list[RenameTable] = []
+        brought: list[tuple[TableId, str]] = []
         known = set(current)  # the statement's renames run one after another (a → tmp, b → a, tmp → b)
         for change in changes:
             if isinstance(change, RenameTable) and change.table in known:
@@ -117,11 +118,13 @@ class SchemaTracker:
                 made = self._renamed_in(change, known, boundary.offset)
                 relevant.append(made)
                 if made is not change and isinstance(change, RenameTable):
-                    renamed_in.append(change)
+                    brought.append((change.new_table, f"`RENAME TABLE {change.table} TO {change.new_table}`"))
+                elif boundary.with_rows and isinstance(made, CreateTable):
+                    brought.append((made.table, f"`CREATE TABLE {made.table} … SELECT`"))
         if not relevant:
             return None
         strict = strict_statement(boundary.sql_mode, boundary.statement)
-        return Ddl(before, boundary.offset, tuple(relevant), strict, tuple(renamed_in))
+        return Ddl(before, boundary.offset, tuple(relevant), strict, tuple(brought))
 
     def _held_at(self, at: BinlogOffset) -> set[TableId]:
         """The tables the snapshot read after a statement ending at ``at`` (``snapshot.spans``)."""

@@ -19,7 +19,6 @@ from binlake.events import (
     Column,
     DropTable,
     PartitionRowsChanged,
-    RenameTable,
     SchemaChange,
     TableId,
     TruncateTable,
@@ -70,12 +69,12 @@ def meet_server_filled(
     changes: Sequence[SchemaChange],
     at: BinlogOffset,
     strict: bool = True,
-    renamed_in: Sequence[RenameTable] = (),
+    brought: Sequence[tuple[TableId, str]] = (),
 ) -> None:
     """Hand the statement's gaps (columns only the server could fill, columns whose new type
     changed their values — ``strict``: values that did not fit failed the statement — on tables
-    with rows; tables ``renamed_in`` to the captured ones with the rows they held) to the stream's
-    repairs: healed, or the stream stops here (``stream.on_gap``)."""
+    with rows; new tables ``brought`` with rows, and by what) to the stream's repairs: healed, or
+    the stream stops here (``stream.on_gap``)."""
     # Here, not at the top: the planning side imports this module and must stay light (pyarrow).
     from binlake.schema.defaults import existing_rows_value
     from binlake.state.backfills import BackfillLedger
@@ -91,7 +90,7 @@ def meet_server_filled(
         and _holds_rows(config, change.table)
     ]
     gaps += _type_gaps(config, store, changes, at, strict)
-    gaps += [_renamed_gap(rename, at) for rename in renamed_in]
+    gaps += [_server_side(table, f"{what} brought the rows the table holds", at) for table, what in brought]
     if config.pipeline.schema_change_behavior in ("evolve", "try_evolve"):  # lenient keeps such rows
         gaps += [
             _rows_gap(change, at)
@@ -158,13 +157,6 @@ def _column_before(
     version = store.schema_history(pipeline).before(table, at)
     schema = version.schema if version is not None else None
     return next((c for c in schema.columns if c.name == name), None) if schema is not None else None
-
-
-def _renamed_gap(rename: RenameTable, at: BinlogOffset) -> Gap:
-    what = (
-        f"`RENAME TABLE {rename.table} TO {rename.new_table}` brought the rows it held into `source.tables`"
-    )
-    return _server_side(rename.new_table, what, at)
 
 
 def _rows_gap(change: PartitionRowsChanged, at: BinlogOffset) -> Gap:

@@ -54,3 +54,27 @@ def test_boundaries_are_the_positions_after_each_commit(mariadb: PrivateMariaDB,
     assert len(rows) == 2999
     assert {r.op for r in rows} == {"insert"}
     assert sorted(r.after[0] for r in rows if r.after) == list(range(2, 3001))
+
+
+def test_a_create_select_logged_as_a_transaction_ends_with_its_create(
+    mariadb: PrivateMariaDB, database: str
+) -> None:
+    """MariaDB logs ``CREATE TABLE … SELECT`` as a transaction: the table's ``CREATE``, then its
+    rows. Its boundary carries the ``CREATE`` (a statement with rows inside), where the scan used
+    to see no statement at all (the stream never created the table)."""
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)", database=database)
+    with contextlib.closing(mariadb.admin_connection()) as conn, conn.cursor() as cur:
+        version = server_version(conn)
+        cur.execute("FLUSH BINARY LOGS")
+        start = current_offset(conn, version)
+        cur.execute(f"USE `{database}`")
+        cur.execute("CREATE TABLE copy AS SELECT * FROM t")
+        cur.execute("ALTER TABLE copy ADD COLUMN v INT")
+        conn.commit()
+        end = current_offset(conn, version)
+    found = list(transactions(source_config(mariadb, database), 6103, start, BinlogOffset(end.file, end.pos)))
+    statements = [(b.statement.split("(")[0].strip(), b.with_rows, b.database) for b in found if b.statement]
+    assert statements == [
+        ("CREATE TABLE `copy`", True, database),
+        ("ALTER TABLE copy ADD COLUMN v INT", False, database),
+    ]

@@ -437,3 +437,17 @@ def test_adding_a_column_the_table_has_says_the_schema_is_out_of_step() -> None:
     with pytest.raises(UnparsedDdlError, match=r"`id`: db\.t has it already"):
         parse_ddl("ALTER TABLE t ADD COLUMN id INT", "db", {table.table: table}.get)
     assert parse_ddl("ALTER TABLE t ADD COLUMN IF NOT EXISTS id INT", "db", {table.table: table}.get) == []
+
+
+def test_a_dropped_database_drops_the_tables_binlake_knows_in_it() -> None:
+    """``DROP DATABASE`` writes no ``DROP TABLE`` of its tables to the binlog."""
+    known = [TableId("shop", "orders"), TableId("shop", "items"), TableId("other", "t")]
+
+    def tables_of(database: str) -> list[TableId]:
+        return [t for t in known if t.database == database]
+
+    for statement in ("DROP DATABASE shop", "DROP SCHEMA IF EXISTS `shop`"):
+        changes = parse_ddl(statement, "db", _known, tables_of=tables_of)
+        assert changes == [DropTable(TableId("shop", "items")), DropTable(TableId("shop", "orders"))]
+    assert parse_ddl("DROP DATABASE empty", "db", _known, tables_of=tables_of) == []
+    assert parse_ddl("DROP DATABASE shop", "db", _known) == []  # no tables known

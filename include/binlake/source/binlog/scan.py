@@ -72,6 +72,10 @@ class Boundary:
     sql_mode: int | None = None
     """The statement's session ``sql_mode`` bits (``Q_SQL_MODE_CODE``), where the server wrote
     them: whether a column's new type failed on values that did not fit, or converted them."""
+    with_rows: bool = False
+    """The statement is a ``CREATE TABLE … SELECT`` logged as a transaction (MariaDB): the new
+    table's rows are in it, before this boundary, where the stream — which starts the table
+    after its statement — does not read them."""
 
 
 class XaMark(NamedTuple):
@@ -155,6 +159,7 @@ def transactions(
     )
     in_transaction = False
     gtid: str | None = None
+    created: QueryEvent | None = None  # a CREATE TABLE … SELECT inside the transaction
     previous = start
     try:
         for event in stream:
@@ -177,28 +182,38 @@ def transactions(
                 keyword = text.strip().upper()
                 xa = xa_statement(text) if keyword.startswith("XA") else None
                 if keyword == "BEGIN" or (xa is not None and xa.verb == "start"):
-                    in_transaction = True
+                    in_transaction, created = True, None
                     continue
                 if in_transaction and keyword not in ("COMMIT", "ROLLBACK"):
+                    if keyword.startswith("CREATE"):
+                        created = event  # MariaDB logs a CREATE … SELECT as its table, then rows
                     if xa is None or not xa.one_phase:
                         continue  # e.g. SAVEPOINT or XA END inside a transaction
                 elif xa is not None and xa.verb in ("commit", "rollback"):
                     mark = None if xa.one_phase else XaMark(xa.verb, xa.xid)
             standalone = isinstance(event, QueryEvent) and not in_transaction and mark is None
             in_transaction = False
-            statement = text_of(event.query) if standalone else None
-            database = text_of(event.schema) if standalone else ""
-            micros, time_zone = clock_of(event) if standalone else (None, None)
-            sql_mode = getattr(event, "sql_mode", None) if standalone else None
-            yield Boundary(
-                offset, int(event.timestamp), gtid, statement, database, mark, micros, time_zone, sql_mode
-            )
-            gtid = None
+            yield _boundary(offset, event, gtid, mark, event if standalone else created)
+            gtid, created = None, None
             previous = offset
     except pymysql.err.OperationalError as e:
         raise read_error(source, start, e) from None
     finally:
         stream.close()
+
+
+def _boundary(
+    offset: BinlogOffset, end: Any, gtid: str | None, mark: XaMark | None, statement: QueryEvent | None
+) -> Boundary:
+    """The boundary ``end`` (an event) makes at ``offset``, with the ``statement`` it ends, if any
+    (a standalone one, or the CREATE of a transaction's ``CREATE TABLE … SELECT``)."""
+    if statement is None:
+        return Boundary(offset, int(end.timestamp), gtid, xa=mark)
+    micros, time_zone = clock_of(statement)
+    return Boundary(
+        offset, int(end.timestamp), gtid, text_of(statement.query), text_of(statement.schema), mark,
+        micros, time_zone, getattr(statement, "sql_mode", None), with_rows=statement is not end,
+    )  # fmt: skip
 
 
 def clock_of(event: Any) -> tuple[int | None, str | None]:

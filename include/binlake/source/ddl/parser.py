@@ -21,7 +21,7 @@ table the caller tracks: a statement about other tables changes nothing binlake 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from binlake.events import (
@@ -61,6 +61,7 @@ def parse_ddl(
     lookup: Lookup,
     charsets: Charsets | None = None,
     tracked: Callable[[TableId], bool] | None = None,
+    tables_of: Callable[[str], Iterable[TableId]] | None = None,
 ) -> list[SchemaChange]:
     """The schema changes ``statement`` makes ([] for statements that change no table).
 
@@ -72,13 +73,18 @@ def parse_ddl(
             default collation); MariaDB's built-in defaults when None.
         tracked: whether binlake keeps a table's schema (a table it does not track never makes
             a statement fail); every table when None.
+        tables_of: the tables binlake knows in a database (``DROP DATABASE`` drops them); none
+            when None.
     """
     reader = _Reader(database, lookup, charsets or Charsets(), tracked or (lambda _t: True))
+    reader.tables_of = tables_of or (lambda _database: ())
     return reader.statement(Cursor(tokens(statement)))
 
 
 class _Reader(DdlScope):
     """Reads one statement (``statement``) into the changes it makes."""
+
+    tables_of: Callable[[str], Iterable[TableId]]
 
     def statement(self, cur: Cursor) -> list[SchemaChange]:
         verb = cur.peek_upper()
@@ -102,6 +108,10 @@ class _Reader(DdlScope):
         cur.next()
         if cur.accept("TEMPORARY"):
             return []  # a temporary table shadows, never drops, the table of that name
+        if cur.accept("DATABASE") or cur.accept("SCHEMA"):
+            cur.accept("IF", "EXISTS")
+            # Its tables go with it, without a DROP TABLE of their own in the binlog.
+            return [DropTable(t) for t in sorted(self.tables_of(cur.dotted()[0]), key=lambda t: t.name)]
         if not (cur.accept("TABLE") or cur.accept("TABLES")):
             return []
         cur.accept("IF", "EXISTS")
