@@ -162,6 +162,16 @@ class RenameColumn:
 
 
 @dataclass(frozen=True)
+class LoosenColumn:
+    """The sink keeps a column that rows no longer fill (``lenient``: dropped, renamed away, or
+    its values moved to a new column): it takes nulls from here on. A sink change only: no
+    statement makes it."""
+
+    table: TableId
+    name: str
+
+
+@dataclass(frozen=True)
 class AlterColumnType:
     """A column's new definition (``MODIFY``/``CHANGE``), and where it moves to, if it moves."""
 
@@ -239,6 +249,7 @@ SchemaChange = (
     | AddColumn
     | DropColumn
     | RenameColumn
+    | LoosenColumn
     | AlterColumnType
     | AlterColumnDefault
     | AlterTableCollation
@@ -303,6 +314,7 @@ _CHANGE_KINDS: dict[str, type] = {
     "add_column": AddColumn,
     "drop_column": DropColumn,
     "rename_column": RenameColumn,
+    "loosen_column": LoosenColumn,
     "alter_column_type": AlterColumnType,
     "alter_column_default": AlterColumnDefault,
     "alter_table_collation": AlterTableCollation,
@@ -343,6 +355,8 @@ def describe_change(change: SchemaChange) -> str:
         return f"drop column `{change.name}` of {change.table}"
     if isinstance(change, RenameColumn):
         return f"rename column `{change.old_name}` of {change.table} to `{change.new_name}`"
+    if isinstance(change, LoosenColumn):
+        return f"keep column `{change.name}` of {change.table}, null from here on"
     if isinstance(change, AlterColumnType):
         moves = {"first": " and move it first", "after": f" and move it after `{change.after}`"}
         return (

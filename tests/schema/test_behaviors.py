@@ -11,6 +11,7 @@ from binlake.events import (
     CreateTable,
     DropColumn,
     DropTable,
+    LoosenColumn,
     PartitionRowsChanged,
     RenameColumn,
     RenameTable,
@@ -34,12 +35,18 @@ def test_evolve_makes_the_same_change(behavior: str) -> None:
 
 
 def test_lenient_loses_nothing() -> None:
-    assert sink_changes(DropColumn(T, "v"), "lenient", False, AFTER) == []
+    """A column rows no longer fill (dropped, renamed away, its values moved to a new column) stays,
+    loosened: one the source had NOT NULL refused the nulls, and the stream stopped at every run."""
+    assert sink_changes(DropColumn(T, "v"), "lenient", False, AFTER) == [LoosenColumn(T, "v")]
     assert sink_changes(TruncateTable(T), "lenient", False, AFTER) == []
-    assert sink_changes(RenameColumn(T, "v", "w"), "lenient", False, AFTER) == [AddColumn(T, W)]
+    assert sink_changes(RenameColumn(T, "v", "w"), "lenient", False, AFTER) == [
+        AddColumn(T, W),
+        LoosenColumn(T, "v"),
+    ]
     assert sink_changes(WIDER, "lenient", True, AFTER) == [WIDER]
-    (shadow,) = sink_changes(TEXT, "lenient", False, AFTER)
+    shadow, loosened = sink_changes(TEXT, "lenient", False, AFTER)
     assert shadow == AddColumn(T, Column("v__varchar", "varchar", "varchar(10)"))
+    assert loosened == LoosenColumn(T, "v")
 
 
 def test_exception_refuses_all_but_a_new_table() -> None:
@@ -64,7 +71,8 @@ def test_rows_changed_without_row_events_change_no_schema() -> None:
 
 def test_a_routed_sink_table_takes_no_table_level_change_of_one_source_but_the_removal_of_its_rows() -> None:
     assert sink_changes(RenameTable(T, TableId("db", "t2")), "evolve", False, AFTER, routed=True) == []
-    assert sink_changes(DropColumn(T, "v"), "evolve", False, AFTER, routed=True) == []
+    # the other sources still fill it: kept, taking this one's nulls
+    assert sink_changes(DropColumn(T, "v"), "evolve", False, AFTER, routed=True) == [LoosenColumn(T, "v")]
     for behavior in ("evolve", "try_evolve"):  # the shard's own rows leave the shared table
         for removal in (TruncateTable(T, 7), DropTable(T, 7)):
             (made,) = sink_changes(removal, behavior, False, AFTER, routed=True)

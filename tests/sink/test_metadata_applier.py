@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
-from pyiceberg.transforms import BucketTransform
+from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import DecimalType, DoubleType, LongType
 
 from binlake.events import (
@@ -19,6 +19,7 @@ from binlake.events import (
     CreateTable,
     DropColumn,
     DropTable,
+    LoosenColumn,
     RenameColumn,
     RenameTable,
     TableId,
@@ -190,6 +191,30 @@ def test_drop_and_rename_keep_old_rows_readable(applier: IcebergMetadataApplier,
     assert "weight" not in got[2]
     with pytest.raises(UnsupportedSchemaChangeError, match="partitioned by `id`"):
         applier.apply(DropColumn(T, "id"))  # the bucket of the key: no key change re-partitions it
+
+
+def test_a_column_rows_no_longer_fill_takes_nulls_and_a_sort_column_can_go(
+    applier: IcebergMetadataApplier, table: Table
+) -> None:
+    """``lenient`` keeps a dropped column, loosened (a required one refused the nulls); a key
+    column stays required. A column the sort order names is dropped after the order leaves it
+    (pyiceberg refused: "Cannot find source column for sort field")."""
+    with table.update_schema(allow_incompatible_changes=True) as update:
+        update.update_column("qty", required=True)  # as for a NOT NULL column of the source
+    assert applier.apply(LoosenColumn(T, "qty")).outcome == "applied"
+    assert applier.apply(LoosenColumn(T, "qty")).outcome == "no-op"
+    assert applier.apply(LoosenColumn(T, "id")).outcome == "no-op"
+    table.refresh()
+    assert not table.schema().find_field("qty").required
+    assert table.schema().find_field("id").required
+    with table.update_sort_order() as order:
+        order.desc("weight", IdentityTransform()).asc("id", IdentityTransform())
+    assert applier.apply(DropColumn(T, "weight")).outcome == "applied"
+    table.refresh()
+    assert [(f.source_id, f.direction.value) for f in table.sort_order().fields] == [
+        (table.schema().find_field("id").field_id, "asc")
+    ]
+    assert rows(table)[1]["qty"] == 10
 
 
 def test_widening_keeps_values(applier: IcebergMetadataApplier, table: Table) -> None:

@@ -760,3 +760,44 @@ def test_a_table_created_by_a_select_is_healed_and_a_dropped_database_drops_its_
     report = verify(config, "v1")
     assert {t.table for t in report.tables} == {f"{database}.{n}" for n in ("t", "copy", "keyed")}
     assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}
+
+
+@pytest.mark.parametrize("behavior", ["lenient", "evolve"])
+def test_a_not_null_or_sort_column_dropped_keeps_the_stream_going(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, behavior: str
+) -> None:
+    """Under ``lenient`` (the default) a dropped or renamed column stays, null from then on: one the
+    source had NOT NULL refused the nulls, and the stream failed at every run ("declared
+    non-nullable but contains nulls"). Under ``evolve`` a column the layout rule sorts by is
+    dropped, the sort order left without it (pyiceberg refused the drop)."""
+    raw = config_dict(_config(mariadb, database, tmp_path, behavior))
+    raw["sink"]["layout"] = [{"source_table": rf"{database}\.t", "sort_by": ["a DESC", "id"]}]
+    config = PipelineConfig.model_validate(raw)
+    _start(
+        mariadb,
+        database,
+        config,
+        spark,
+        "CREATE TABLE t (id INT PRIMARY KEY, a INT NOT NULL, b INT NOT NULL)",
+    )
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, 1, 1), (2, 2, 2)",
+        "ALTER TABLE t DROP COLUMN a",
+        "INSERT INTO t VALUES (3, 3)",
+        "ALTER TABLE t RENAME COLUMN b TO c",
+        "INSERT INTO t VALUES (4, 4)",
+        "UPDATE t SET c = 10 WHERE id = 1",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    rows = {r["id"]: r for r in sink_rows(config, TableId(database, "t"))}
+    if behavior == "evolve":
+        assert_sink_equals_source(config)
+        assert _sink_columns(config, TableId(database, "t")) == ["id", "c"]
+    else:  # kept, null in the rows written after their drop (rows not written since keep theirs)
+        assert rows == {
+            1: {"id": 1, "a": None, "b": None, "c": 10},
+            2: {"id": 2, "a": 2, "b": 2, "c": None},
+            3: {"id": 3, "a": None, "b": 3, "c": None},
+            4: {"id": 4, "a": None, "b": None, "c": 4},
+        }

@@ -7,10 +7,11 @@ Flink CDC's meanings:
 - ``try_evolve``: as evolve, but a refusal is recorded and the stream goes on; rows are then
   mapped to the sink's schema as it is.
 - ``lenient`` (default): nothing is lost and nothing breaks readers. A dropped column stays in the
-  sink (null from then on); a renamed column is added under its new name (the old one stays, null
-  from then on); a type change is applied where Iceberg widens safely (int → long, float → double,
-  decimal precision up), else the values go to a new column ``<name>__<type>``; a truncate or a
-  dropped table is logged and not applied; new tables and renamed tables are applied.
+  sink (null from then on, so made optional); a renamed column is added under its new name (the
+  old one stays, null from then on); a type change is applied where Iceberg widens safely (int →
+  long, float → double, decimal precision up), else the values go to a new column
+  ``<name>__<type>``; a truncate or a dropped table is logged and not applied; new tables and
+  renamed tables are applied.
 - ``ignore``: the sink schema never changes (not even new tables); rows are mapped to it.
 
 Rows always reach the sink through ``schema.projection.project``: by column name, a column the
@@ -32,6 +33,7 @@ from binlake.events import (
     CreateTable,
     DropColumn,
     DropTable,
+    LoosenColumn,
     PartitionRowsChanged,
     RenameColumn,
     RenameTable,
@@ -114,16 +116,22 @@ def _key_change(change: AlterPrimaryKey, behavior: str, routed: bool) -> list[Sc
 def _lenient(
     change: SchemaChange, safe_widening: bool, source_after: CreateTable | None
 ) -> list[SchemaChange]:
-    if isinstance(change, DropColumn | TruncateTable | DropTable | PartitionRowsChanged):
+    # A column rows no longer fill stays, loosened: one the source had NOT NULL would refuse the nulls.
+    if isinstance(change, DropColumn):
+        return [LoosenColumn(change.table, change.name)]
+    if isinstance(change, TruncateTable | DropTable | PartitionRowsChanged):
         return []
     if isinstance(change, RenameColumn):
         column = _column(source_after, change.new_name)
-        return [AddColumn(change.table, replace(column, nullable=True))] if column is not None else []
+        kept = LoosenColumn(change.table, change.old_name)
+        return (
+            [AddColumn(change.table, replace(column, nullable=True)), kept] if column is not None else [kept]
+        )
     if isinstance(change, AlterColumnType):
         if safe_widening:
             return [change]
         column = replace(change.column, name=shadow_name(change.column), nullable=True)
-        return [AddColumn(change.table, column)]
+        return [AddColumn(change.table, column), LoosenColumn(change.table, change.column.name)]
     assert isinstance(change, AddColumn | CreateTable | RenameTable)
     return [change]  # an added column: the sink adds every column as optional anyway
 

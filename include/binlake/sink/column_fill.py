@@ -26,7 +26,10 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation
 
+from binlake.events import AddColumn, CreateTable
+from binlake.schema.defaults import existing_rows_value
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, source_mask
+from binlake.schema.type_mapping import RowConverter
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, write_data_files
 
 #: Snapshot property naming the operation (``binlake maintain`` and people reading history).
@@ -122,3 +125,18 @@ def _filled(data: pa.Table, column: str, value: pa.Scalar, source: str | None) -
         values = pc.if_else(mine, values, data.column(index))
         rows = int(pc.sum(mine).as_py() or 0)
     return data.set_column(index, field, values), rows
+
+
+def existing_rows_scalar(change: AddColumn) -> pa.Scalar | None:
+    """The value the rows a table held got from the source's ``ADD COLUMN`` (None: NULL, or a
+    column binlake adds itself, or one only the server knew — which the stream handles before)."""
+    clock = change.clock
+    if clock is None:
+        return None
+    found = existing_rows_value(change.column, clock)
+    if found is None or found.value is None:
+        return None
+    converter = RowConverter(CreateTable(change.table, (change.column,)))
+    batch = converter.batch([[converter.binlog_row({change.column.name: found.value})[0]]])
+    scalar: pa.Scalar = batch.column(0)[0]
+    return scalar

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from functools import singledispatchmethod
 from typing import Any, Literal, Protocol
 
-import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue, EqualTo, Reference
 from pyiceberg.expressions.literals import literal
 from pyiceberg.table import Table
+from pyiceberg.table.sorting import SortDirection
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
 
@@ -32,16 +32,16 @@ from binlake.events import (
     CreateTable,
     DropColumn,
     DropTable,
+    LoosenColumn,
     RenameColumn,
     RenameTable,
     SchemaChange,
     TableId,
     TruncateTable,
 )
-from binlake.schema.defaults import existing_rows_value
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
-from binlake.schema.type_mapping import RowConverter, iceberg_schema, iceberg_type, identifier_columns
-from binlake.sink.column_fill import fill_column, fill_pending
+from binlake.schema.type_mapping import iceberg_schema, iceberg_type, identifier_columns
+from binlake.sink.column_fill import existing_rows_scalar, fill_column, fill_pending
 from binlake.sink.layout import TableLayout, evolve, partition_spec, sort_order
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class IcebergMetadataApplier:
                 AddColumn,
                 DropColumn,
                 RenameColumn,
+                LoosenColumn,
                 AlterColumnType,
                 AlterColumnDefault,
                 AlterTableCollation,
@@ -262,6 +263,8 @@ class IcebergMetadataApplier:
                 f"the sink table is partitioned by `{change.name}` (a `sink.layout` rule's partition_by, or "
                 "`sink.bucket_count`); partition by other columns first (a new spec), then drop it",
             )
+        if any(f.source_id == field_id for f in table.sort_order().fields):
+            _sort_without(table, field_id)  # Iceberg refuses to drop a column its sort order names
         with table.update_schema() as update:
             if change.name in keys:  # the statement's AlterPrimaryKey, next, names the key it leaves
                 update.set_identifier_fields(*(k for k in keys if k != change.name))
@@ -311,6 +314,17 @@ class IcebergMetadataApplier:
         with table.update_schema() as update:
             update.rename_column(change.old_name, change.new_name)
         return ApplyResult(change, "applied")
+
+    @_apply.register
+    def _loosen(self, change: LoosenColumn, change_id: str | None) -> ApplyResult:
+        table = self._load(change.table)
+        if not _has(table, change.name):
+            return ApplyResult(change, "no-op", f"there is no column `{change.name}`")
+        if not table.schema().find_field(change.name).required or change.name in _identifier_names(table):
+            return ApplyResult(change, "no-op", f"{change.name} takes nulls already, or is a key column")
+        with table.update_schema() as update:
+            update.update_column(change.name, required=False)
+        return ApplyResult(change, "applied", f"{change.name} made optional")
 
     @_apply.register
     def _alter_type(self, change: AlterColumnType, change_id: str | None) -> ApplyResult:
@@ -384,21 +398,6 @@ class IcebergMetadataApplier:
         return ApplyResult(change, "applied")
 
 
-def existing_rows_scalar(change: AddColumn) -> pa.Scalar | None:
-    """The value the rows a table held got from the source's ``ADD COLUMN`` (None: NULL, or a
-    column binlake adds itself, or one only the server knew — which the stream handles before)."""
-    clock = change.clock
-    if clock is None:
-        return None
-    found = existing_rows_value(change.column, clock)
-    if found is None or found.value is None:
-        return None
-    converter = RowConverter(CreateTable(change.table, (change.column,)))
-    batch = converter.batch([[converter.binlog_row({change.column.name: found.value})[0]]])
-    scalar: pa.Scalar = batch.column(0)[0]
-    return scalar
-
-
 def _in_place(table: Table, change: AlterColumnType) -> bool:
     """Whether the column already sits where ``change`` moves it (a replayed move is a no-op)."""
     names = [f.name for f in table.schema().fields]
@@ -406,6 +405,16 @@ def _in_place(table: Table, change: AlterColumnType) -> bool:
     if change.position == "first":
         return at == 0
     return at > 0 and names[at - 1] == change.after
+
+
+def _sort_without(table: Table, field_id: int) -> None:
+    """``table`` sorted as it is but by the column ``field_id`` (a drop of it comes next)."""
+    schema = table.schema()
+    with table.update_sort_order() as order:
+        for f in table.sort_order().fields:
+            if f.source_id != field_id:
+                add = order.asc if f.direction == SortDirection.ASC else order.desc
+                add(schema.find_column_name(f.source_id) or "", f.transform, f.null_order)
 
 
 def _has(table: Table, name: str) -> bool:

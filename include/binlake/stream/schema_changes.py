@@ -189,10 +189,9 @@ def _log_fill(
     in the table's changelog, a new version of each in its history, if it keeps them. Before the
     sink table's own fill, each once: a replay after the sink table has the column finds them made."""
     from binlake.schema.type_mapping import iceberg_type
-    from binlake.sink.column_fill import fill_pending
+    from binlake.sink.column_fill import existing_rows_scalar, fill_pending
     from binlake.sink.history.changelog import ColumnFill
     from binlake.sink.history.companions import companion_writers
-    from binlake.sink.metadata_applier import existing_rows_scalar
 
     value = existing_rows_scalar(change)
     catalog, identifier = applier.catalog, applier.identifier(change.table)
