@@ -56,8 +56,13 @@ def test_exception_refuses_all_but_a_new_table() -> None:
 
 
 def test_ignore_never_changes_the_sink() -> None:
+    """But for a column rows no longer fill: it takes nulls (a NOT NULL one stopped the stream)."""
     assert sink_changes(AFTER, "ignore", False, AFTER) == []
     assert sink_changes(AddColumn(T, V), "ignore", False, AFTER) == []
+    assert sink_changes(WIDER, "ignore", True, AFTER) == []
+    assert sink_changes(DropColumn(T, "v"), "ignore", False, AFTER) == [LoosenColumn(T, "v")]
+    assert sink_changes(RenameColumn(T, "v", "w"), "ignore", False, AFTER) == [LoosenColumn(T, "v")]
+    assert sink_changes(TEXT, "ignore", False, AFTER) == [LoosenColumn(T, "v")]
 
 
 def test_rows_changed_without_row_events_change_no_schema() -> None:

@@ -801,3 +801,33 @@ def test_a_not_null_or_sort_column_dropped_keeps_the_stream_going(
             3: {"id": 3, "a": None, "b": 3, "c": None},
             4: {"id": 4, "a": None, "b": None, "c": 4},
         }
+
+
+@pytest.mark.parametrize("behavior", ["try_evolve", "ignore"])
+def test_a_not_null_column_the_sink_keeps_takes_the_nulls_it_gets(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, behavior: str
+) -> None:
+    """A NOT NULL column that stays in the sink while rows no longer fill it — a partition column's
+    drop Iceberg refuses under ``try_evolve``, any drop or type change under ``ignore`` — is made
+    optional: it refused the nulls and the stream failed at every run. The values that no longer
+    fit are the behaviours' (null: verify names the drift)."""
+    raw = config_dict(_config(mariadb, database, tmp_path, behavior))
+    raw["sink"]["layout"] = [{"source_table": rf"{database}\.t", "partition_by": ["day(at)"]}]
+    config = PipelineConfig.model_validate(raw)
+    table = "CREATE TABLE t (id INT PRIMARY KEY, at DATETIME NOT NULL, n INT NOT NULL)"
+    _start(mariadb, database, config, spark, table)
+    mariadb.execute(
+        "INSERT INTO t VALUES (1, '2026-01-01 10:00:00', 1)",
+        "ALTER TABLE t DROP COLUMN at",
+        "INSERT INTO t VALUES (2, 2)",
+        "ALTER TABLE t MODIFY n VARCHAR(10) NOT NULL",
+        "INSERT INTO t VALUES (3, 'three')",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    rows = {r["id"]: r for r in sink_rows(config, TableId(database, "t"))}
+    assert rows == {
+        1: {"id": 1, "at": dt.datetime(2026, 1, 1, 10), "n": 1},
+        2: {"id": 2, "at": None, "n": 2},
+        3: {"id": 3, "at": None, "n": None},  # 'three' fits no int
+    }

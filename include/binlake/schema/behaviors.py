@@ -12,7 +12,8 @@ Flink CDC's meanings:
   long, float → double, decimal precision up), else the values go to a new column
   ``<name>__<type>``; a truncate or a dropped table is logged and not applied; new tables and
   renamed tables are applied.
-- ``ignore``: the sink schema never changes (not even new tables); rows are mapped to it.
+- ``ignore``: the sink schema never changes (not even new tables); rows are mapped to it (a
+  column they no longer fill is made optional: ``loosened``).
 
 Rows always reach the sink through ``schema.projection.project``: by column name, a column the
 sink lacks is dropped, a column the source lacks is null.
@@ -70,8 +71,10 @@ def sink_changes(
     """
     if isinstance(change, AlterPrimaryKey):
         return _key_change(change, behavior, routed)
-    if behavior == "ignore" or isinstance(change, AlterColumnDefault | AlterTableCollation):
+    if isinstance(change, AlterColumnDefault | AlterTableCollation):
         return []  # defaults and a table's default collation are not part of the sink's schema
+    if behavior == "ignore":
+        return loosened(change, safe_widening)
     if isinstance(change, PartitionRowsChanged) and behavior != "exception":
         # Rows the server changed without row events: no schema change; under (try_)evolve the
         # stream heals the table by a backfill (stream/server_filled.py), lenient keeps the rows.
@@ -134,6 +137,19 @@ def _lenient(
         return [AddColumn(change.table, column), LoosenColumn(change.table, change.column.name)]
     assert isinstance(change, AddColumn | CreateTable | RenameTable)
     return [change]  # an added column: the sink adds every column as optional anyway
+
+
+def loosened(change: SchemaChange, safe_widening: bool = False) -> list[SchemaChange]:
+    """The sink schema kept as it is, but for the column ``change`` leaves to nulls (dropped,
+    renamed away, or of a type whose values may not fit it): made optional, or one the source had
+    NOT NULL refuses them and stops the stream at every run."""
+    if isinstance(change, DropColumn):
+        return [LoosenColumn(change.table, change.name)]
+    if isinstance(change, RenameColumn):
+        return [LoosenColumn(change.table, change.old_name)]
+    if isinstance(change, AlterColumnType) and not safe_widening:
+        return [LoosenColumn(change.table, change.column.name)]
+    return []
 
 
 def shadow_name(column: Column) -> str:

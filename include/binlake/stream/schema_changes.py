@@ -40,7 +40,7 @@ from binlake.events import (
     describe_change,
 )
 from binlake.faults import crash_point
-from binlake.schema.behaviors import SchemaChangeRefusedError, sink_changes
+from binlake.schema.behaviors import SchemaChangeRefusedError, loosened, sink_changes
 from binlake.schema.table_rules import table_rules
 from binlake.state.store import SchemaChangeRequest, SchemaChangeStatus, StateStore
 from binlake.stream.schema_tracker import Ddl, SchemaChangeFailedError, SchemaTracker
@@ -331,6 +331,9 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
                 _companions_follow(config, applier, step)
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
+        if status == "ignored":  # the stream goes on with the sink's schema: nulls where rows no longer fit
+            for step in loosened(e.change):
+                applier.apply(step)
         store.schema_requests(pipeline).finish(request.offset, request.seq, status, str(e))
         log.warning("schema change %s at %s: %s (%s)", describe_change(change), request.offset, status, e)
         return status
