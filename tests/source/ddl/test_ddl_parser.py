@@ -157,6 +157,10 @@ def _kinds(changes: list[SchemaChange]) -> list[tuple[str, ...]]:
         # partition maintenance that changes rows without row events: the stream decides
         ("ALTER TABLE t DROP PARTITION p0, p1", [("rows", "db.t", "DROP PARTITION")]),
         ("ALTER TABLE t TRUNCATE PARTITION ALL", [("rows", "db.t", "TRUNCATE PARTITION")]),
+        # the rows of a copied tablespace file replace the table's (DISCARD alone leaves it unread)
+        ("ALTER TABLE t IMPORT TABLESPACE", [("rows", "db.t", "IMPORT TABLESPACE")]),
+        ("ALTER TABLE t IMPORT PARTITION p0, p1 TABLESPACE", [("rows", "db.t", "IMPORT TABLESPACE")]),
+        ("ALTER TABLE t DISCARD TABLESPACE", []),
         ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE db2.u WITHOUT VALIDATION",
          [("rows", "db.t", "EXCHANGE PARTITION"), ("rows", "db2.u", "EXCHANGE PARTITION")]),
         # ALTER IGNORE deletes the rows a new unique key finds duplicated

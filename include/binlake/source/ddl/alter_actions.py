@@ -161,6 +161,9 @@ class AlterReader(DdlScope):
             cur.skip_item()
         elif word == "ORDER":
             skip_order_by(cur)
+        elif word == "IMPORT":  # IMPORT [PARTITION p] TABLESPACE: the rows of a copied .ibd file
+            skip_partition_list(cur)
+            plan.rows_changed.append((table, "IMPORT TABLESPACE"))
         elif word in NO_CHANGE:
             skip_partition_list(cur)
         else:
