@@ -210,6 +210,8 @@ def test_statements_that_change_no_table_are_ignored(statement: str) -> None:
         ("CREATE TABLE t AS SELECT 1 AS a", "SELECT"),
         ("CREATE TABLE t2 (a INT) SELECT 1 AS a", "SELECT"),
         ("CREATE TABLE t2 LIKE unknown", "does not know"),
+        ("CREATE TABLE t2 (a INT) WITH SYSTEM VERSIONING", "system-versioned"),
+        ("ALTER TABLE t ADD PERIOD FOR SYSTEM_TIME(s, e), ADD SYSTEM VERSIONING", "system-versioned"),
         ("ALTER TABLE t ADD PRIMARY KEY (a)", "has a primary key already"),
         ("ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (nothing)", "no column `nothing`"),
         ("ALTER TABLE t ADD c SOMETYPE", "."),

@@ -351,3 +351,23 @@ def test_mysql_settings_that_cost_or_limit_are_warnings() -> None:
     with_gtids = {c.name: c for c in _check_hard_cases(ServerVersion.parse("8.4.3"), settings)}
     assert with_gtids["semi_sync"].status == "ok"
     assert "gtid" not in with_gtids
+
+
+def test_a_system_versioned_table_is_refused(
+    mariadb: PrivateMariaDB, database: str, write_config: WriteConfig, tmp_path: Path
+) -> None:
+    """MariaDB lists it as `SYSTEM VERSIONED`, not `BASE TABLE`: it was left out without a word (or,
+    alone, reported as "matches no table")."""
+    mariadb.execute(
+        "CREATE TABLE plain (id INT PRIMARY KEY)",
+        "CREATE TABLE kept (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING",
+        database=database,
+    )
+    result = validate(write_config, pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path))
+    assert result.returncode == 1
+    line = check_line(result, "tables")
+    assert f"system-versioned tables match `source.tables`: `{database}.kept`" in line
+    assert "`source.tables_exclude`" in line
+    config = pipeline_dict(mariadb, [rf"{database}\..*"], tmp_path)
+    config["source"]["tables_exclude"] = [rf"{database}\.kept"]
+    assert validate(write_config, config).returncode == 0

@@ -16,6 +16,7 @@ from binlake.source.ddl.clauses import (
     ITEM_WORDS,
     NO_CHANGE,
     TABLE_OPTIONS,
+    VERSIONED,
     DdlScope,
     column_position,
     declares_primary,
@@ -176,7 +177,9 @@ class AlterReader(DdlScope):
         if word in ("PRIMARY",) or (word == "CONSTRAINT" and declares_primary(cur)):
             plan.new_key = key_item(cur)
             return
-        if word in ITEM_WORDS or word in ("PERIOD", "SYSTEM"):
+        if word == "SYSTEM":
+            raise UnparsedDdlError(VERSIONED)
+        if word in ITEM_WORDS or word == "PERIOD":
             cur.skip_item()
             return
         if word in ("PARTITION", "PARTITIONS"):

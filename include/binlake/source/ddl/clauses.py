@@ -43,6 +43,12 @@ ACTIONS = {
     "COLLATE",
 }
 
+#: Why binlake refuses a table made system-versioned (MariaDB's ``WITH SYSTEM VERSIONING``).
+VERSIONED = (
+    "a system-versioned table keeps its rows' old versions in it beside the current ones (the binlog "
+    "writes both), which binlake does not capture as the table is: exclude it (`source.tables_exclude`)"
+)
+
 #: ALTER TABLE actions that change neither columns nor rows (their arguments are skipped).
 NO_CHANGE = {
     "ALGORITHM", "LOCK", "FORCE", "ENABLE", "DISABLE", "DISCARD", "IMPORT", "ORDER", "WITH", "WITHOUT",

@@ -35,6 +35,7 @@ from binlake.events import (
 from binlake.source.ddl.alter_actions import AlterReader
 from binlake.source.ddl.clauses import (
     ITEM_WORDS,
+    VERSIONED,
     DdlScope,
     Lookup,
     key_item,
@@ -173,6 +174,8 @@ class _Reader(DdlScope):
         start = cur.at
         cur.skip_parenthesised()  # the options after the list decide the columns' charset
         charset = self._table_options(cur, self.charsets.database_default(table.database))
+        if cur.peek_upper() == "WITH" and cur.peek_upper(1) == "SYSTEM":
+            raise UnparsedDdlError(VERSIONED)
         if selects(cur):
             return None
         columns, keys = self._column_list(Cursor(cur.toks[start : cur.at]), charset)

@@ -58,13 +58,14 @@ class TableSelector:
         return [p for p in self.include if not any(re.fullmatch(p, n) for n in names)]
 
 
-def list_tables(conn: pymysql.Connection[Any]) -> list[TableId]:
-    """Every base table the connected user can see, outside the system schemas (views skipped)."""
+def list_tables(conn: pymysql.Connection[Any], kind: str = "BASE TABLE") -> list[TableId]:
+    """Every base table (or table of ``kind``: MariaDB's ``SYSTEM VERSIONED``) the connected user
+    can see, outside the system schemas (views skipped)."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-            "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN %s",
-            (tuple(SYSTEM_SCHEMAS),),
+            "WHERE TABLE_TYPE = %s AND TABLE_SCHEMA NOT IN %s",
+            (kind, tuple(SYSTEM_SCHEMAS)),
         )
         return sorted(TableId(str(db), str(t)) for db, t in cur.fetchall())
 

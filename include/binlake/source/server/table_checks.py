@@ -28,6 +28,9 @@ def check_tables(
     visible = list_tables(conn)
     selector = TableSelector(source.tables, source.tables_exclude)
     tables = selector.select(visible)
+    versioned = selector.select(list_tables(conn, "SYSTEM VERSIONED"))
+    if versioned:
+        return [_refuse_versioned(versioned)]
     if not tables:
         shown = ", ".join(t.name for t in visible[:10]) + (" …" if len(visible) > 10 else "")
         return [
@@ -57,6 +60,19 @@ def check_tables(
     if config.transform:
         checks.extend(_check_transforms(conn, config, tables))
     return checks
+
+
+def _refuse_versioned(tables: list[TableId]) -> Check:
+    return Check(
+        "tables",
+        "error",
+        f"system-versioned tables match `source.tables`: {_names(tables)}. Such a table keeps each "
+        "row's old versions in it beside the current one: a read shows the current rows, the binlog "
+        "writes the old versions too, and binlake captures neither as the table is",
+        "exclude them (`source.tables_exclude`), or capture them from a server where they are not "
+        "versioned; to keep the history in the lake, binlake's `history` mode keeps one "
+        "(`sink.modes`)",
+    )
 
 
 def _check_transforms(
