@@ -175,12 +175,11 @@ def test_a_changelog_follows_renames_promotions_and_a_column_added_again_with_an
 
 def test_a_renamed_tables_changelog_and_history_take_its_new_name(tmp_path: Path) -> None:
     """Each companion the old name keeps and the new name keeps moves to the new name (an empty one
-    made there before is replaced); a replay finds it done; one holding rows there is refused."""
+    made there before is replaced); a replay finds it done; one holding rows there goes aside."""
     from binlake.config import PipelineConfig
-    from binlake.errors import BinlakeError
     from binlake.events import TableId
     from binlake.schema.table_rules import table_rules
-    from binlake.sink.history.companions import ensure_companions, rename_companions
+    from binlake.sink.history.companions import ensure_companions, mark_renamed, rename_companions
     from tests.sink.helpers import create, make_catalog
 
     raw = {
@@ -195,7 +194,7 @@ def test_a_renamed_tables_changelog_and_history_take_its_new_name(tmp_path: Path
     ensure_companions(old, catalog, upsert)
     _with_row(catalog, "db.t_changelog")
     ensure_companions(new, catalog, upsert)  # made empty for the new name before the rename came
-    assert rename_companions(old, new, catalog) == [
+    assert rename_companions(old, new, catalog, "__before_x") == [
         "db.t_changelog → db.t2_changelog",
         "db.t_history → db.t2_history",
     ]
@@ -203,11 +202,14 @@ def test_a_renamed_tables_changelog_and_history_take_its_new_name(tmp_path: Path
     assert {"db.t2_changelog", "db.t2_history"} <= names
     assert not {"db.t_changelog", "db.t_history"} & names
     assert catalog.load_table("db.t2_changelog").scan().to_arrow().num_rows == 1  # its past came along
-    assert rename_companions(old, new, catalog) == []  # a replay
+    for identifier in ("db.t2_changelog", "db.t2_history"):
+        mark_renamed(catalog, identifier, "__before_x")  # as the stream does once they have the name
+    assert rename_companions(old, new, catalog, "__before_x") == []  # a replay
     ensure_companions(old, catalog, upsert)
     _with_row(catalog, "db.t_changelog")
-    with pytest.raises(BinlakeError, match="holds rows"):
-        rename_companions(old, new, catalog)
+    moved = rename_companions(old, new, catalog, "__before_y")  # t2's past (a dropped t2's) goes aside
+    assert moved[:2] == ["db.t2_changelog → db.t2_changelog__before_y", "db.t_changelog → db.t2_changelog"]
+    assert catalog.load_table("db.t2_changelog__before_y").scan().to_arrow().num_rows == 1
 
 
 def _with_row(catalog: Any, identifier: str) -> None:

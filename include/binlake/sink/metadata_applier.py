@@ -181,15 +181,22 @@ class IcebergMetadataApplier:
     def _apply(self, change: Any, change_id: str | None) -> ApplyResult:
         raise UnsupportedSchemaChangeError(change, f"unknown change type {type(change).__name__}")
 
+    def replaces(self, change: CreateTable, change_id: str | None) -> bool:
+        """Whether ``change`` replaces the sink table of its name: a table created in the binlog
+        where the sink has one was replaced on the source (CREATE OR REPLACE, or DROP + CREATE),
+        its rows gone there. A creation without a binlog position (a snapshot's) or one already
+        made does not."""
+        identifier = self.identifier(change.table)
+        if change_id is None or not self.catalog.table_exists(identifier):
+            return False
+        return self._load(change.table).properties.get(CREATED_ID) != change_id
+
     @_apply.register
     def _create(self, change: CreateTable, change_id: str | None) -> ApplyResult:
         identifier = self.identifier(change.table)
         replaced = ""
         if self.catalog.table_exists(identifier):
-            # A table created in the binlog where the sink has one was replaced on the source
-            # (CREATE OR REPLACE, or DROP + CREATE): its rows are gone there, so here too. A
-            # creation without a binlog position (a snapshot's) or one already made is a no-op.
-            if change_id is None or self._load(change.table).properties.get(CREATED_ID) == change_id:
+            if not self.replaces(change, change_id):
                 return self._evolve(change, identifier)
             self.catalog.drop_table(identifier)
             replaced = " (replacing the table of that name and its rows)"

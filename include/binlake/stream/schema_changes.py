@@ -233,13 +233,41 @@ def _rename_in_companions(
             log.info("%s: column %s renamed to %s", identifier, change.old_name, change.new_name)
 
 
-def _companions_follow(config: PipelineConfig, applier: IcebergMetadataApplier, change: RenameTable) -> None:
-    """A renamed table's changelog and history take the new name with its sink table."""
-    from binlake.sink.history.companions import rename_companions
+def _companions_follow(
+    config: PipelineConfig, applier: IcebergMetadataApplier, change: RenameTable, aside: str
+) -> None:
+    """A renamed table's changelog and history take the new name with its sink table; one the new
+    name keeps and the old did not starts from the table's rows."""
+    from binlake.sink.history.companions import companion_writers, mark_renamed, rename_companions
 
+    catalog = applier.catalog
     old, new = table_rules(config, change.table), table_rules(config, change.new_table)
-    for moved in rename_companions(old, new, applier.catalog):
+    for moved in rename_companions(old, new, catalog, aside):
         log.info("%s renamed to %s: %s", change.table, change.new_table, moved)
+    identifier = applier.identifier(change.new_table)
+    if catalog.table_exists(identifier):
+        upsert = catalog.load_table(identifier)
+        for writer in companion_writers(new, catalog, upsert):
+            writer.seed(upsert)  # nothing for one renamed with the table (a stream wrote it)
+            mark_renamed(catalog, writer.identifier, aside)
+
+
+def _set_aside(applier: IcebergMetadataApplier, change: RenameTable, request: SchemaChangeRequest) -> None:
+    """A table renamed onto a name whose sink table is still there (``lenient`` kept it from the
+    source's DROP): that one goes aside, to its name + ``aside_suffix`` (nothing is lost), and the
+    renamed table takes the name, as on the source."""
+    catalog = applier.catalog
+    old, new = applier.identifier(change.table), applier.identifier(change.new_table)
+    if catalog.table_exists(old) and catalog.table_exists(new):
+        catalog.rename_table(new, new + aside_suffix(request))
+        log.warning(
+            "%s: the sink table kept there goes aside to %s", change.new_table, new + aside_suffix(request)
+        )
+
+
+def aside_suffix(request: SchemaChangeRequest) -> str:
+    """What a sink table a rename replaces is renamed with (where the statement was)."""
+    return f"__before_{request.offset.file.rsplit('.', 1)[-1]}_{request.offset.pos}"
 
 
 def change_id(request: SchemaChangeRequest) -> str:
@@ -312,7 +340,9 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
             # a routed source's creation never replaces the table the other sources share
             step_id = None if shared and isinstance(step, CreateTable) else change_id(request)
             source = step.table.name if shared else None  # the rows of a shared table it removes
-            if isinstance(step, (TruncateTable, DropTable)):
+            replacing = isinstance(step, CreateTable) and applier.replaces(step, step_id)
+            if isinstance(step, (TruncateTable, DropTable)) or replacing:
+                # a table created again (lenient kept the dropped one): its old rows leave too
                 _log_removals(config, applier, step.table, request, source)
             if isinstance(step, AddColumn):
                 _log_fill(config, applier, step, request)
@@ -323,12 +353,14 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
                 marked = truncate_marking(table, when, at, made, source)
                 log.info("%s: %d rows marked deleted by its truncate", step.table, marked)
                 continue
+            if isinstance(step, RenameTable):
+                _set_aside(applier, step, request)
             applier.apply(step, step_id)
             if isinstance(step, RenameColumn):
                 _rename_in_companions(config, applier, step)
             if isinstance(step, RenameTable):
                 crash_point("schema-before-companion-rename")
-                _companions_follow(config, applier, step)
+                _companions_follow(config, applier, step, aside_suffix(request))
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
         if status == "ignored":  # the stream goes on with the sink's schema: nulls where rows no longer fit

@@ -9,7 +9,6 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from binlake.config import PipelineConfig
-from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.type_mapping import identifier_columns
@@ -52,28 +51,44 @@ def companion_writers(rules: TableRules, catalog: Catalog, upsert: Table) -> lis
     return found
 
 
-def rename_companions(old: TableRules, new: TableRules, catalog: Catalog) -> list[str]:
+#: The rename a companion took its name by (its set-aside suffix): a replay of it finds it made.
+RENAMED_BY = "binlake.renamed-by"
+
+
+def rename_companions(old: TableRules, new: TableRules, catalog: Catalog, aside: str) -> list[str]:
     """A renamed table's changelog and history go with its sink table: they hold its past, which
     the new name's must replay (a new, empty one would not). Each kind the old name keeps and the
-    new one keeps too is renamed, after the sink table; a no-op once made. Returns what moved.
-
-    Raises:
-        BinlakeError: the new name's companion already holds rows (of another table).
-    """
+    new one keeps too is renamed, after the sink table. One the new name holds with rows that are
+    not the renamed table's past (a dropped table's) goes aside first, to its name + ``aside``;
+    an empty one is replaced. Once: the name taken records ``aside`` (``mark_renamed``). Returns
+    what moved."""
     moved = []
     pairs = ((old.changelog_name, new.changelog_name), (old.history_name, new.history_name))
     for before, after in pairs:
-        if before is None or after is None or before == after or not catalog.table_exists(before):
+        if after is None or before == after or _renamed_by(catalog, after) == aside:
             continue
-        if catalog.table_exists(after):
+        renaming = before is not None and catalog.table_exists(before)
+        if (renaming or before is None) and catalog.table_exists(after):
             if holds_rows(catalog.load_table(after)):
-                raise BinlakeError(
-                    f"Cannot rename {before} to {after} after its table's rename: {after} exists and "
-                    f"holds rows, which are not {new.sink_name}'s past. Fix: drop or rename {after} "
-                    "(it is not the new table's), then run the stream again."
-                )
-            catalog.drop_table(after)  # made empty for the new name before the rename came
-        catalog.create_namespace_if_not_exists(after.rsplit(".", 1)[0])
-        catalog.rename_table(before, after)
-        moved.append(f"{before} → {after}")
+                catalog.rename_table(after, after + aside)
+                moved.append(f"{after} → {after + aside}")
+            else:
+                catalog.drop_table(after)  # made empty for the new name before the rename came
+        if renaming:
+            assert before is not None
+            catalog.create_namespace_if_not_exists(after.rsplit(".", 1)[0])
+            catalog.rename_table(before, after)
+            moved.append(f"{before} → {after}")
     return moved
+
+
+def mark_renamed(catalog: Catalog, identifier: str, aside: str) -> None:
+    """Record that ``identifier`` took its name by the rename of set-aside suffix ``aside``."""
+    with catalog.load_table(identifier).transaction() as tx:
+        tx.set_properties({RENAMED_BY: aside})
+
+
+def _renamed_by(catalog: Catalog, identifier: str) -> str | None:
+    if not catalog.table_exists(identifier):
+        return None
+    return catalog.load_table(identifier).properties.get(RENAMED_BY)
