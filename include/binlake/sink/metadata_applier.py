@@ -415,7 +415,7 @@ def _in_place(table: Table, change: AlterColumnType) -> bool:
 
 
 def _sort_without(table: Table, field_id: int) -> None:
-    """``table`` sorted as it is but by the column ``field_id`` (a drop of it comes next)."""
+    """``table`` sorted as it is, less the column ``field_id`` (a drop of it comes next)."""
     schema = table.schema()
     with table.update_sort_order() as order:
         for f in table.sort_order().fields:

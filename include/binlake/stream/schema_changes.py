@@ -259,10 +259,9 @@ def _set_aside(applier: IcebergMetadataApplier, change: RenameTable, request: Sc
     catalog = applier.catalog
     old, new = applier.identifier(change.table), applier.identifier(change.new_table)
     if catalog.table_exists(old) and catalog.table_exists(new):
-        catalog.rename_table(new, new + aside_suffix(request))
-        log.warning(
-            "%s: the sink table kept there goes aside to %s", change.new_table, new + aside_suffix(request)
-        )
+        aside = new + aside_suffix(request)
+        catalog.rename_table(new, aside)
+        log.warning("%s: the sink table kept there goes aside to %s", change.new_table, aside)
 
 
 def aside_suffix(request: SchemaChangeRequest) -> str:
