@@ -15,6 +15,7 @@ from binlake.events import CreateTable, TableId
 from binlake.planner import discover_tables
 from binlake.source.chunks.splitter import ChunkKeyError, ChunkRange, ChunkSplitter, choose_key_column
 from binlake.source.server.connection import connect
+from binlake.source.server.discovery import TableSelector
 from binlake.state.backfills import BackfillLedger, BackfillUnit
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import StateStore, StoredPlan
@@ -127,11 +128,13 @@ def checked_plans(
     name = config.pipeline.name
     plans = store.plans(name).load()
     unfinished = bool(plans) and store.offsets(name).load(SWITCH) is None
+    # An online schema-change tool's shadow table is its table's, checked once the tool is done.
+    selector = TableSelector(config.source.tables, config.source.tables_exclude)
+    shadows = {t for t in schemas if selector.shadow_of(t) is not None}
+    planned = {p.table for p in plans} | shadows
     # A pipeline that streams without a snapshot (`startup_mode` other than `initial`) keeps the
     # tables its stream began with or met.
-    plans = (
-        [*plans, *streamed_since(store, name, schemas, {p.table for p in plans})] if not unfinished else []
-    )
+    plans = [*plans, *streamed_since(store, name, schemas, planned)] if not unfinished else []
     if not plans:
         raise BackfillError(
             f"Pipeline `{name}` has no finished snapshot: {action} works on tables the stream keeps. "
