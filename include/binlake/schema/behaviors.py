@@ -119,22 +119,20 @@ def _key_change(change: AlterPrimaryKey, behavior: str, routed: bool) -> list[Sc
 def _lenient(
     change: SchemaChange, safe_widening: bool, source_after: CreateTable | None
 ) -> list[SchemaChange]:
-    # A column rows no longer fill stays, loosened: one the source had NOT NULL would refuse the nulls.
+    # A column rows no longer fill stays, loosened (``loosened``): a NOT NULL one would refuse the nulls.
     if isinstance(change, DropColumn):
-        return [LoosenColumn(change.table, change.name)]
+        return loosened(change)
     if isinstance(change, TruncateTable | DropTable | PartitionRowsChanged):
         return []
     if isinstance(change, RenameColumn):
         column = _column(source_after, change.new_name)
-        kept = LoosenColumn(change.table, change.old_name)
-        return (
-            [AddColumn(change.table, replace(column, nullable=True)), kept] if column is not None else [kept]
-        )
+        added = [AddColumn(change.table, replace(column, nullable=True))] if column is not None else []
+        return [*added, *loosened(change)]
     if isinstance(change, AlterColumnType):
         if safe_widening:
             return [change]
         column = replace(change.column, name=shadow_name(change.column), nullable=True)
-        return [AddColumn(change.table, column), LoosenColumn(change.table, change.column.name)]
+        return [AddColumn(change.table, column), *loosened(change)]
     assert isinstance(change, AddColumn | CreateTable | RenameTable)
     return [change]  # an added column: the sink adds every column as optional anyway
 

@@ -11,7 +11,6 @@ from binlake.offsets import BinlogOffset
 from binlake.state.backfills import BackfillLedger
 from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
 from binlake.state.repair_ledger import RepairLedger
-from binlake.state.schema_history import SchemaVersion
 from binlake.state.store import StateStore
 
 
@@ -35,7 +34,7 @@ def move_to(store: StateStore, pipeline: str, new: BinlogOffset, why: str) -> No
     table's current schema (rows after it were written with those), backfills staged in old
     positions go stale, and a new Spark checkpoint lineage begins (the old one holds old positions)."""
     history = store.schema_history(pipeline)
-    current = _current_schemas(history.versions())
+    current = list(history.current().values())
     history.delete()
     for version in current:
         history.record(version.table, new, version.schema, f"re-anchored after: {why}")
@@ -46,11 +45,3 @@ def move_to(store: StateStore, pipeline: str, new: BinlogOffset, why: str) -> No
     offsets = store.offsets(pipeline)
     for name in (ANCHOR, ORIGIN, STREAM):
         offsets.save(name, new)
-
-
-def _current_schemas(versions: list[SchemaVersion]) -> list[SchemaVersion]:
-    latest: dict[object, SchemaVersion] = {}
-    for version in versions:
-        if version.table not in latest or version.offset >= latest[version.table].offset:
-            latest[version.table] = version
-    return [v for v in latest.values() if v.schema is not None]

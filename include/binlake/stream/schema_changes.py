@@ -254,17 +254,17 @@ def _companions_follow(
 
 def _set_aside(applier: IcebergMetadataApplier, change: RenameTable, request: SchemaChangeRequest) -> None:
     """A table renamed onto a name whose sink table is still there (``lenient`` kept it from the
-    source's DROP): that one goes aside, to its name + ``aside_suffix`` (nothing is lost), and the
+    source's DROP): that one goes aside, to its name + ``_aside_suffix`` (nothing is lost), and the
     renamed table takes the name, as on the source."""
     catalog = applier.catalog
     old, new = applier.identifier(change.table), applier.identifier(change.new_table)
     if catalog.table_exists(old) and catalog.table_exists(new):
-        aside = new + aside_suffix(request)
+        aside = new + _aside_suffix(request)
         catalog.rename_table(new, aside)
         log.warning("%s: the sink table kept there goes aside to %s", change.new_table, aside)
 
 
-def aside_suffix(request: SchemaChangeRequest) -> str:
+def _aside_suffix(request: SchemaChangeRequest) -> str:
     """What a sink table a rename replaces is renamed with (where the statement was)."""
     return f"__before_{request.offset.file.rsplit('.', 1)[-1]}_{request.offset.pos}"
 
@@ -359,7 +359,7 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
                 _rename_in_companions(config, applier, step)
             if isinstance(step, RenameTable):
                 crash_point("schema-before-companion-rename")
-                _companions_follow(config, applier, step, aside_suffix(request))
+                _companions_follow(config, applier, step, _aside_suffix(request))
     except UnsupportedSchemaChangeError as e:
         status: SchemaChangeStatus = "ignored" if request.behavior in ("try_evolve", "lenient") else "failed"
         if status == "ignored":  # the stream goes on with the sink's schema: nulls where rows no longer fit
