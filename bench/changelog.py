@@ -37,6 +37,7 @@ from binlake.sink.history.changelog import changelog_rows, ensure_changelog
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2 import ensure_history
 from binlake.sink.history.scd2_writer import HistoryWriter
+from binlake.sink.history.state_table import StateTable
 from binlake.sink.layout import TableLayout
 from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.pyiceberg_internals import cache_immutable_files
@@ -103,12 +104,12 @@ def _companion(side: str, catalog: Any, upsert: Any, index: Path) -> ChangelogWr
     a history written as the stream writes it (its key index, compaction)."""
     name = f"bench.orders_{side}"
     if side == "changelog":
-        ensure_changelog(catalog, name, upsert)
+        ensure_changelog(catalog, name, upsert.schema())
         writer = ChangelogWriter(catalog, name)
     else:
-        ensure_history(catalog, name, upsert, ["id"])
+        ensure_history(catalog, name, upsert.schema(), ["id"])
         writer = HistoryWriter(catalog, name, ["id"], key_index_dir=index, compaction=CompactionPolicy())
-    writer.start_from(upsert, BinlogOffset("binlog.000001", 4), [])
+    writer.start_from(StateTable.upsert(upsert), BinlogOffset("binlog.000001", 4), [])
     return writer
 
 

@@ -191,16 +191,18 @@ def assert_sink_equals_source(config: PipelineConfig) -> None:
 
 
 def assert_readers_agree(config: PipelineConfig) -> None:
-    """Every captured table's sink table reads the same rows through DuckDB's own iceberg extension
-    as through pyiceberg (the reader ``compare`` used)."""
+    """Every captured table's state table (its upsert table, or the history or changelog it keeps
+    without one) reads the same rows through DuckDB's own iceberg extension as through pyiceberg
+    (the reader ``compare`` used)."""
     from binlake.planner import discover_tables
-    from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.schema.table_rules import table_rules
+    from binlake.sink.catalog import open_catalog
     from binlake.testing import duckdb_iceberg
     from binlake.testing.compare import bag
 
     catalog = open_catalog(config)
     con = duckdb_iceberg.connect()
-    names = sorted({sink_name(config, schema.table) for schema in discover_tables(config)})
+    names = sorted({table_rules(config, schema.table).state_name for schema in discover_tables(config)})
     for name in names:
         table = catalog.load_table(name)
         duck = bag(duckdb_iceberg.read(table, con).to_pylist())

@@ -300,9 +300,10 @@ class SinkConfig(Model):
     """Per-table partitioning, sort order and properties (``partition_by: [day(created_at)]``…),
     by ``source_table`` regex: the first rule that matches a table applies."""
     modes: list[ModeRule] = Field(default_factory=list)
-    """What the sink keeps of each table's changes: its current state (``upsert``) and, beside it,
-    every change as a row (``changelog``), by ``source_table`` regex: the first rule that matches a
-    table applies; a table no rule matches: ``upsert``."""
+    """What the sink keeps of each table's changes — its current state (``upsert``), every change
+    as a row (``changelog``), every version of each key (``history``), one or more — by
+    ``source_table`` regex: the first rule that matches a table applies; a table no rule matches:
+    ``upsert``."""
 
     @field_validator("table_properties")
     @classmethod

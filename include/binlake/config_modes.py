@@ -1,8 +1,12 @@
 """What the sink keeps of a table's changes, per table: ``sink.modes`` rules.
 
 - ``upsert``: the table's current state (every commit replaces the changed keys' rows).
-- ``changelog``: beside it, an append-only table with one row per change (``sink/history/changelog.py``).
-- ``history``: beside it, one row per version of each key, SCD type 2 (``sink/history/scd2.py``).
+- ``changelog``: an append-only table with one row per change (``sink/history/changelog.py``).
+- ``history``: one row per version of each key, SCD type 2 (``sink/history/scd2.py``).
+
+Any of them alone or together. The table that holds the source table's current rows — the upsert
+table, else the history's current versions, else the state the changelog replays to — is its
+*state table* (``sink/history/state_table.py``): the snapshot, backfills and ``verify`` work on it.
 
 ``soft_delete`` keeps the rows the source deletes in the upsert table, marked
 (``sink/history/soft_delete.py``).
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from binlake.config_base import Model, compile_regex
 
@@ -32,13 +36,13 @@ class ModeRule(Model):
     source_table: str = Field(min_length=1)
     """Regex over ``database.table`` (full match)."""
     mode: list[Mode] = Field(default_factory=_upsert)
-    """``upsert`` (the current state) and, beside it, ``changelog``: every change as a row of
-    ``<sink table><changelog_suffix>``, appended exactly once in the same batch
-    (``sink/history/changelog.py``),
-    and/or ``history``: one row per version of each key (SCD type 2) in
+    """Any of: ``upsert``, the current state, in the sink table; ``changelog``, every change as a
+    row of ``<sink table><changelog_suffix>``, appended exactly once in the same batch
+    (``sink/history/changelog.py``); ``history``, one row per version of each key (SCD type 2) in
     ``<sink table><history_suffix>``, its versions closed and opened in the same batch
-    (``sink/history/scd2.py``; tables with a primary key).
-    The upsert table stays: the snapshot, backfills and ``verify`` work on it."""
+    (``sink/history/scd2.py``; tables with a primary key). Without ``upsert`` no table of the
+    sink table's own name is kept: the history (else the changelog) holds the current rows the
+    snapshot, backfills and ``verify`` work on."""
     changelog_updates: Literal["both", "after"] = "both"
     """An update in the changelog: its before image (``-U``) and after image (``+U``), as Flink CDC
     writes them, or the after image alone."""
@@ -68,12 +72,23 @@ class ModeRule(Model):
     def _check_mode(cls, value: list[Mode]) -> list[Mode]:
         if len(set(value)) != len(value):
             raise ValueError("a mode is listed twice")
-        if "upsert" not in value:
-            raise ValueError(
-                "must include `upsert`: the snapshot, backfills and verify work on the upsert table "
-                "(write `mode: [upsert, changelog]`)"
-            )
+        if not value:
+            raise ValueError("names no mode: list `upsert`, `changelog` or `history` (one or more)")
         return value
+
+    @model_validator(mode="after")
+    def _soft_deletes_need_the_upsert_table(self) -> ModeRule:
+        if self.soft_delete and not self.upsert:
+            raise ValueError(
+                "`soft_delete` keeps deleted rows, marked, in the upsert table, and the rule keeps "
+                f"none (`mode: {self.mode}`). Fix: add `upsert` to `mode`, or leave `soft_delete` off "
+                "(a changelog's `-D` rows and a history's closed versions keep what was deleted)"
+            )
+        return self
+
+    @property
+    def upsert(self) -> bool:
+        return "upsert" in self.mode
 
     @property
     def changelog(self) -> bool:

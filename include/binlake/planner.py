@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
 
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
@@ -20,11 +21,12 @@ from binlake.events import CreateTable, SchemaChange, TableId
 from binlake.schema.routes import merged_creation
 from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.transforms import transform_of
-from binlake.schema.type_mapping import identifier_columns
+from binlake.schema.type_mapping import iceberg_schema, identifier_columns
 from binlake.sink.catalog import open_catalog, sink_identifier
-from binlake.sink.history.companions import ensure_companions
+from binlake.sink.history.companions import ensure_companions, ensure_state_table
+from binlake.sink.history.state_table import state_table
 from binlake.sink.layout import evolve, layout_of, layouts
-from binlake.sink.metadata_applier import IcebergMetadataApplier
+from binlake.sink.metadata_applier import DEFAULT_PROPERTIES, IcebergMetadataApplier
 from binlake.source.chunks.splitter import ChunkSplitter, SplitPlan
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import connect
@@ -54,8 +56,10 @@ def discover_tables(config: PipelineConfig, only: list[TableId] | None = None) -
 def create_sink_tables(
     config: PipelineConfig, schemas: list[CreateTable], catalog: Catalog | None = None
 ) -> None:
-    """Create the Iceberg table of each captured table that has none (an existing one is kept;
-    ``catalog``: the caller's, else the pipeline's opened here)."""
+    """Create the Iceberg tables of each captured table that has none (an existing one is kept;
+    ``catalog``: the caller's, else the pipeline's opened here): its state table (the upsert
+    table, else its history or changelog: ``sink/history/state_table.py``), then the tables its
+    ``sink.modes`` rule keeps beside it."""
     applier = IcebergMetadataApplier(
         catalog or open_catalog(config),
         lambda table: sink_identifier(config, table),
@@ -69,9 +73,24 @@ def create_sink_tables(
                 "a row (or a version) cannot be told from an equal one. Fix: leave `soft_delete` and "
                 "`history` off for it in its `sink.modes` rule (or give the table a primary key)."
             )
-        for change in sink_creation(rules, schema):
-            applier.apply(change)
-        ensure_companions(rules, applier.catalog, applier.catalog.load_table(rules.sink_name))
+        changes = sink_creation(rules, schema)
+        if rules.upsert:
+            for change in changes:
+                applier.apply(change)
+        else:
+            properties = {**DEFAULT_PROPERTIES, **applier.layout(schema.table).properties}
+            ensure_state_table(rules, applier.catalog, creation_schema(changes), properties)
+        state = state_table(rules, applier.catalog)
+        assert state is not None
+        ensure_companions(rules, applier.catalog, state)
+
+
+def creation_schema(changes: list[SchemaChange]) -> Schema:
+    """The Iceberg schema the changes that create a sink table (``sink_creation``) give it: those
+    of a routed source add its columns to the shared table, which its state table follows."""
+    create = changes[0]
+    assert isinstance(create, CreateTable)
+    return iceberg_schema(create)
 
 
 def align_layouts(config: PipelineConfig, catalog: Catalog, schemas: list[CreateTable]) -> None:

@@ -75,13 +75,19 @@ def test_after_images_alone() -> None:
     assert [r[0] for r in _rows(updates="after")] == ["+I", "+U", "-D", "+I", "-D"]
 
 
-def test_a_mode_rule_keeps_the_upsert_table() -> None:
+def test_a_mode_rule_keeps_any_of_the_tables() -> None:
     assert ModeRule(source_table="a\\.b", mode="upsert").mode == ["upsert"]
     assert ModeRule(source_table="a\\.b", mode=["upsert", "changelog"]).changelog
-    with pytest.raises(ValidationError, match="must include `upsert`"):
-        ModeRule(source_table="a\\.b", mode="changelog")
+    alone = ModeRule(source_table="a\\.b", mode="changelog")  # the changelog holds the state
+    assert alone.changelog
+    assert not alone.upsert
+    assert not ModeRule(source_table="a\\.b", mode=["history"]).upsert
     with pytest.raises(ValidationError, match="listed twice"):
         ModeRule(source_table="a\\.b", mode=["upsert", "upsert"])
+    with pytest.raises(ValidationError, match="names no mode"):
+        ModeRule(source_table="a\\.b", mode=[])
+    with pytest.raises(ValidationError, match="keeps deleted rows, marked, in the upsert table"):
+        ModeRule(source_table="a\\.b", mode=["changelog"], soft_delete=True)
 
 
 def test_the_tables_a_rule_keeps_beside_the_upsert_table(tmp_path: Path) -> None:
@@ -106,6 +112,7 @@ def test_a_changelog_starts_from_and_clears_an_upsert_table_whose_file_lost_ever
     from binlake.offsets import BinlogOffset
     from binlake.sink.history.changelog import ensure_changelog
     from binlake.sink.history.changelog_writer import ChangelogWriter
+    from binlake.sink.history.state_table import StateTable
     from binlake.sink.writer import IcebergWriter
     from tests.sink.helpers import create, make_catalog, rows
 
@@ -115,14 +122,12 @@ def test_a_changelog_starts_from_and_clears_an_upsert_table_whose_file_lost_ever
     upsert.table.append(rows([1, 2], "v"))
     upsert.table.append(rows([3], "v"))
     upsert.merge_batch(1, rows([2], "u"), pa.table({"id": pa.array([3], pa.int64())}))
-    ensure_changelog(catalog, "db.t_changelog", upsert.table)
+    ensure_changelog(catalog, "db.t_changelog", upsert.table.schema())
     changelog = ChangelogWriter(catalog, "db.t_changelog")
     at = BinlogOffset("binlog.000001", 400)
-    assert changelog.start_from(upsert.table, at, []) == 2
-    assert (
-        changelog.remove_all(upsert.table, BinlogOffset("binlog.000001", 500), "truncate#1", 1_700_000_000)
-        == 2
-    )
+    state = StateTable.upsert(upsert.table)
+    assert changelog.start_from(state, at, []) == 2
+    assert changelog.remove_all(state, BinlogOffset("binlog.000001", 500), "truncate#1", 1_700_000_000) == 2
     found = sorted((r["__op__"], r["id"], r["v"]) for r in changelog.table.scan().to_arrow().to_pylist())
     assert found == [("+I", 1, "v1"), ("+I", 2, "u2"), ("-D", 1, "v1"), ("-D", 2, "u2")]
 
@@ -159,17 +164,17 @@ def test_a_changelog_follows_renames_promotions_and_a_column_added_again_with_an
 
     catalog = make_catalog(tmp_path)
     upsert = catalog.load_table(create(catalog))
-    changelog = ensure_changelog(catalog, "db.t_changelog", upsert)
+    changelog = ensure_changelog(catalog, "db.t_changelog", upsert.schema())
     assert changelog.schema().find_field("v").field_type == upsert.schema().find_field("v").field_type
     with upsert.update_schema() as update:
         update.delete_column("v")
     with upsert.update_schema() as update:
         update.add_column("v", LongType())
-    changelog = ensure_changelog(catalog, "db.t_changelog", upsert)
+    changelog = ensure_changelog(catalog, "db.t_changelog", upsert.schema())
     names = changelog.schema().column_names
     assert changelog.schema().find_field("v").field_type == LongType()
     assert "v__string" in names
-    again = ensure_changelog(catalog, "db.t_changelog", upsert)  # nothing more to do
+    again = ensure_changelog(catalog, "db.t_changelog", upsert.schema())  # nothing more to do
     assert again.schema().column_names == names
 
 
@@ -180,6 +185,7 @@ def test_a_renamed_tables_changelog_and_history_take_its_new_name(tmp_path: Path
     from binlake.events import TableId
     from binlake.schema.table_rules import table_rules
     from binlake.sink.history.companions import ensure_companions, mark_renamed, rename_companions
+    from binlake.sink.history.state_table import StateTable
     from tests.sink.helpers import create, make_catalog
 
     raw = {
@@ -190,7 +196,7 @@ def test_a_renamed_tables_changelog_and_history_take_its_new_name(tmp_path: Path
     config = PipelineConfig.model_validate(raw)
     old, new = table_rules(config, TableId("db", "t")), table_rules(config, TableId("db", "t2"))
     catalog = make_catalog(tmp_path)
-    upsert = catalog.load_table(create(catalog))
+    upsert = StateTable.upsert(catalog.load_table(create(catalog)))
     ensure_companions(old, catalog, upsert)
     _with_row(catalog, "db.t_changelog")
     ensure_companions(new, catalog, upsert)  # made empty for the new name before the rename came

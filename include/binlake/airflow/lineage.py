@@ -55,7 +55,8 @@ def pipeline_lineage(config: PipelineConfig, catalog_name: str, written: Mapping
     wrote, None when not counted), read from the state store and the catalog."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.schema.table_rules import table_rules
+    from binlake.sink.catalog import open_catalog
     from binlake.state.store import StateStore
 
     with StateStore(config.pipeline.resolved_state_uri) as store:
@@ -64,18 +65,20 @@ def pipeline_lineage(config: PipelineConfig, catalog_name: str, written: Mapping
     catalog = open_catalog(config)
     counted = any(r is not None for r in written.values())
     inputs, outputs, seen = [], [], set()
+    states = {t: table_rules(config, t).state_name for t in written}
     for table in written:
         inputs.append(source_dataset(config, table, sources[table]))
-        identifier = sink_name(config, table)
-        if identifier in seen or not catalog.table_exists(identifier):
-            continue
-        seen.add(identifier)
-        sink = catalog.load_table(identifier)
-        columns = [(f.name, str(f.field_type)) for f in sink.schema().fields]
-        total = sum(r or 0 for t, r in written.items() if sink_name(config, t) == identifier)
-        outputs.append(
-            sink_dataset(catalog_name, identifier, sink.location(), columns, total if counted else None)
-        )
+        # Every sink table it keeps; the rows written are counted for its state table (the
+        # changelog's and history's rows are changes and versions, not rows of the source).
+        for identifier in table_rules(config, table).kept_names:
+            if identifier in seen or not catalog.table_exists(identifier):
+                continue
+            seen.add(identifier)
+            sink = catalog.load_table(identifier)
+            columns = [(f.name, str(f.field_type)) for f in sink.schema().fields]
+            total = sum(r or 0 for t, r in written.items() if states[t] == identifier)
+            rows = total if counted and identifier in states.values() else None
+            outputs.append(sink_dataset(catalog_name, identifier, sink.location(), columns, rows))
     return OperatorLineage(inputs=inputs, outputs=outputs)
 
 

@@ -114,7 +114,7 @@ def apply_schema_changes(path: str | Path) -> list[str]:
         TaskFailedError: a change failed under the pipeline's behaviour (the stream stops on it too).
     """
     from binlake.events import RenameTable, describe_change
-    from binlake.sink.catalog import sink_name
+    from binlake.schema.table_rules import table_rules
     from binlake.state.store import StateStore
     from binlake.stream.schema_changes import apply_request
 
@@ -131,7 +131,7 @@ def apply_schema_changes(path: str | Path) -> list[str]:
                 raise TaskFailedError(f"Schema change {what} failed: {reason}")
             change = request.change
             target = change.new_table if isinstance(change, RenameTable) else change.table
-            touched.append(sink_name(config, target))
+            touched += table_rules(config, target).kept_names
     return sorted(set(touched))
 
 
@@ -143,7 +143,7 @@ def plan_backfill(path: str | Path, backfill_id: str, params: dict[str, Any]) ->
     """
     from binlake.backfill.plan import KeyRange
     from binlake.backfill.plan import plan_backfill as plan
-    from binlake.sink.catalog import sink_name
+    from binlake.sink.history.companions import sink_tables
 
     config = load_pipeline(path)
     tables = [t for t in params.get("tables") or [] if t]
@@ -157,7 +157,7 @@ def plan_backfill(path: str | Path, backfill_id: str, params: dict[str, Any]) ->
         "units": len(units),
         "chunks": sum(len(u.chunks) for u in units),
         "tables": source,
-        "sink_tables": sorted({sink_name(config, u.table) for u in units}),
+        "sink_tables": sorted(sink_tables(config, {u.table for u in units})),
     }
 
 

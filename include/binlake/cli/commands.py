@@ -68,9 +68,10 @@ def validate_command(args: argparse.Namespace) -> int:
 
 
 def plan_command(args: argparse.Namespace) -> int:
+    from binlake.events import TableId
     from binlake.planner import plan
     from binlake.schema.table_rules import table_rules
-    from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.sink.catalog import open_catalog
     from binlake.sink.layout import describe
 
     config = _load(args.config)
@@ -78,12 +79,14 @@ def plan_command(args: argparse.Namespace) -> int:
         config, replan=args.replan, progress=lambda t, n: log.info("splitting %s: %d chunks so far", t, n)
     )
     catalog = open_catalog(config)
-    layouts = {p.table: describe(catalog.load_table(sink_name(config, p.table))) for p in plans}
+    rules = {p.table: table_rules(config, p.table) for p in plans}
+    layouts = {p.table: describe(catalog.load_table(rules[p.table].state_name)) for p in plans}
     rows: list[dict[str, Any]] = [
         {
             **layouts[p.table],
             "table": p.table.name,
-            "keeps": table_rules(config, p.table).companion_names,
+            "sink_table": rules[p.table].state_name,
+            "keeps": rules[p.table].beside_state,
             "key_column": p.key_column,
             "strategy": p.strategy,
             "reason": p.reason,
@@ -110,7 +113,10 @@ def plan_command(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['table']} — why: {r['reason']}")
         partitioned = ", ".join(r["partition_by"]) or "not partitioned"
-        print(f"{r['table']} — sink layout: {partitioned}; sorted by {', '.join(r['sort_by']) or 'nothing'}")
+        order = ", ".join(r["sort_by"]) or "nothing"
+        print(f"{r['table']} — sink layout: {partitioned}; sorted by {order}")
+        if not rules[TableId.parse(r["table"])].upsert:
+            print(f"{r['table']} — kept in {r['sink_table']}, without an upsert table (sink.modes)")
         if r["keeps"]:
             print(f"{r['table']} — also kept in {', '.join(r['keeps'])} (sink.modes)")
     total = sum(r["chunks"] for r in rows)
@@ -122,7 +128,7 @@ def plan_command(args: argparse.Namespace) -> int:
 def snapshot_command(args: argparse.Namespace) -> int:
     from binlake.events import TableId
     from binlake.planner import plan
-    from binlake.sink.catalog import sink_name
+    from binlake.schema.table_rules import table_rules
     from binlake.snapshot.progress import print_progress
     from binlake.spark.runtime.session import spark_session
     from binlake.spark.snapshot_job import run_snapshot
@@ -143,7 +149,7 @@ def snapshot_command(args: argparse.Namespace) -> int:
         )
         if report.switch_offset:
             print(f"complete: the stream starts at {report.switch_offset}")
-        print_where(config, sorted({sink_name(config, TableId.parse(t)) for t in report.tables}))
+        print_where(config, sorted({table_rules(config, TableId.parse(t)).state_name for t in report.tables}))
     print(json.dumps(summary))  # the last line: what an Airflow task pushes to XCom
     return EXIT_OK
 
@@ -355,12 +361,11 @@ def _maintain_tables(
     config: PipelineConfig, store: StateStore, args: argparse.Namespace, holder: Holder
 ) -> int:
     from binlake.schema.table_rules import table_rules
-    from binlake.sink.catalog import open_catalog, sink_name
+    from binlake.sink.catalog import open_catalog
     from binlake.sink.maintenance import MaintenanceOptions, maintain
 
     stored = store.plans(config.pipeline.name).load()
-    plans = {sink_name(config, p.table): p for p in stored}
-    plans |= {name: p for p in stored for name in table_rules(config, p.table).companion_names}
+    plans = {name: p for p in stored for name in table_rules(config, p.table).kept_names}
     if not plans:
         raise BinlakeError(
             f"Nothing to maintain: pipeline `{config.pipeline.name}` has no planned tables yet. "

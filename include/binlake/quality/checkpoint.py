@@ -1,7 +1,9 @@
 """A data-quality run: each sink table validated by great-expectations, Data Docs, kept results.
 
-A run reads each sink table at its current Iceberg snapshot (only the columns its expectations
-need), validates it against its suite (``expectations``; row count from ``reconcile``), writes
+A run reads each source table's state table (``sink/history/state_table.py``: the upsert table, or
+a history's current versions, or the state a changelog replays to) at its current Iceberg
+snapshot (only the columns its expectations need), validates it against its suite
+(``expectations``; row count from ``reconcile``), writes
 Data Docs HTML to ``<work_dir>/reports/<run>/`` and keeps every table's result in the state
 store. great-expectations is imported here only, lazily: it takes seconds to import and Airflow
 parses DAG files that must not pay that.
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
@@ -27,10 +31,11 @@ from binlake.quality.data_docs import DataDocs, safe_name
 from binlake.quality.expectations import Expectation, configured, key_expectations, needed_columns
 from binlake.quality.reconcile import RowCount, expected_rows
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
-from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import open_catalog, sink_name
+from binlake.schema.table_rules import TableRules, table_rules
+from binlake.sink.catalog import open_catalog
+from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.soft_delete import DELETED, live
-from binlake.sink.writer import IcebergWriter
+from binlake.sink.history.state_table import StateTable, state_table
 from binlake.state.offset_names import STREAM, SWITCH
 from binlake.state.store import QualityResult, StateStore
 
@@ -100,11 +105,13 @@ def run_quality(
                 result = _missing(run, identifier)
             else:
                 stream_at = store.offsets(name).load(STREAM)  # before the table: see `sink_offset`
-                writer = IcebergWriter(catalog, identifier)
-                offset = sink_offset(stream_at, writer.stream_offset(), store.offsets(name).load(SWITCH))
+                rules = table_rules(config, sources[0].table)
+                state = state_table(rules, catalog)
+                assert state is not None
+                offset = sink_offset(stream_at, state.stream_offset(), store.offsets(name).load(SWITCH))
                 counts = [expected_rows(config, store, s, offset, plans) for s in sources]
-                expectations = _expectations(config, identifier, writer, counts)
-                result = docs.validate(identifier, _frame(writer, expectations), expectations)
+                expectations = _expectations(config, rules, state, counts)
+                result = docs.validate(identifier, _frame(state, expectations), expectations)
                 result.results.extend(_skipped(counts))
             report.results.append(result)
             if progress:
@@ -117,10 +124,11 @@ def run_quality(
 
 
 def _sink_tables(config: PipelineConfig, wanted: Sequence[str] | None) -> dict[str, list[CreateTable]]:
-    """Sink table → the source tables it holds (several for a routed table)."""
+    """State table (``sink/history/state_table.py``) → the source tables it holds (several for a
+    routed table)."""
     groups: dict[str, list[CreateTable]] = defaultdict(list)
     for schema in discover_tables(config):
-        groups[sink_name(config, schema.table)].append(schema)
+        groups[table_rules(config, schema.table).state_name].append(schema)
     if not wanted:
         return dict(groups)
     chosen = {
@@ -154,9 +162,10 @@ def sink_offset(
 
 
 def _expectations(
-    config: PipelineConfig, identifier: str, writer: IcebergWriter, counts: list[RowCount]
+    config: PipelineConfig, rules: TableRules, state: StateTable, counts: list[RowCount]
 ) -> list[Expectation]:
-    found = key_expectations(identifier_columns(writer.table.schema()))
+    identifier = rules.state_name
+    found = key_expectations(state.keys())
     if counts and all(c.checked for c in counts):
         found.insert(
             0,
@@ -169,7 +178,9 @@ def _expectations(
                 {"binlake": "the source's row count at the sink's offset", "notes": [c.note for c in counts]},
             ),
         )
-    return found + configured(identifier, config.quality.tables.get(identifier, []))
+    # Kept without an upsert table: the rules written for the sink table's own name apply too.
+    tables = config.quality.tables
+    return found + configured(identifier, tables.get(identifier) or tables.get(rules.sink_name, []))
 
 
 def _skipped(counts: list[RowCount]) -> list[dict[str, Any]]:
@@ -192,16 +203,24 @@ def _missing(run: str, identifier: str) -> QualityResult:
     return QualityResult(run, identifier, False, [check], None, dt.datetime.now(dt.UTC))
 
 
-def _frame(writer: IcebergWriter, expectations: list[Expectation]) -> Any:
-    """The sink table at its current snapshot, only the columns the suite reads, as pandas."""
-    names = [f.name for f in writer.table.schema().fields]
+def _frame(state: StateTable, expectations: list[Expectation]) -> Any:
+    """The state table's current rows (``sink/history/state_table.py``), only the columns the suite
+    reads, as pandas."""
+    table = state.table
+    names = [f.name for f in state.sink_arrow() if f.name not in SOFT_DELETE.names]
     columns = needed_columns(expectations, names) or names[:1]
     if SOURCE_TABLE_COLUMN in names and SOURCE_TABLE_COLUMN not in columns:
         columns = [SOURCE_TABLE_COLUMN, *columns]
-    if DELETED in names and DELETED not in columns:  # soft deletes: the checks are of the live rows
-        rows = live(writer.table.scan(selected_fields=(*columns, DELETED)).to_arrow())
+    if state.kind != "upsert":  # a history's current versions, a changelog's replayed state
+        wanted = pa.schema([state.sink_arrow().field(c) for c in columns])
+        parts = list(state.rows(wanted))
+        return (
+            pa.concat_tables(parts, promote_options="permissive") if parts else wanted.empty_table()
+        ).to_pandas()
+    if DELETED in table.schema().column_names:  # soft deletes: the checks are of the live rows
+        rows = live(table.scan(selected_fields=(*columns, DELETED)).to_arrow())
         return rows.drop_columns([DELETED]).to_pandas()
-    return writer.table.scan(selected_fields=tuple(columns)).to_arrow().to_pandas()
+    return table.scan(selected_fields=tuple(columns)).to_arrow().to_pandas()
 
 
 def print_quality(number: int, total: int, result: QualityResult) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 from binlake.config import PipelineConfig, TransformRule
 from binlake.config_modes import ModeRule
@@ -28,6 +28,8 @@ class _Rule(Protocol):
 
 
 Rule = TypeVar("Rule", bound=_Rule)
+#: Which of a table's sink tables holds its current rows (``sink/history/state_table.py``).
+StateKind = Literal["upsert", "history", "changelog"]
 
 
 def first_match(rules: Iterable[Rule], table: str) -> Rule | None:
@@ -58,8 +60,36 @@ class TableRules:
 
     @property
     def sink_name(self) -> str:
-        """``namespace.table`` of the sink table."""
+        """``namespace.table`` of the sink table: the upsert table's name, which its changelog's
+        and history's names extend (kept or not: see ``state_name``)."""
         return self.sink.identifier
+
+    @property
+    def upsert(self) -> bool:
+        """Whether the sink keeps the upsert table (the table's current rows under its own name)."""
+        return self.mode is None or self.mode.upsert
+
+    @property
+    def state_kind(self) -> StateKind:
+        """Which table holds the current rows: the upsert table, else the history, else the changelog."""
+        if self.upsert:
+            return "upsert"
+        return "history" if self.history_name is not None else "changelog"
+
+    @property
+    def state_name(self) -> str:
+        """``namespace.table`` of the state table: the one the snapshot, backfills, ``verify`` and
+        quality checks work on (``sink/history/state_table.py``)."""
+        found = {"upsert": self.sink_name, "history": self.history_name, "changelog": self.changelog_name}
+        name = found[self.state_kind]
+        assert name is not None
+        return name
+
+    @property
+    def kept_names(self) -> list[str]:
+        """``namespace.table`` of every sink table the table keeps: the state table first."""
+        names = [self.sink_name] if self.upsert else [self.state_name]
+        return names + [n for n in self.companion_names if n not in names]
 
     @property
     def routed(self) -> bool:
@@ -90,14 +120,21 @@ class TableRules:
 
     @property
     def companion_names(self) -> list[str]:
-        """``namespace.table`` of the changelog and history tables the table keeps."""
+        """``namespace.table`` of the changelog and history tables the table keeps (without an
+        upsert table, the state table is one of them)."""
         return [n for n in (self.changelog_name, self.history_name) if n is not None]
+
+    @property
+    def beside_state(self) -> list[str]:
+        """The changelog and history tables the table keeps besides its state table."""
+        return [n for n in self.companion_names if n != self.state_name]
 
     @property
     def whole_images(self) -> bool:
         """Whether the stream reads before images whole: a changelog shows them, soft deletes
-        keep them."""
-        return self.changelog is not None or self.soft_delete
+        keep them, a history's changes pass a transform's filter by them (a key alone would fail
+        a filter on other columns, and leave NULL in a NOT NULL column)."""
+        return self.changelog is not None or self.soft_delete or self.history_name is not None
 
 
 def table_rules(config: PipelineConfig, table: TableId) -> TableRules:

@@ -166,7 +166,7 @@ class IcebergMetadataApplier:
         wanted = iceberg_type(change.column)
         try:
             if current != wanted:
-                _check_promotion(change, current, wanted)
+                check_promotion(change, current, wanted)
         except UnsupportedSchemaChangeError:
             return False
         return True
@@ -346,7 +346,7 @@ class IcebergMetadataApplier:
         if current.field_type == wanted and not loosen and not move:
             return ApplyResult(change, "no-op", f"{name} is already {wanted}")
         if current.field_type != wanted:
-            _check_promotion(change, current.field_type, wanted)
+            check_promotion(change, current.field_type, wanted)
         with table.update_schema() as update:
             if current.field_type != wanted or loosen:
                 update.update_column(
@@ -432,7 +432,7 @@ def _identifier_names(table: Table) -> set[str]:
     return set(identifier_columns(table.schema()))
 
 
-def _check_promotion(change: SchemaChange, current: IcebergType, wanted: IcebergType) -> None:
+def check_promotion(change: SchemaChange, current: IcebergType, wanted: IcebergType) -> None:
     """Iceberg's safe promotions: int → long, float → double, decimal precision up (same scale)."""
     if isinstance(current, IntegerType) and isinstance(wanted, LongType):
         return

@@ -20,9 +20,11 @@ from binlake.events import CreateTable, TableId, table_from_dict
 from binlake.faults import crash_point
 from binlake.planner import create_sink_tables, discover_tables
 from binlake.schema.routes import routed
+from binlake.schema.table_rules import table_rules
 from binlake.schema.type_mapping import iceberg_schema
-from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.catalog import open_catalog
 from binlake.sink.exactly_once import SOURCE_SCHEMA_KEY
+from binlake.sink.history.state_table import state_table
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot import SnapshotError
 from binlake.snapshot.spans import straddling_statements, table_spans
@@ -67,12 +69,11 @@ def forget_gone(
         )
     catalog = open_catalog(config)
     for table in gone:
-        identifier = sink_name(config, table)
-        if catalog.table_exists(identifier):
-            catalog.drop_table(identifier)
+        identifiers = _drop_sink_tables(config, catalog, table)
         log.warning(
-            "%s was dropped or renamed during its snapshot: its plan and its partly read sink table %s "
-            "are removed (a table it was renamed to, if captured, is read as a new table)", table, identifier,
+            "%s was dropped or renamed during its snapshot: its plan and its partly read sink tables %s "
+            "are removed (a table it was renamed to, if captured, is read as a new table)", table,
+            ", ".join(identifiers),
         )  # fmt: skip
     store.plans(name).delete(gone)
     return gone
@@ -127,21 +128,21 @@ def changed_tables(
     changed = []
     for plan in plans:
         schema = schemas.get(plan.table)
-        identifier = sink_name(config, plan.table)
+        rules = table_rules(config, plan.table)
         if schema is None:
             continue  # gone: reported when its chunks are read
-        if not catalog.table_exists(identifier):
+        state = state_table(rules, catalog)
+        if state is None:
             changed.append(plan.table)
             continue
-        sink = catalog.load_table(identifier)
-        recorded = sink.properties.get(SOURCE_SCHEMA_KEY)
+        recorded = state.table.properties.get(SOURCE_SCHEMA_KEY)
         if recorded is not None:
             if not same_schema(table_from_dict(json.loads(recorded)), schema):
                 changed.append(plan.table)
         elif routed(config, plan.table):
             continue
-        elif _fields(sink.schema()) != _fields(iceberg_schema(schema)) or _lost_chunks(
-            IcebergWriter(catalog, identifier), plan
+        elif _fields(state.sink_schema()) != _fields(iceberg_schema(schema)) or _lost_chunks(
+            IcebergWriter(catalog, state.identifier), plan
         ):
             changed.append(plan.table)
     return changed
@@ -154,6 +155,17 @@ def _lost_chunks(sink: IcebergWriter, plan: StoredPlan) -> bool:
         return False
     committed = {c.chunk_id for c in sink.committed_chunk_commits()}
     return not finished <= committed
+
+
+def _drop_sink_tables(config: PipelineConfig, catalog: Any, table: TableId) -> list[str]:
+    """Drop the sink tables ``table`` keeps (its snapshot is unfinished: they hold nothing but the
+    rows it read, its changelog and history included); those dropped."""
+    dropped = []
+    for identifier in table_rules(config, table).kept_names:
+        if catalog.table_exists(identifier):
+            catalog.drop_table(identifier)
+            dropped.append(identifier)
+    return dropped
 
 
 def _fields(schema: Any) -> list[tuple[str, str]]:
@@ -180,11 +192,10 @@ def restart(
             "--replan` and `binlake snapshot` for every source of that sink table."
         )
     catalog = open_catalog(config)
-    identifier = sink_name(config, table)
-    # The sink table first, then the plan: killed in between, the next run finds the plan's read
-    # chunks missing from the new table (``_lost_chunks``) and starts the table over again.
-    if catalog.table_exists(identifier) and not routed(config, table):
-        catalog.drop_table(identifier)  # a new table's name may carry a stale sink table
+    # The sink tables first, then the plan: killed in between, the next run finds the plan's read
+    # chunks missing from the new state table (``_lost_chunks``) and starts the table over again.
+    if not routed(config, table):
+        _drop_sink_tables(config, catalog, table)  # a new table's name may carry stale sink tables
     create_sink_tables(config, [schema])
     crash_point("snapshot-restart")
     with contextlib.closing(connect(config.source)) as conn:

@@ -29,7 +29,8 @@ from binlake.events import CreateTable, TableId
 from binlake.job_metrics import JobMetrics
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
-from binlake.sink.catalog import open_catalog, sink_name
+from binlake.schema.table_rules import table_rules
+from binlake.sink.catalog import open_catalog
 from binlake.sink.writer import IcebergWriter
 from binlake.source.chunks.splitter import ChunkId
 from binlake.spark.chunk_jobs import TaskError, read_chunk_groups
@@ -106,8 +107,14 @@ def _read(
 ) -> None:
     catalog = open_catalog(config)
     tables = {u.table for u in todo}
-    writers = {t: IcebergWriter(catalog, sink_name(config, t)) for t in tables}
+    rules = {t: table_rules(config, t) for t in tables}
+    writers = {t: IcebergWriter(catalog, rules[t].state_name) for t in tables}
     base = task_options(config, schemas, writers)
+    # Staged rows are the sink table's, whatever its state table (the stream reads them as such):
+    # not shaped as a changelog's or history's rows, nor split by their partitions.
+    base["shapes"] = "{}"
+    kept = {t.name: p for t, p in json.loads(base["partitioning"]).items() if rules[TableId.parse(t)].upsert}
+    base["partitioning"] = json.dumps(kept)
     base["server_ids"] = config.backfill.reader_server_ids(config.source, config.pipeline.parallelism)
     base["folder"] = f"backfill/{_safe(todo[0].backfill_id)}"
     wave_size = max(1, config.pipeline.parallelism * UNITS_PER_SLOT)

@@ -20,6 +20,7 @@ import logging
 import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg.catalog import Catalog
@@ -30,10 +31,11 @@ from binlake.job_metrics import JobMetrics
 from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.schema.table_rules import table_rules
-from binlake.sink.catalog import open_catalog, sink_name
+from binlake.sink.catalog import open_catalog
 from binlake.sink.exactly_once import ChunkCommit
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.companions import companion_writers
+from binlake.sink.history.state_table import StateTable
 from binlake.sink.partition_files import Partitioning
 from binlake.sink.pyiceberg_internals import DEFAULT_TARGET_FILE_SIZE, target_file_size
 from binlake.sink.writer import IcebergWriter
@@ -155,7 +157,7 @@ def _read_pending(
     name = config.pipeline.name
     plans = planned(store, name, tables)
     catalog = open_catalog(config)
-    writers = {p.table: IcebergWriter(catalog, sink_name(config, p.table)) for p in plans}
+    writers = {p.table: IcebergWriter(catalog, table_rules(config, p.table).state_name) for p in plans}
     changelogs = changelog_writers(config, catalog, writers)
     report.chunks_recovered += reconcile(store, name, plans, writers)
     plans = planned(store, name, tables)
@@ -195,18 +197,30 @@ def _read_pending(
     return {}
 
 
+@dataclass(frozen=True)
+class Companions:
+    """A table's state table, as the snapshot writes it, and the tables it keeps beside it."""
+
+    state: StateTable
+    writers: list[ChangelogWriter]
+
+
 def changelog_writers(
     config: PipelineConfig, catalog: Catalog, writers: dict[TableId, IcebergWriter]
-) -> dict[TableId, list[ChangelogWriter]]:
-    """The changelog and history tables of the tables that keep them (created if missing), each
-    holding the snapshot chunks its upsert table holds (a crash between the commits)."""
+) -> dict[TableId, Companions]:
+    """The changelog and history tables the tables keep beside their state tables (created if
+    missing), each holding the snapshot chunks its state table holds (a crash between the commits)."""
     found = {}
     for table, writer in writers.items():
-        companions = companion_writers(table_rules(config, table), catalog, writer.table)
+        rules = table_rules(config, table)
+        state = StateTable(writer.table, rules.state_kind)
+        companions = [
+            w for w in companion_writers(rules, catalog, state) if w.identifier != writer.identifier
+        ]
         for companion in companions:
-            companion.seed(writer.table)
+            companion.seed(state)
         if companions:
-            found[table] = companions
+            found[table] = Companions(state, companions)
     return found
 
 
@@ -239,6 +253,8 @@ def task_options(
         "locations": json.dumps({t.name: w.table.location() for t, w in writers.items()}),
         "routed": json.dumps([t.name for t, r in rules.items() if r.routed]),
         "soft_delete": json.dumps([t.name for t, r in rules.items() if r.soft_delete]),
+        # A table kept without an upsert table: its chunks are written as its state table's rows.
+        "shapes": json.dumps({t.name: r.state_kind for t, r in rules.items() if not r.upsert}),
         "transforms": json.dumps(
             {
                 t.name: r.transform.model_dump(exclude={"source_table"})
@@ -261,7 +277,7 @@ def _run_wave(
     store: StateStore,
     pipeline: str,
     writers: dict[TableId, IcebergWriter],
-    changelogs: dict[TableId, list[ChangelogWriter]],
+    changelogs: dict[TableId, Companions],
     report: SnapshotReport,
 ) -> None:
     tables = json.loads(base["tables"])
@@ -286,8 +302,10 @@ def _run_wave(
         result = writers[table].append_files(files, commits, json.dumps(tables[table.name]))
         if result.outcome == "skipped":
             commits = _as_committed(writers[table], commits, files)
-        for companion in changelogs.get(table, []):  # the rows just committed, as reads
-            companion.seed(writers[table].table, {c.chunk_id for c in commits})
+        kept = changelogs.get(table)
+        if kept is not None:  # the rows just committed, as reads
+            for companion in kept.writers:
+                companion.seed(kept.state, {c.chunk_id for c in commits})
         store.plans(pipeline).finish_chunks(
             [
                 (table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows)

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from binlake.config import SourceConfig
 from binlake.config_tls import with_tls_key
 from binlake.events import CreateTable, TableId, table_from_dict
+from binlake.offsets import BinlogOffset
 from binlake.schema.routes import with_source_table
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.file_systems import file_system
@@ -198,6 +199,11 @@ def _read_table(
         soft = table_name in json.loads(options.get("soft_delete", "[]"))
         if soft:  # the rows read are live (``sink/history/soft_delete.py``)
             file_schema = _marked_live(file_schema.empty_table()).schema
+        # Kept without an upsert table: the rows as its changelog's or history's (reads, current
+        # versions: ``sink/history/state_table.py``), at their chunk's high watermark.
+        shape = json.loads(options.get("shapes", "{}")).get(table_name)
+        if shape is not None:
+            file_schema = _shaped(shape, file_schema.empty_table(), 0, BinlogOffset("_.000000", 4)).schema
         # A backfill stages its files apart from the table's data (``folder``): the stream reads
         # them, and orphan removal (which sweeps ``data/``) leaves them alone until then.
         folder = locations[table_name] + "/" + options.get("folder", "data")
@@ -229,7 +235,8 @@ def _read_table(
             if transform is not None:  # the rows the filter keeps, projected (``schema.transforms``)
                 data = transform.project(data.filter(transform.keep(data))).cast(file_schema)
             data = with_source_table(schema.table, data) if routed else data
-            writer.write(_marked_live(data) if soft else data)
+            data = _marked_live(data) if soft else data
+            writer.write(_shaped(shape, data, int(time.time()), result.high) if shape is not None else data)
             summaries.append(
                 {
                     "chunk_id": str(chunk.id),
@@ -279,6 +286,12 @@ def _marked_live(data: pa.Table) -> pa.Table:
     from binlake.sink.history.soft_delete import marked_live
 
     return marked_live(data)
+
+
+def _shaped(kind: str, data: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
+    from binlake.sink.history.state_table import shaped_reads
+
+    return shaped_reads(kind, data, event_time, at)  # type: ignore[arg-type]
 
 
 def _partitioning(text: str) -> Partitioning:

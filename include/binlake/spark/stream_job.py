@@ -173,7 +173,7 @@ def _stream(
         for sink in sinks.values():
             for companion in (sink.changelog, sink.history):  # a crash between a snapshot's commits,
                 if companion is not None:  # a rule added later
-                    companion.seed(sink.writer.table)
+                    companion.seed(sink.state)
         start = ready.start
         log.info("stream of %s starts at %s (%s)", name, start.offset, start.reason)
         report = StreamReport(name, start.offset, start.reason)

@@ -83,7 +83,7 @@ class BatchApplier:
         """Whether a sink table of the pipeline may have its share merged on the executors (else a
         batch is best collected whole, in one Spark job)."""
         return self.merge_from is not None and any(
-            s.keyed and not s.routed and merge_on_read(s.writer.table.metadata)
+            s.upsert and s.keyed and not s.routed and merge_on_read(s.writer.table.metadata)
             for s in self.tables.sinks.values()
         )
 
@@ -258,7 +258,9 @@ class BatchApplier:
             sink = self.tables.sinks.get(name)
             if self.merge_from is None or n < self.merge_from or name in driver or name in self._held:
                 continue
-            if sink is None or not sink.keyed or sink.routed or not merge_on_read(sink.writer.table.metadata):
+            if sink is None or not sink.upsert or not sink.keyed or sink.routed:
+                continue
+            if not merge_on_read(sink.writer.table.metadata):
                 continue
             if sink.changelog is not None or sink.soft_delete:  # the driver keeps their deleted rows
                 continue
@@ -354,6 +356,9 @@ class BatchApplier:
         if sink.keyed:
             rows = complete(rows, sink.keys, sink.previous_rows, name, sink.transform is not None)
         companions = batch_companions(sink, rows, end, gtids)
+        if not sink.upsert:  # kept without an upsert table: its changelog's or history's rows alone
+            empty = sink.sink_arrow.empty_table()
+            return PreparedShare(name, sink, empty, sink.sink_key_arrow.empty_table(), companions=companions)
         rows = upserts_only(rows)
         if sink.keyed:
             keyed = last_per_key(rows, sink.keys)

@@ -32,8 +32,8 @@ from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
+from binlake.schema.table_rules import table_rules
 from binlake.schema.type_mapping import identifier_columns
-from binlake.sink.catalog import sink_name
 from binlake.sink.exactly_once import STREAM_OFFSET_KEY
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.spans import snapshot_applies
@@ -148,9 +148,9 @@ def reanchor(
     name = config.pipeline.name
     writers = _sink_tables(config, catalog, tables)
     problems = [
-        f"`{w.identifier}` (no primary key) holds changes past {old}, which would be applied twice"
-        for w in writers
-        if (done := w.stream_offset()) is not None and done > old and not identifier_columns(w.table.schema())
+        f"`{w.identifier}` ({why_not}) holds changes past {old}, which would be applied twice"
+        for w, why_not in writers.items()
+        if why_not and (done := w.stream_offset()) is not None and done > old
     ]
     problems += held_in_old_positions(store, name, old, snapshot_applies(config, store))
     if problems:
@@ -158,7 +158,7 @@ def reanchor(
             f"Cannot resume the stream at {old} on the new binlog ({why}): " + "; ".join(problems) + ". Fix: "
             "start anew: `binlake plan --replan`, then `binlake snapshot`."
         )
-    for writer in writers:
+    for writer in writers:  # the tables kept beside each too: their offsets are positions as well
         with writer.table.transaction() as tx:
             tx.set_properties({STREAM_OFFSET_KEY: _offset_json(new)})
     move_to(store, name, new, why)
@@ -167,13 +167,20 @@ def reanchor(
 
 def _sink_tables(
     config: PipelineConfig, catalog: Catalog, tables: Iterable[CreateTable]
-) -> list[IcebergWriter]:
-    seen: dict[str, IcebergWriter] = {}
+) -> dict[IcebergWriter, str]:
+    """The writers of every sink table the captured tables keep, each with why a change it applied
+    twice would not be the same as once (empty: an upsert table with a key merges it again alike)."""
+    seen: dict[str, tuple[IcebergWriter, str]] = {}
     for schema in tables:
-        identifier = sink_name(config, schema.table)
-        if identifier not in seen and catalog.table_exists(identifier):
-            seen[identifier] = IcebergWriter(catalog, identifier)
-    return list(seen.values())
+        rules = table_rules(config, schema.table)
+        for identifier in rules.kept_names:
+            if identifier in seen or not catalog.table_exists(identifier):
+                continue
+            writer = IcebergWriter(catalog, identifier)
+            upsert = rules.upsert and identifier == rules.sink_name
+            why = "" if upsert and identifier_columns(writer.table.schema()) else "no primary key"
+            seen[identifier] = writer, why if upsert else "a changelog or history: it appends"
+    return dict(seen.values())
 
 
 def _offset_json(offset: BinlogOffset) -> str:

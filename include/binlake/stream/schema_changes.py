@@ -47,7 +47,11 @@ from binlake.stream.schema_tracker import Ddl, SchemaChangeFailedError, SchemaTr
 from binlake.stream.server_filled import meet_server_filled
 
 if TYPE_CHECKING:
+    from binlake.sink.history.state_applier import StateTableApplier
     from binlake.sink.metadata_applier import IcebergMetadataApplier
+
+    #: The upsert table's applier, or a state table's where a table keeps no upsert table.
+    Applier = IcebergMetadataApplier | StateTableApplier
 
 log = logging.getLogger(__name__)
 
@@ -162,28 +166,25 @@ def _through_transform(
 
 
 def _log_removals(
-    config: PipelineConfig,
-    applier: IcebergMetadataApplier,
-    table: TableId,
-    request: SchemaChangeRequest,
-    source: str | None,
+    config: PipelineConfig, applier: Applier, table: TableId, request: SchemaChangeRequest, source: str | None
 ) -> None:
     """The rows a TRUNCATE or DROP of ``table`` removes (``source``'s alone, on a table routed
     sources share): ``-D`` in its changelog, their versions closed in its history, if it keeps them."""
     from binlake.sink.history.companions import companion_writers
+    from binlake.sink.history.state_table import state_table
 
-    catalog, identifier = applier.catalog, applier.identifier(table)
-    if not catalog.table_exists(identifier):
+    rules = table_rules(config, table)
+    state = state_table(rules, applier.catalog)
+    if state is None:
         return
-    upsert = catalog.load_table(identifier)
-    for writer in companion_writers(table_rules(config, table), catalog, upsert):
-        removed = writer.remove_all(upsert, request.offset, change_id(request), removal_time(request), source)
+    for writer in companion_writers(rules, applier.catalog, state):
+        removed = writer.remove_all(state, request.offset, change_id(request), removal_time(request), source)
         what = describe_change(request.change)
         log.info("%s: %d rows removed by %s, in %s", table, removed, what, writer.identifier)
 
 
 def _log_fill(
-    config: PipelineConfig, applier: IcebergMetadataApplier, change: AddColumn, request: SchemaChangeRequest
+    config: PipelineConfig, applier: Applier, change: AddColumn, request: SchemaChangeRequest
 ) -> None:
     """The rows an ``ADD COLUMN`` gives a value (``sink/column_fill.py``): a ``-U``/``+U`` of each
     in the table's changelog, a new version of each in its history, if it keeps them. Before the
@@ -192,32 +193,30 @@ def _log_fill(
     from binlake.sink.column_fill import existing_rows_scalar, fill_pending
     from binlake.sink.history.changelog import ColumnFill
     from binlake.sink.history.companions import companion_writers
+    from binlake.sink.history.state_table import state_table
 
     value = existing_rows_scalar(change)
-    catalog, identifier = applier.catalog, applier.identifier(change.table)
-    if value is None or not catalog.table_exists(identifier):
-        return
-    upsert = catalog.load_table(identifier)
-    if not fill_pending(upsert, change.column.name, change_id(request)):
-        return  # filled already: its changelog and history rows were made before
     rules = table_rules(config, change.table)
+    state = state_table(rules, applier.catalog)
+    if value is None or state is None:
+        return
+    if rules.upsert and not fill_pending(state.table, change.column.name, change_id(request)):
+        return  # filled already: its changelog and history rows were made before
     fill = ColumnFill(
         change.column.name, iceberg_type(change.column), value, change.table.name, request.offset,
         request.seq, change_id(request), change.statement_time or int(request.requested_at.timestamp()),
     )  # fmt: skip
     after_only = rules.changelog is not None and rules.changelog.changelog_updates == "after"
-    writers = companion_writers(rules, catalog, upsert)
+    writers = companion_writers(rules, applier.catalog, state)  # each records its fill: once
     for writer in writers:
-        filled = writer.fill_all(upsert, fill, after_only)
+        filled = writer.fill_all(state, fill, after_only)
         log.info("%s: %d rows given `%s` by %s, in %s", change.table, filled, fill.column,
                  describe_change(change), writer.identifier)  # fmt: skip
     if writers:
         crash_point("schema-after-companion-fill")
 
 
-def _rename_in_companions(
-    config: PipelineConfig, applier: IcebergMetadataApplier, change: RenameColumn
-) -> None:
+def _rename_in_companions(config: PipelineConfig, applier: Applier, change: RenameColumn) -> None:
     """A column the sink table renamed is renamed in its changelog and history too: their rows keep
     their values under the new name, as the sink table's do (Iceberg renames by field id). After
     the sink table's rename, and a no-op once made (a replay)."""
@@ -233,31 +232,33 @@ def _rename_in_companions(
             log.info("%s: column %s renamed to %s", identifier, change.old_name, change.new_name)
 
 
-def _companions_follow(
-    config: PipelineConfig, applier: IcebergMetadataApplier, change: RenameTable, aside: str
-) -> None:
+def _companions_follow(config: PipelineConfig, applier: Applier, change: RenameTable, aside: str) -> None:
     """A renamed table's changelog and history take the new name with its sink table; one the new
     name keeps and the old did not starts from the table's rows."""
     from binlake.sink.history.companions import companion_writers, mark_renamed, rename_companions
+    from binlake.sink.history.state_table import state_table
 
     catalog = applier.catalog
     old, new = table_rules(config, change.table), table_rules(config, change.new_table)
     for moved in rename_companions(old, new, catalog, aside):
         log.info("%s renamed to %s: %s", change.table, change.new_table, moved)
-    identifier = applier.identifier(change.new_table)
-    if catalog.table_exists(identifier):
-        upsert = catalog.load_table(identifier)
-        for writer in companion_writers(new, catalog, upsert):
-            writer.seed(upsert)  # nothing for one renamed with the table (a stream wrote it)
+    state = state_table(new, catalog)
+    if state is not None:
+        for writer in companion_writers(new, catalog, state):
+            writer.seed(state)  # nothing for one renamed with the table (a stream wrote it)
             mark_renamed(catalog, writer.identifier, aside)
 
 
-def _set_aside(applier: IcebergMetadataApplier, change: RenameTable, request: SchemaChangeRequest) -> None:
+def _set_aside(applier: Applier, change: RenameTable, request: SchemaChangeRequest) -> None:
     """A table renamed onto a name whose sink table is still there (``lenient`` kept it from the
     source's DROP): that one goes aside, to its name + ``_aside_suffix`` (nothing is lost), and the
     renamed table takes the name, as on the source."""
     catalog = applier.catalog
     old, new = applier.identifier(change.table), applier.identifier(change.new_table)
+    from binlake.sink.metadata_applier import IcebergMetadataApplier
+
+    if not isinstance(applier, IcebergMetadataApplier):
+        return  # a state table that is a changelog or history goes aside with them (``rename_companions``)
     if catalog.table_exists(old) and catalog.table_exists(new):
         aside = new + _aside_suffix(request)
         catalog.rename_table(new, aside)
@@ -267,6 +268,34 @@ def _set_aside(applier: IcebergMetadataApplier, change: RenameTable, request: Sc
 def _aside_suffix(request: SchemaChangeRequest) -> str:
     """What a sink table a rename replaces is renamed with (where the statement was)."""
     return f"__before_{request.offset.file.rsplit('.', 1)[-1]}_{request.offset.pos}"
+
+
+def _applier(config: PipelineConfig, table: TableId) -> Applier:
+    """The applier of ``table``'s changes: its upsert table's, or its state table's without one."""
+    from binlake.sink.catalog import open_catalog, sink_identifier
+    from binlake.sink.history.state_applier import StateTableApplier
+    from binlake.sink.layout import layouts
+    from binlake.sink.metadata_applier import IcebergMetadataApplier
+
+    catalog = open_catalog(config)
+    if table_rules(config, table).upsert:
+        return IcebergMetadataApplier(catalog, lambda t: sink_identifier(config, t), layouts(config))
+    return StateTableApplier(catalog, lambda t: table_rules(config, t), layouts(config))
+
+
+def _kept_alike(config: PipelineConfig, change: SchemaChange) -> None:
+    """A table renamed between names of which one keeps an upsert table and the other not is
+    refused: its current rows would have no table to move to."""
+    if not isinstance(change, RenameTable):
+        return
+    old, new = table_rules(config, change.table), table_rules(config, change.new_table)
+    if old.upsert != new.upsert:
+        raise SchemaChangeRefusedError(
+            f"{change.table} is renamed to {change.new_table}, and the `sink.modes` rule of one name keeps "
+            "an upsert table and the other's does not, so the table's current rows would have no table to "
+            f"move to. Fix: give both names rules alike, then backfill {change.new_table} "
+            f"(`binlake backfill --table {change.new_table}`)"
+        )
 
 
 def change_id(request: SchemaChangeRequest) -> str:
@@ -293,18 +322,12 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
         The status recorded: ``applied``, ``ignored`` or ``failed``.
     """
     from binlake.schema.transform_sql import TransformError
-    from binlake.sink.catalog import open_catalog, sink_identifier
     from binlake.sink.history.soft_delete import truncate_marking
-    from binlake.sink.layout import layouts  # see SchemaTracker.ddl
-    from binlake.sink.metadata_applier import IcebergMetadataApplier, UnsupportedSchemaChangeError
+    from binlake.sink.metadata_applier import UnsupportedSchemaChangeError  # see SchemaTracker.ddl
 
     pipeline = config.pipeline.name
-    applier = IcebergMetadataApplier(
-        open_catalog(config),
-        lambda table: sink_identifier(config, table),
-        layouts(config),
-    )
     change = request.change
+    applier = _applier(config, change.table)
     shared = table_rules(config, change.table).routed
     target = change.new_table if isinstance(change, RenameTable) else change.table
     selector = SchemaTracker(config, store).selector
@@ -323,6 +346,7 @@ def apply_request(config: PipelineConfig, store: StateStore, request: SchemaChan
     version = store.schema_history(pipeline).at(target, request.offset)
     safe = isinstance(change, AlterColumnType) and applier.can_alter(change)
     try:
+        _kept_alike(config, change)
         planned = _through_transform(config, store, request, version.schema if version else None)
         if planned is None:
             planned = sink_changes(change, behavior, safe, version.schema if version else None, shared)

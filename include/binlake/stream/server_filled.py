@@ -104,11 +104,14 @@ def meet_server_filled(
 
 
 def _holds_rows(config: PipelineConfig, table: TableId) -> bool:
-    from binlake.sink.catalog import open_catalog, sink_name  # light imports: see meet_server_filled
+    """Whether the table's state table holds rows (a changelog's or history's past counts: a gap
+    healed for nothing is a backfill, a gap missed a difference)."""
+    from binlake.schema.table_rules import table_rules  # light imports: see meet_server_filled
+    from binlake.sink.catalog import open_catalog
     from binlake.sink.column_fill import holds_rows
 
     catalog = open_catalog(config)
-    identifier = sink_name(config, table)
+    identifier = table_rules(config, table).state_name
     return catalog.table_exists(identifier) and holds_rows(catalog.load_table(identifier))
 
 

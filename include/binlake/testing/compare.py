@@ -20,8 +20,9 @@ from binlake.schema.routes import SOURCE_TABLE_COLUMN, routed
 from binlake.schema.table_rules import table_rules
 from binlake.schema.transforms import Transform, transform_of
 from binlake.schema.type_mapping import RowConverter
-from binlake.sink.catalog import open_catalog, sink_name
-from binlake.sink.history.soft_delete import live
+from binlake.sink.catalog import open_catalog
+from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
+from binlake.sink.history.state_table import state_table
 from binlake.source.chunks.bulk_select import text_select_list
 from binlake.source.server.connection import connect
 
@@ -53,10 +54,17 @@ def source_batch(config: PipelineConfig, schema: CreateTable, where: str = "1 = 
 
 
 def sink_rows(config: PipelineConfig, table: TableId) -> list[dict[str, Any]]:
-    """The rows of the table's Iceberg table."""
-    catalog = open_catalog(config)
-    rows = live(catalog.load_table(sink_name(config, table)).scan().to_arrow())
-    return rows.to_pylist()  # type: ignore[no-any-return]
+    """The current rows of the table's state table (its upsert table's live rows, its history's
+    current versions, or the state its changelog replays to: ``sink/history/state_table.py``)."""
+    state = state_table(table_rules(config, table), open_catalog(config))
+    if state is None:
+        return []
+    parts = list(state.rows(_without_soft_deletes(state.sink_arrow())))
+    return pa.concat_tables(parts, promote_options="permissive").to_pylist() if parts else []
+
+
+def _without_soft_deletes(columns: pa.Schema) -> pa.Schema:
+    return pa.schema([f for f in columns if f.name not in SOFT_DELETE.names])
 
 
 def sink_rows_of(config: PipelineConfig, schema: CreateTable) -> list[dict[str, Any]]:

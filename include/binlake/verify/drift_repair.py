@@ -8,7 +8,7 @@ from collections import defaultdict
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
-from binlake.sink.catalog import sink_name
+from binlake.schema.table_rules import table_rules
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.state.backfills import BackfillLedger
 from binlake.state.store import StateStore
@@ -74,7 +74,7 @@ def stored_report(config: PipelineConfig, verify_id: str) -> VerifyReport:
     for v in verdicts:
         by_table[v.table].append(v)
     for table, found in sorted(by_table.items()):
-        sink = sink_name(config, TableId.parse(table))
+        sink = table_rules(config, TableId.parse(table)).state_name
         report.tables.append(
             TableVerification(table, sink, found[0].key_column, sorted(found, key=lambda v: v.index))
         )

@@ -40,6 +40,7 @@ from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog
 from binlake.sink.exactly_once import stream_offset
 from binlake.sink.history.changelog import OP
+from binlake.sink.history.state_table import StateTable
 from binlake.source.binlog.change_reader import SchemaChangedError
 from binlake.source.binlog.event_rows import UnreplicableChangeError
 from binlake.source.binlog.scan import BinlogPurgedError, binary_logs
@@ -171,15 +172,17 @@ def verify(
                 # the whole table is one chunk (a drift then names the table, not a range).
                 found = [ChunkRange.all()]
             chunks = found if found is not None else _split(config, schema, stored, key_range or KeyRange())
-            result = _verify_table(config, store, schema, column.name, chunks, plans, consistent_snapshot)
+            rules = table_rules(config, stored.table)
+            result = _verify_table(
+                config, store, schema, column.name, chunks, plans, consistent_snapshot, rules.state_name
+            )
             store.verifications(name).record(verify_id, result.verdicts)
             report.tables.append(result)
             observed(result)
             # A history's current versions and a changelog's replayed state are the source's rows
-            # too (not recorded: the store keeps one verdict per chunk of a source table — the
-            # upsert table's).
-            rules = table_rules(config, stored.table)
-            for companion in rules.companion_names:
+            # too (not recorded: the store keeps one verdict per chunk of a source table — its
+            # state table's: ``sink/history/state_table.py``).
+            for companion in rules.beside_state:
                 if companion == rules.history_name and not schema.primary_key:
                     continue  # a table without a key keeps no history
                 result = _verify_table(
@@ -210,10 +213,11 @@ def _verify_table(
     consistent_snapshot: bool | None,
     identifier: str | None = None,
 ) -> TableVerification:
-    """Verify one sink table of ``schema`` (its upsert table, or ``identifier``: its history)."""
+    """Verify one sink table of ``schema`` (its state table, or ``identifier``: its changelog or
+    history)."""
     name = config.pipeline.name
     rules = table_rules(config, schema.table)
-    identifier = identifier or rules.sink_name
+    identifier = identifier or rules.state_name
     result = TableVerification(schema.table.name, identifier, key)
     pinned = _pin(config, store, identifier)
     sink_columns = set(pinned.table.schema().column_names) if pinned else set()
@@ -305,8 +309,11 @@ def _sums_of(config: PipelineConfig, schema: CreateTable, pinned: PinnedSink) ->
     rule = rules.changelog
     if rule is None or rule.changelog_updates == "both":
         return changelog_sums
-    upsert = open_catalog(config).load_table(rules.sink_name)
-    return functools.partial(changelog_sums, keys=identifier_columns(upsert.schema()))
+    keys = StateTable(pinned.table, "changelog").keys()  # recorded since the changelog knew them
+    catalog = open_catalog(config)
+    if not keys and rules.upsert and catalog.table_exists(rules.sink_name):
+        keys = identifier_columns(catalog.load_table(rules.sink_name).schema())
+    return functools.partial(changelog_sums, keys=keys)
 
 
 class _TooFarError(Exception):

@@ -29,8 +29,9 @@ appended with their chunk ids in the snapshot summary, like the upsert table's.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,9 @@ METADATA = pa.schema(
     ]
 )
 INSERT, BEFORE, AFTER, DELETE = "+I", "-U", "+U", "-D"
+#: The table property naming the sink table's key columns (JSON): the key a changelog replays by
+#: where it holds a table's state (``sink/history/state_table.py``).
+KEY_COLUMNS = "binlake.key-columns"
 #: ``__origin__`` of the rows a schema change made (``ColumnFill``).
 SCHEMA_ORIGIN = "schema"
 
@@ -95,16 +99,28 @@ def _metadata_schema() -> Schema:
     return pyarrow_to_schema(with_ids)
 
 
-def ensure_changelog(catalog: Catalog, identifier: str, sink: Table) -> Table:
-    """The changelog table of ``sink``: created if missing (partitioned by the day of
-    ``__event_time__``, sorted by position), else given the sink's columns it lacks (a column
-    the source added; columns the source dropped stay, as earlier rows hold them)."""
-    wanted = changelog_schema(sink.schema())
+def ensure_changelog(
+    catalog: Catalog,
+    identifier: str,
+    sink: Schema,
+    properties: Mapping[str, str] | None = None,
+    keys: Sequence[str] = (),
+) -> Table:
+    """The changelog table of a sink table (``sink``: its schema; ``properties``: its table
+    properties, whose compression it takes; ``keys``: its key columns, recorded): created if
+    missing (partitioned by the day of ``__event_time__``, sorted by position), else given the
+    sink's columns it lacks (a column the source added; columns the source dropped stay, as
+    earlier rows hold them)."""
+    wanted = changelog_schema(sink)
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:
-        return _create(catalog, identifier, wanted, sink)
-    follow_sink_columns(table, wanted)
+        table = _create(catalog, identifier, wanted, properties or {})
+    else:
+        follow_sink_columns(table, wanted)
+    if keys and table.properties.get(KEY_COLUMNS) != json.dumps(list(keys)):
+        with table.transaction() as tx:
+            tx.set_properties({KEY_COLUMNS: json.dumps(list(keys))})
     return table
 
 
@@ -155,7 +171,7 @@ def _promoted(have: IcebergType, wanted: IcebergType) -> bool:
     return True
 
 
-def _create(catalog: Catalog, identifier: str, schema: Schema, sink: Table) -> Table:
+def _create(catalog: Catalog, identifier: str, schema: Schema, sink: Mapping[str, str]) -> Table:
     namespace = identifier.rsplit(".", 1)[0]
     catalog.create_namespace_if_not_exists(namespace)
     time_id = schema.find_field(EVENT_TIME).field_id
@@ -164,7 +180,7 @@ def _create(catalog: Catalog, identifier: str, schema: Schema, sink: Table) -> T
         SortField(schema.find_field(POSITION).field_id, IdentityTransform()),
         SortField(schema.find_field(ORDER).field_id, IdentityTransform()),
     )
-    codec = sink.properties.get("write.parquet.compression-codec")
+    codec = sink.get("write.parquet.compression-codec")
     properties = {"format-version": "2", **({"write.parquet.compression-codec": codec} if codec else {})}
     return catalog.create_table(
         identifier, schema, partition_spec=spec, sort_order=order, properties=properties

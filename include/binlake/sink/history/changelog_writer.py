@@ -2,9 +2,10 @@
 
 - **a batch**: the stream's changelog rows, in one append commit that also records the batch's end
   offset (``IcebergWriter``'s rule: a batch at or before the stored offset is skipped).
-- **snapshot chunks**: the rows the snapshot committed to the upsert table, read back from the
+- **snapshot chunks**: the rows the snapshot committed to the state table (the upsert table, or
+  the history where the table keeps none: ``sink/history/state_table.py``), read back from the
   files that commit added and appended as ``+I`` reads, with the chunks' ids in the summary (a
-  chunk already there is not appended again). ``seed`` finds the chunks the upsert table holds and
+  chunk already there is not appended again). ``seed`` finds the chunks the state table holds and
   the changelog does not — after each snapshot commit, and when a stream starts (a crash between
   the two commits) — so the changelog never misses a read.
 """
@@ -47,7 +48,7 @@ from binlake.sink.history.changelog import (
     of_source,
     read_rows,
 )
-from binlake.sink.history.soft_delete import live
+from binlake.sink.history.state_table import StateTable
 from binlake.sink.keys.file_bounds import files_in_ranges
 from binlake.sink.keys.row_match import ClearRange, clear_mask
 from binlake.sink.layout import sorted_rows
@@ -63,7 +64,7 @@ UNITS_KEY = "binlake.backfill-units"
 
 
 class ChangelogSeedError(BinlakeError):
-    """Snapshot chunks of the upsert table cannot be found to be appended to the changelog."""
+    """Snapshot chunks of the state table cannot be found to be appended to the changelog."""
 
 
 class ChangelogWriter(IcebergWriter):
@@ -117,24 +118,27 @@ class ChangelogWriter(IcebergWriter):
             for data_file in files:
                 append.append_data_file(data_file)
 
-    def seed(self, upsert: Table, chunk_ids: set[str] | None = None) -> int:
-        """Append what ``upsert`` holds and this table does not, as ``+I`` reads; returns the rows.
+    def seed(self, state: StateTable, chunk_ids: set[str] | None = None) -> int:
+        """Append what the state table holds and this table does not, as reads; returns the rows.
 
-        A changelog that begins after its upsert table's stream did (a rule added later) starts
-        from the upsert table's rows at its stream offset; otherwise each snapshot chunk the
-        upsert table holds and this table does not (only those of ``chunk_ids``, if given) is read
-        back from the files its commit added.
+        A table that begins after its state table's stream did (a rule added later) starts from
+        the state table's rows at its stream offset; otherwise each snapshot chunk the state table
+        holds and this table does not (only those of ``chunk_ids``, if given) is read back from
+        the files its commit added.
 
         Raises:
             ChangelogSeedError: a chunk's commit is gone (its snapshot expired).
         """
+        if state.identifier == self.identifier:
+            return 0  # the state table itself: the snapshot wrote it
         self.table.refresh()
+        upsert = state.table
         upsert.refresh()
         commits = list(_chunk_commits(upsert))
         streamed = exactly_once.stream_offset(upsert)
         logged = self.stream_offset()
         if logged is None and streamed is not None and not self.committed_chunk_commits():
-            return self.start_from(upsert, streamed, [c for _, chunks in commits for c in chunks])
+            return self.start_from(state, streamed, [c for _, chunks in commits for c in chunks])
         if logged is not None:  # a stream wrote it: every chunk was in before (summaries may be expired)
             return 0
         have = {c.chunk_id for c in self.committed_chunk_commits()}
@@ -162,28 +166,28 @@ class ChangelogWriter(IcebergWriter):
             log.info("appended %d snapshot rows of %s to %s", rows, ".".join(upsert.name()), self.identifier)
         return rows
 
-    def start_from(self, upsert: Table, at: BinlogOffset, chunks: list[ChunkCommit]) -> int:
-        """The upsert table's rows as ``+I`` reads at its stream offset ``at``, one data file at a
-        time, in one commit that records ``at`` and the upsert table's chunks (held already)."""
+    def start_from(self, state: StateTable, at: BinlogOffset, chunks: list[ChunkCommit]) -> int:
+        """The state table's rows as reads at its stream offset ``at``, one data file at a time,
+        in one commit that records ``at`` and the state table's chunks (held already)."""
         now = int(time.time())
         properties = exactly_once.batch_properties(0, at)
         with transaction(self.table) as tx:
-            files, rows = self._live_rows_as(tx, upsert, lambda data: self._as_reads(data, now, at))
+            files, rows = self._live_rows_as(tx, state, lambda data: self._as_reads(data, now, at))
             summary = {**properties, **(chunk_summary(chunks) if chunks else {})}
             with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
             tx.set_properties(properties)
-        log.info("changelog %s starts from the %d rows of %s at %s", self.identifier, rows,
-                 ".".join(upsert.name()), at)  # fmt: skip
+        log.info("%s starts from the %d rows of %s at %s", self.identifier, rows, state.identifier, at)
         return rows
 
     def remove_all(
-        self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
+        self, state: StateTable, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
     ) -> int:
-        """``-D`` of every row ``upsert`` holds (``source``'s alone, on a table routed sources share),
-        at ``at`` and ``event_time`` (a TRUNCATE or DROP of the source table, applied to the upsert
-        table next), once: the commit records ``change_id``; returns the rows."""
+        """``-D`` of every row the state table holds (``source``'s alone, on a table routed sources
+        share), at ``at`` and ``event_time`` (a TRUNCATE or DROP of the source table, applied to
+        the state table next, or this table's own state), once: the commit records ``change_id``;
+        returns the rows."""
         if self.holds_change(change_id):
             return 0
         removed = 0
@@ -194,12 +198,12 @@ class ChangelogWriter(IcebergWriter):
             removed += gone.num_rows
             return read_rows(gone, event_time, at, "binlog", DELETE)
 
-        self._append_as(upsert, shaped, change_id)
+        self._append_as(state, shaped, change_id)
         return removed
 
-    def fill_all(self, upsert: Table, fill: ColumnFill, after_only: bool = False) -> int:
-        """``fill``: the rows ``upsert`` holds (before its own fill) as ``-U``/``+U`` changes at
-        the statement, once (the commit records ``fill.change_id``); returns the rows filled."""
+    def fill_all(self, state: StateTable, fill: ColumnFill, after_only: bool = False) -> int:
+        """``fill``: the rows the state table holds (before its own fill) as ``-U``/``+U`` changes
+        at the statement, once (the commit records ``fill.change_id``); returns the rows filled."""
         if self.holds_change(fill.change_id):
             return 0
         self.add_column(fill)
@@ -211,14 +215,14 @@ class ChangelogWriter(IcebergWriter):
             filled += fill.mine(data).num_rows
             return rows
 
-        self._append_as(upsert, shaped, fill.change_id)
+        self._append_as(state, shaped, fill.change_id)
         return filled
 
-    def _append_as(self, upsert: Table, shape: Callable[[pa.Table], pa.Table], change_id: str) -> None:
-        """``upsert``'s live rows ``shape``d into this table's, appended in one commit that records
-        the schema change ``change_id``."""
+    def _append_as(self, state: StateTable, shape: Callable[[pa.Table], pa.Table], change_id: str) -> None:
+        """The state table's current rows ``shape``d into this table's, appended in one commit that
+        records the schema change ``change_id``."""
         with transaction(self.table) as tx:
-            files, _ = self._live_rows_as(tx, upsert, shape)
+            files, _ = self._live_rows_as(tx, state, shape)
             with tx.update_snapshot(snapshot_properties={CHANGE_KEY: change_id}).fast_append() as append:
                 for data_file in files:
                     append.append_data_file(data_file)
@@ -239,19 +243,15 @@ class ChangelogWriter(IcebergWriter):
             self.table.refresh()
 
     def _live_rows_as(
-        self, tx: Transaction, upsert: Table, shape: Callable[[pa.Table], pa.Table]
+        self, tx: Transaction, state: StateTable, shape: Callable[[pa.Table], pa.Table]
     ) -> tuple[list[DataFile], int]:
-        """Each data file of ``upsert``: its live rows (the sink's columns), ``shape``d into this
-        table's rows, written as data files for ``tx`` (one upsert file in memory at a time);
-        and how many rows they hold."""
+        """The state table's current rows (the sink's columns), ``shape``d into this table's rows,
+        written as data files for ``tx`` (one data file's rows in memory at a time, where the
+        state table's kind allows: ``StateTable.rows``); and how many rows they hold."""
         metadata, columns = tx.table_metadata, self._sink_columns()
         files: list[DataFile] = []
         rows = 0
-        for task in upsert.scan().plan_files():
-            scan = ArrowScan(upsert.metadata, upsert.io, upsert.schema(), AlwaysTrue())
-            data = project(live(scan.to_table(tasks=[task])), columns)
-            if not data.num_rows:  # every row of the file deleted (merge-on-read)
-                continue
+        for data in state.rows(columns):
             shaped = project(shape(data), metadata.schema().as_arrow())
             if not shaped.num_rows:  # none of the file's rows is one ``shape`` keeps
                 continue

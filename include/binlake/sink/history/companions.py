@@ -1,12 +1,13 @@
-"""The tables a sink table may keep beside it: its changelog (``sink/history/changelog.py``) and its
-history (``sink/history/scd2.py``), as ``sink.modes`` rules ask."""
+"""The tables a source table keeps beside its state table (``sink/history/state_table.py``): its
+changelog (``sink/history/changelog.py``) and its history (``sink/history/scd2.py``), as
+``sink.modes`` rules ask; and the state table itself where it is one of them (no upsert table)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.table import Table
+from pyiceberg.schema import Schema
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
@@ -18,34 +19,52 @@ from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2 import ensure_history
 from binlake.sink.history.scd2_writer import HistoryWriter
 from binlake.sink.history.soft_delete import ensure_columns
+from binlake.sink.history.state_table import StateTable, data_schema
 
 
 def sink_tables(config: PipelineConfig, tables: Iterable[TableId]) -> set[str]:
-    """The sink tables of ``tables``, with the changelog and history tables they keep."""
+    """The sink tables ``tables`` keep: their upsert tables, changelogs and histories."""
     rules = [table_rules(config, t) for t in tables]
-    return {name for r in rules for name in (r.sink_name, *r.companion_names)}
+    return {name for r in rules for name in r.kept_names}
 
 
-def ensure_companions(rules: TableRules, catalog: Catalog, upsert: Table) -> None:
-    """Give a table's sink table (``upsert``) what its ``sink.modes`` rule keeps beside it: the
-    soft-delete columns, its changelog table and its history table — created if missing, else
-    given the sink table's columns they lack. A table without a primary key keeps no history."""
+def ensure_state_table(
+    rules: TableRules, catalog: Catalog, sink: Schema, properties: Mapping[str, str]
+) -> None:
+    """A table kept without an upsert table: its state table (history or changelog) created if
+    missing, else given the columns of ``sink`` (the sink table's schema as an upsert table would
+    have it, with the key as identifier fields) it lacks; ``properties``: the upsert table's
+    would-be properties (their compression is taken)."""
+    assert not rules.upsert
+    sink = data_schema(sink)
+    keys = identifier_columns(sink)
+    if rules.state_kind == "history":
+        ensure_history(catalog, rules.state_name, sink, keys)
+    else:
+        ensure_changelog(catalog, rules.state_name, sink, properties, keys)
+
+
+def ensure_companions(rules: TableRules, catalog: Catalog, state: StateTable) -> None:
+    """Give a table's state table what its ``sink.modes`` rule keeps beside it: the soft-delete
+    columns of an upsert table, and its changelog and history tables — created if missing, else
+    given the state table's columns they lack. A table without a primary key keeps no history."""
     if rules.soft_delete:
-        ensure_columns(upsert)  # a table created mid-stream, a rule added later
-    if rules.changelog_name is not None:
-        ensure_changelog(catalog, rules.changelog_name, upsert)
-    keys = identifier_columns(upsert.schema())
-    if rules.history_name is not None and keys:
-        ensure_history(catalog, rules.history_name, upsert, keys)
+        ensure_columns(state.table)  # a table created mid-stream, a rule added later
+    sink, keys = data_schema(state.sink_schema()), state.keys()
+    if rules.changelog_name is not None and rules.changelog_name != state.identifier:
+        ensure_changelog(catalog, rules.changelog_name, sink, state.table.properties, keys)
+    if rules.history_name is not None and keys and rules.history_name != state.identifier:
+        ensure_history(catalog, rules.history_name, sink, keys)
 
 
-def companion_writers(rules: TableRules, catalog: Catalog, upsert: Table) -> list[ChangelogWriter]:
-    """Writers of the changelog and history tables a table keeps (created if missing)."""
-    ensure_companions(rules, catalog, upsert)
+def companion_writers(rules: TableRules, catalog: Catalog, state: StateTable) -> list[ChangelogWriter]:
+    """Writers of the changelog and history tables a table keeps (created if missing), the state
+    table among them where it is one."""
+    ensure_companions(rules, catalog, state)
     found: list[ChangelogWriter] = []
     if rules.changelog_name is not None:
         found.append(ChangelogWriter(catalog, rules.changelog_name))
-    keys = identifier_columns(upsert.schema())
+    keys = state.keys()
     if rules.history_name is not None and keys:
         found.append(HistoryWriter(catalog, rules.history_name, keys))
     return found

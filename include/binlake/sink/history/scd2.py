@@ -79,10 +79,10 @@ def history_schema(sink: Schema, keys: Sequence[str]) -> Schema:
     return Schema(*fields, *extra, identifier_field_ids=identity)
 
 
-def ensure_history(catalog: Catalog, identifier: str, sink: Table, keys: Sequence[str]) -> Table:
-    """The history table of ``sink``: created if missing (sorted by key, then by when each version
-    began), else given the sink's columns it lacks."""
-    wanted = history_schema(sink.schema(), keys)
+def ensure_history(catalog: Catalog, identifier: str, sink: Schema, keys: Sequence[str]) -> Table:
+    """The history table of a sink table (``sink``: its schema): created if missing (sorted by key,
+    then by when each version began), else given the sink's columns it lacks."""
+    wanted = history_schema(sink, keys)
     try:
         table = catalog.load_table(identifier)
     except NoSuchTableError:

@@ -2,8 +2,9 @@
 
 A batch's commit closes the versions its changes end and adds those they open, in one merge on
 the table's identity (the key and the change that opened the version) that also records the
-batch's end offset. Seeding (snapshot chunks, or the upsert table's rows for a history added to a
-running pipeline) is the changelog's (``ChangelogWriter``), with the rows as current versions.
+batch's end offset. Seeding (snapshot chunks, or the state table's rows for a history added to a
+running pipeline) is the changelog's (``ChangelogWriter``), with the rows as current versions; a
+history that is its table's state table (no upsert table) is written by the snapshot itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.table import Table
 
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
@@ -39,6 +39,7 @@ from binlake.sink.history.scd2 import (
     refilled,
     versions,
 )
+from binlake.sink.history.state_table import StateTable
 from binlake.sink.keys.file_bounds import stored_rows
 from binlake.sink.keys.row_match import ClearRange
 from binlake.sink.pyiceberg_internals import transaction
@@ -87,7 +88,7 @@ class HistoryWriter(ChangelogWriter):
         return True
 
     def remove_all(
-        self, upsert: Table, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
+        self, state: StateTable, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
     ) -> int:
         """Close every current version (``source``'s alone, on a table routed sources share) at
         ``at`` and ``event_time`` (a TRUNCATE or DROP of the source table), once."""
@@ -100,7 +101,7 @@ class HistoryWriter(ChangelogWriter):
         self._merge_rows({CHANGE_KEY: change_id}, ended)
         return int(n)
 
-    def fill_all(self, upsert: Table, fill: ColumnFill, after_only: bool = False) -> int:
+    def fill_all(self, state: StateTable, fill: ColumnFill, after_only: bool = False) -> int:
         """``fill``: each current version of the rows that got the value closed at the statement,
         and a version with the value opened there, once (the commit records ``fill.change_id``);
         returns the rows filled."""

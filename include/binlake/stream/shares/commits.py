@@ -1,9 +1,11 @@
-"""A batch's commits to one sink table: its upsert table, and its changelog table first.
+"""A batch's commits to one sink table: its upsert table, and its changelog and history first.
 
-The changelog commits first: a crash between the two leaves the changelog ahead, and the rerun
-computes the upsert table's rows from changes after *its* offset (``stream.shares.patches`` completes
-them from the upsert table, which must then not be ahead of them). Each table records its own
-offset in its own commit, so neither applies a change twice (``sink/exactly_once.py``).
+The changelog and history commit first (in that order): a crash between the commits leaves them
+ahead, and the rerun computes the upsert table's rows from changes after *its* offset
+(``stream.shares.patches`` completes them from the upsert table, which must then not be ahead of
+them). Each table records its own offset in its own commit, so none applies a change twice
+(``sink/exactly_once.py``). A table kept without an upsert table has the history (else the
+changelog) for its state table, which commits last for the same reason.
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ def commit_shares(
             "tables with and without a primary key, which one sink table cannot hold. Fix: route "
             "them to different sink tables."
         )
-    if _commit_companions(parts, batch_id, end, force):
+    if _commit_companions(parts, batch_id, end, force) and sink.upsert:
         crash_point("between-commits")
+    if not sink.upsert:  # the changelog and history were all: the state table is one of them
+        return 0
     upserts = concat([p.upserts for p in parts])
     deletes = concat([p.deletes for p in parts])
     clear = [c for p in parts for c in p.clear]
@@ -75,6 +79,8 @@ def _commit_companions(parts: list[PreparedShare], batch_id: int, end: BinlogOff
             )
         rows = concat([p.companions[kind] for p in parts if kind in p.companions])
         units = [u.name for p in parts for u in p.units]
+        if committed:
+            crash_point("between-companions")
         if force:
             writer.append_units(rows, units)
         else:

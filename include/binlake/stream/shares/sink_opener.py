@@ -1,4 +1,5 @@
-"""Opening a captured table's sink in the stream: its Iceberg table's writer, and the writers of
+"""Opening a captured table's sink in the stream: its state table's writer (the upsert table's, or
+without one the history's or changelog's: ``sink/history/state_table.py``), and the writers of
 the changelog and history tables its ``sink.modes`` rule keeps.
 
 One writer per sink table, shared by the routed sources that write it and kept from batch to
@@ -15,11 +16,11 @@ from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.transforms import transform_of
-from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.companions import ensure_companions
 from binlake.sink.history.scd2_writer import HistoryWriter
+from binlake.sink.history.state_table import StateTable
 from binlake.sink.writer import IcebergWriter
 from binlake.stream.shares.table_sink import TableSink
 
@@ -38,20 +39,33 @@ class SinkOpener:
     def __call__(self, schema: CreateTable, version: BinlogOffset | None = None) -> TableSink | None:
         """The sink of ``schema`` (``version``: where it began), None while its table is missing."""
         rules = table_rules(self.config, schema.table)
-        writer = self._writer(rules.sink_name)
+        writer = self._writer(rules)
         if writer is None:
             return None
-        ensure_companions(rules, self.catalog, writer.table)  # created mid-stream, a rule added later
-        sink = TableSink(schema, writer, self._chunk_keys, version, rules.routed, transform_of(rules, schema))
+        signed = rules.changelog is None or rules.changelog.changelog_updates == "both"
+        state = StateTable(writer.table, rules.state_kind, signed)
+        ensure_companions(rules, self.catalog, state)  # created mid-stream, a rule added later
+        sink = TableSink(
+            schema, writer, self._chunk_keys, version, rules.routed, transform_of(rules, schema),
+            state_kind=rules.state_kind, signed=signed,
+        )  # fmt: skip
         sink.soft_delete = sink.keyed and rules.soft_delete
         self._add_changelog(sink, rules)
         if sink.keyed:
             self._add_history(sink, rules)
         return sink
 
-    def _writer(self, identifier: str) -> IcebergWriter | None:
+    def _writer(self, rules: TableRules) -> IcebergWriter | None:
+        """The writer of the table's state table (``sink/history/state_table.py``)."""
+        identifier = rules.state_name
         if not self.catalog.table_exists(identifier):
             return None
+        if rules.state_kind == "changelog":
+            return self._changelog(identifier)
+        if rules.state_kind == "history":
+            return self._history(
+                identifier, StateTable(self.catalog.load_table(identifier), "history").keys()
+            )
         writer = self.writers.get(identifier)
         if writer is None or not refreshed(writer):
             stream = self.config.stream
@@ -66,19 +80,31 @@ class SinkOpener:
         rule, name = rules.changelog, rules.changelog_name
         if rule is None or name is None:
             return
+        sink.changelog, sink.changelog_updates = self._changelog(name), rule.changelog_updates
+
+    def _add_history(self, sink: TableSink, rules: TableRules) -> None:
+        name = rules.history_name
+        keys = sink.state.keys()
+        if name is None or not keys:
+            return
+        sink.history = self._history(name, keys)
+
+    def _changelog(self, name: str) -> ChangelogWriter:
+        """The changelog's writer (one per table: the state table's may be it)."""
         changelog = self.writers.get(name)
-        if not isinstance(changelog, ChangelogWriter) or not refreshed(changelog):
+        if (
+            not isinstance(changelog, ChangelogWriter)
+            or isinstance(changelog, HistoryWriter)
+            or not refreshed(changelog)
+        ):
             changelog = self.writers[name] = ChangelogWriter(
                 self.catalog, name, self.config.stream.merge_manifests_at,
                 keep_snapshots=self.config.stream.keep_snapshots, background_upkeep=True,
             )  # fmt: skip
-        sink.changelog, sink.changelog_updates = changelog, rule.changelog_updates
+        return changelog
 
-    def _add_history(self, sink: TableSink, rules: TableRules) -> None:
-        name = rules.history_name
-        keys = identifier_columns(sink.writer.table.schema())
-        if name is None or not keys:
-            return
+    def _history(self, name: str, keys: list[str]) -> HistoryWriter:
+        """The history's writer (one per table: the state table's may be it)."""
         history = self.writers.get(name)
         if not isinstance(history, HistoryWriter) or not refreshed(history):
             stream = self.config.stream
@@ -86,7 +112,7 @@ class SinkOpener:
                 self.catalog, name, keys, stream.merge_manifests_at, stream.keep_snapshots,
                 background_upkeep=True, key_index_dir=self.config.key_index_dir, compaction=self._compaction,
             )  # fmt: skip
-        sink.history = history
+        return history
 
 
 def refreshed(writer: IcebergWriter) -> bool:

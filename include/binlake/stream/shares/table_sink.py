@@ -11,13 +11,14 @@ from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.routes import SOURCE_TABLE_COLUMN, with_source_table
+from binlake.schema.table_rules import StateKind
 from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.history.changelog import changelog_rows
 from binlake.sink.history.changelog_writer import ChangelogWriter
 from binlake.sink.history.scd2_writer import HistoryWriter
 from binlake.sink.history.soft_delete import marked_deleted, marked_live
-from binlake.sink.keys.file_bounds import stored_rows
+from binlake.sink.history.state_table import StateTable
 from binlake.sink.keys.row_match import ClearRange, clear_mask
 from binlake.sink.writer import IcebergWriter
 from binlake.state.backfills import BackfillUnit
@@ -47,6 +48,11 @@ class TableSink:
     """``both`` images of an update in the changelog, or the ``after`` image alone."""
     soft_delete: bool = False
     """Whether rows the source deletes stay, marked (``sink/history/soft_delete.py``)."""
+    state_kind: StateKind = "upsert"
+    """Which table ``writer`` writes: the upsert table, or without one the history or changelog
+    (``sink/history/state_table.py``), then also ``history`` or ``changelog``."""
+    signed: bool = True
+    """A changelog state table's replay: signed, or by key (``StateTable.signed``)."""
 
     def __post_init__(self) -> None:
         self.arrow = arrow_schema(self.schema)
@@ -55,10 +61,20 @@ class TableSink:
         self.key_arrow = arrow_schema(self.schema, list(self.keys)) if self.keys else pa.schema([])
         # The sink's own schema: after a schema change it may differ from the source's (lenient
         # keeps dropped columns, ignore keeps everything); rows are projected onto it by name.
-        self.sink_arrow = self.writer.table.schema().as_arrow()
+        self.sink_arrow = self.state.sink_arrow()
         present = set(self.sink_arrow.names)
         sink_keys = [SOURCE_TABLE_COLUMN, *self.keys] if self.routed else list(self.keys)
         self.sink_key_arrow = pa.schema([self.sink_arrow.field(k) for k in sink_keys if k in present])
+
+    @property
+    def upsert(self) -> bool:
+        """Whether the sink keeps an upsert table (else its changes go to the tables kept beside it alone)."""
+        return self.state_kind == "upsert"
+
+    @property
+    def state(self) -> StateTable:
+        """The table holding the current rows (``sink/history/state_table.py``)."""
+        return StateTable(self.writer.table, self.state_kind, self.signed)
 
     def bucket_plan(self, after: int, binlog: str = "binlog") -> BucketPlan:
         """What executors need to merge this table's changes after position ``after``
@@ -90,7 +106,7 @@ class TableSink:
     def previous_rows(self, keys: pa.Table) -> pa.Table:
         """The sink's rows of these source keys, as rows of the source's columns (those the sink
         has): the values an update that lacks columns keeps (``stream.shares.patches``)."""
-        stored = stored_rows(self.writer.table, self.key_rows(keys))
+        stored = self.state.rows_of(self.key_rows(keys))
         return stored.select([n for n in self.schema.column_names if n in stored.column_names])
 
     def companions(self) -> dict[str, ChangelogWriter]:
@@ -154,6 +170,8 @@ class PreparedShare:
     by kind (``changelog``, ``history``), for those it keeps."""
 
     def counts(self) -> dict[str, int]:
+        if not self.sink.upsert:  # the rows each table kept beside none appended (or versions written)
+            return {kind: rows.num_rows for kind, rows in self.companions.items()}
         kind = ("upserts", "deletes") if self.sink.keyed else ("inserts", "deletes")
         if self.merged is not None:
             return {kind[0]: self.merged.upserts, kind[1]: self.merged.deletes}
