@@ -21,8 +21,8 @@ import pytest
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
-from binlake.planner import plan
-from binlake.sink.catalog import open_catalog
+from binlake.planner import discover_tables, plan
+from binlake.sink.catalog import open_catalog, sink_name
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
@@ -32,7 +32,7 @@ from binlake.state.store import StateStore
 from binlake.stream.failover import BinlogChangedError
 from binlake.stream.repairs import UnreplicableChangeError
 from binlake.testing import demo
-from binlake.testing.compare import sink_rows
+from binlake.testing.compare import bag, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from tests.conftest import ServerFactory
@@ -400,10 +400,19 @@ def test_failover_to_a_replica_resumes_by_gtid(tmp_path: Path, spark: Any) -> No
         )
         _replicate(primary, replica)
         database = "failover"
+        # The primary's files numbered past the replica's: an offset of the old binlog is then
+        # past every position of the new one, which any offset left unmoved would skip to.
+        primary.execute(*["FLUSH BINARY LOGS"] * 4)
         primary.execute(f"CREATE DATABASE {database}")
         demo.load(primary.admin_connection, 1500, database=database)
         _caught_up(primary, replica)
         config = stream_config(primary, database, tmp_path, chunk_size=200)
+        raw = config_dict(config)  # a changelog beside the upsert table, and one kept alone:
+        raw["sink"]["modes"] = [  # their offsets are old positions too
+            {"source_table": rf"{database}\.orders", "mode": ["upsert", "changelog"]},
+            {"source_table": rf"{database}\.order_items", "mode": "changelog"},
+        ]
+        config = PipelineConfig.model_validate(raw)
         plan(config)
         with _workload(primary, database):
             assert run_snapshot(config, spark).complete
@@ -420,7 +429,16 @@ def test_failover_to_a_replica_resumes_by_gtid(tmp_path: Path, spark: Any) -> No
             time.sleep(3)
         report = run_stream(moved, spark, until_caught_up=True)
         assert "new binlog" in report.start_reason
-        assert_sink_equals_source(moved)
+        assert_sink_equals_source(moved)  # order_items: the state its changelog replays to
+        # Every change once: what the changelog adds less what it removes is the source's rows.
+        (orders,) = [s for s in discover_tables(moved) if s.table.table == "orders"]
+        changelog = open_catalog(moved).load_table(sink_name(moved, orders.table) + "_changelog")
+        changes = changelog.scan().to_arrow().to_pylist()
+        columns = list(orders.column_names)
+        added = bag([{c: r[c] for c in columns} for r in changes if r["__op__"] in ("+I", "+U")])
+        removed = bag([{c: r[c] for c in columns} for r in changes if r["__op__"] in ("-U", "-D")])
+        assert added - removed == bag(source_rows(moved, orders))
+        assert not removed - added  # nothing removed that was not added
 
 
 def test_a_reset_binlog_stops_the_stream_with_the_fix(

@@ -16,17 +16,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.faults import VARIABLE
-from binlake.planner import plan
+from binlake.planner import discover_tables, plan
 from binlake.sink.catalog import open_catalog, sink_identifier, sink_name
 from binlake.snapshot.progress import SnapshotReport
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore
+from binlake.testing.compare import bag, replay_changelog, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from tests.helpers import (
     ROOT,
@@ -58,6 +60,7 @@ def _snapshotted(
     tmp_path: Path,
     tables: tuple[str, ...] = ("t",),
     behavior: str = "lenient",
+    modes: dict[str, list[str]] | None = None,
 ) -> PipelineConfig:
     """Planned tables of 400 rows in 16 chunks each, read one chunk per task: Spark jobs of at most
     8 chunks (parallelism × 4 × 1), the table's last chunk beside the first 8."""
@@ -71,6 +74,9 @@ def _snapshotted(
     raw["source"]["password"] = mariadb.password
     raw["pipeline"]["snapshot_chunks_per_task"] = 1
     raw["pipeline"]["schema_change_behavior"] = behavior
+    raw["sink"]["modes"] = [
+        {"source_table": rf"{database}\.{t}", "mode": m} for t, m in (modes or {}).items()
+    ]
     config = PipelineConfig.model_validate(raw)
     plan(config)
     return config
@@ -115,6 +121,32 @@ def test_a_schema_change_between_two_snapshot_runs_reads_the_table_again(
     assert run_snapshot(config, spark).complete
     mariadb.execute("UPDATE t SET tag = 'after' WHERE id = 1", database=database)
     _stream_and_compare(mariadb, database, config, spark)
+
+
+def test_a_table_read_again_takes_its_changelog_and_history_along(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """A table read again from the start gets its changelog and history anew too (they kept the
+    first read's rows under the chunk ids the new split gives again, and missed the new ones);
+    one kept without an upsert table (a changelog alone) is read again into a new one."""
+    modes = {"t": ["upsert", "changelog", "history"], "u": ["changelog"]}
+    config = _snapshotted(mariadb, database, tmp_path, ("t", "u"), modes=modes)
+    first = [f"{database}.{t}#{i}" for t in ("t", "u") for i in range(4)]
+    assert not run_snapshot(config, spark, chunk_ids=first).complete
+    mariadb.execute(*DURING_SNAPSHOT, *(s.replace(" t ", " u ") for s in DURING_SNAPSHOT), database=database)
+    assert run_snapshot(config, spark).complete
+    _stream_and_compare(mariadb, database, config, spark)
+    catalog = open_catalog(config)
+    for table, kinds in (("t", ("changelog", "history")), ("u", ("changelog",))):
+        (schema,) = [s for s in discover_tables(config) if s.table.table == table]
+        expected = bag(source_rows(config, schema))
+        for kind in kinds:
+            found = catalog.load_table(f"{sink_name(config, schema.table)}_{kind}").scan().to_arrow()
+            if kind == "history":
+                current = found.filter(pc.equal(found.column("__current__"), True))
+                assert bag(current.select(schema.column_names).to_pylist()) == expected
+            else:
+                assert replay_changelog(found.to_pylist(), list(schema.column_names)) == expected
 
 
 def test_a_schema_change_while_the_snapshot_reads_reads_the_table_again(
