@@ -32,7 +32,7 @@ from binlake.state.store import StateStore
 from binlake.stream.failover import BinlogChangedError
 from binlake.stream.repairs import UnreplicableChangeError
 from binlake.testing import demo
-from binlake.testing.compare import bag, sink_rows, source_rows
+from binlake.testing.compare import bag, replay_changelog, sink_rows, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.testing.workload import Workload
 from tests.conftest import ServerFactory
@@ -439,6 +439,9 @@ def test_failover_to_a_replica_resumes_by_gtid(tmp_path: Path, spark: Any) -> No
         removed = bag([{c: r[c] for c in columns} for r in changes if r["__op__"] in ("-U", "-D")])
         assert added - removed == bag(source_rows(moved, orders))
         assert not removed - added  # nothing removed that was not added
+        # ... and in (position, order) it replays: the new binlog's positions sort after the old.
+        assert replay_changelog(changes, columns) == bag(source_rows(moved, orders))
+        assert {r["__binlog_file__"] for r in changes} >= {"binlog.000001", "binlog.000005"}
 
 
 def test_a_reset_binlog_stops_the_stream_with_the_fix(

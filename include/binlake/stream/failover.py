@@ -10,7 +10,8 @@ before it resumes (``check_binlog``):
 - the same binlog: resume by position, as always;
 - another binlog, and the stored offset has a GTID set the new binlog holds: resume at the first
   transaction after that set (``source.gtid_positions.position_after``). Everything the stream
-  stored in the old binlog's positions is re-anchored to the new one — each sink table's offset,
+  stored in the old binlog's positions is re-anchored to the new one — each sink table's offset
+  (and a changelog's or history's binlog epoch: the positions it stores go on above the old ones),
   the schema history (each table's current schema, from the new position on), a new Spark
   checkpoint lineage — and backfills staged in old positions go stale (a rerun reads them anew);
 - otherwise the stream stops and says why, with the fix.
@@ -35,6 +36,7 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.table_rules import table_rules
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.exactly_once import STREAM_OFFSET_KEY
+from binlake.sink.history.changelog import POSITION_EPOCH
 from binlake.sink.writer import IcebergWriter
 from binlake.snapshot.spans import snapshot_applies
 from binlake.source.binlog.gtid_positions import (
@@ -158,9 +160,12 @@ def reanchor(
             f"Cannot resume the stream at {old} on the new binlog ({why}): " + "; ".join(problems) + ". Fix: "
             "start anew: `binlake plan --replan`, then `binlake snapshot`."
         )
-    for writer in writers:  # the tables kept beside each too: their offsets are positions as well
+    for writer, why_not in writers.items():  # changelogs and histories: offsets are positions too
+        moved = {STREAM_OFFSET_KEY: _offset_json(new)}
+        if why_not == APPENDS:  # the positions it stores from here on: above every earlier one
+            moved[POSITION_EPOCH] = str(int(writer.table.properties.get(POSITION_EPOCH, "0")) + 1)
         with writer.table.transaction() as tx:
-            tx.set_properties({STREAM_OFFSET_KEY: _offset_json(new)})
+            tx.set_properties(moved)
     move_to(store, name, new, why)
     log.warning("%s: the stream resumes at %s, after GTID %s (it was at %s)", why, new, old.gtid, old)
 
@@ -179,8 +184,12 @@ def _sink_tables(
             writer = IcebergWriter(catalog, identifier)
             upsert = rules.upsert and identifier == rules.sink_name
             why = "" if upsert and identifier_columns(writer.table.schema()) else "no primary key"
-            seen[identifier] = writer, why if upsert else "a changelog or history: it appends"
+            seen[identifier] = writer, why if upsert else APPENDS
     return dict(seen.values())
+
+
+#: Why a changelog or history cannot take a change twice.
+APPENDS = "a changelog or history: it appends"
 
 
 def _offset_json(offset: BinlogOffset) -> str:

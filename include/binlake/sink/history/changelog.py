@@ -12,8 +12,9 @@ table, ``<sink table>_changelog``: the sink table's columns (the after image; th
 - ``__event_time__``: the binlog event's time (when the statement ran on the source, seconds);
   a snapshot row: its chunk's read time. The table is partitioned by its day.
 - ``__position__``: the change's binlog position as one sortable number (file number × 2³² +
-  offset); a snapshot row: its chunk's high watermark. ``__binlog_file__``/``__binlog_pos__``: the
-  same for people.
+  offset, plus the binlog's epoch × 2⁵² once the stream followed a failover: ``POSITION_EPOCH``);
+  a snapshot row: its chunk's high watermark. ``__binlog_file__``/``__binlog_pos__``: the server's
+  position, for people.
 - ``__order__``: the change's order within its event (a statement's rows share its position).
 - ``__gtid__``: the GTID of the change's transaction (MariaDB ``domain-server-sequence``, MySQL
   ``uuid:number``; an XA transaction's is its commit's); null for rows the snapshot or a backfill
@@ -76,6 +77,11 @@ INSERT, BEFORE, AFTER, DELETE = "+I", "-U", "+U", "-D"
 #: The table property naming the sink table's key columns (JSON): the key a changelog replays by
 #: where it holds a table's state (``sink/history/state_table.py``).
 KEY_COLUMNS = "binlake.key-columns"
+#: The table property counting the binlogs the stream followed the table onto (a failover, a
+#: reset): positions of a new binlog can be below the old one's, so each is stored above every
+#: earlier one, at ``epoch << EPOCH_SHIFT`` plus the packed position (``stream/failover.py``).
+POSITION_EPOCH = "binlake.position-epoch"
+EPOCH_SHIFT = 52
 #: ``__origin__`` of the rows a schema change made (``ColumnFill``).
 SCHEMA_ORIGIN = "schema"
 
@@ -332,6 +338,22 @@ def filled_rows(rows: pa.Table, fill: ColumnFill, after_only: bool) -> pa.Table:
         return after
     before = read_rows(rows, fill.event_time, fill.at, SCHEMA_ORIGIN, BEFORE, 2 * fill.seq)
     return pa.concat_tables([before, after.cast(before.schema)])
+
+
+def epoch_base(table: Table) -> int:
+    """What the positions a table stores now carry above the packed position (``POSITION_EPOCH``)."""
+    return int(table.properties.get(POSITION_EPOCH, "0")) << EPOCH_SHIFT
+
+
+def shifted(rows: pa.Table, base: int, columns: tuple[str, ...] = (POSITION,)) -> pa.Table:
+    """``rows`` with the positions in ``columns`` raised by ``base`` (``epoch_base``)."""
+    if not base:
+        return rows
+    for name in columns:
+        if name in rows.column_names:
+            index = rows.schema.get_field_index(name)
+            rows = rows.set_column(index, rows.schema.field(index), pc.add(rows.column(name), base))
+    return rows
 
 
 def of_source(rows: pa.Table, source: str | None) -> pa.Table:

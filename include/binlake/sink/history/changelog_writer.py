@@ -44,9 +44,11 @@ from binlake.sink.history.changelog import (
     ORDER,
     POSITION,
     ColumnFill,
+    epoch_base,
     filled_rows,
     of_source,
     read_rows,
+    shifted,
 )
 from binlake.sink.history.state_table import StateTable
 from binlake.sink.keys.file_bounds import files_in_ranges
@@ -79,6 +81,7 @@ class ChangelogWriter(IcebergWriter):
         """Append a batch's changelog rows (committed with ``offset``, even when there are none:
         the table then says it holds the changes up to there); ``units``: the backfill units
         whose rows are among them."""
+        rows = self._stamped(rows)
         return self._commit_batch(
             batch_id, offset, lambda properties: self._append(properties | units_summary(units), rows)
         )
@@ -92,7 +95,7 @@ class ChangelogWriter(IcebergWriter):
             log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
             return False
         with transaction(self.table) as tx:
-            self._add_rows(tx, rows, units_summary(units))
+            self._add_rows(tx, self._stamped(rows), units_summary(units))
         return True
 
     def applied_units(self) -> set[str]:
@@ -196,7 +199,7 @@ class ChangelogWriter(IcebergWriter):
             nonlocal removed
             gone = of_source(data, source)
             removed += gone.num_rows
-            return read_rows(gone, event_time, at, "binlog", DELETE)
+            return self._stamped(read_rows(gone, event_time, at, "binlog", DELETE))
 
         self._append_as(state, shaped, change_id)
         return removed
@@ -211,7 +214,7 @@ class ChangelogWriter(IcebergWriter):
 
         def shaped(data: pa.Table) -> pa.Table:
             nonlocal filled
-            rows = filled_rows(data, fill, after_only)
+            rows = self._stamped(filled_rows(data, fill, after_only))
             filled += fill.mine(data).num_rows
             return rows
 
@@ -272,7 +275,11 @@ class ChangelogWriter(IcebergWriter):
 
     def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
         """Rows read from the source (sink columns) as this table's rows: ``+I`` reads."""
-        return read_rows(rows, event_time, at)
+        return self._stamped(read_rows(rows, event_time, at))
+
+    def _stamped(self, rows: pa.Table) -> pa.Table:
+        """Changelog rows with their positions in this table's binlog epoch (``POSITION_EPOCH``)."""
+        return shifted(rows, epoch_base(self.table))
 
     def _sink_columns(self) -> pa.Schema:
         """The changelog's columns that come from the sink table."""

@@ -166,12 +166,13 @@ def _shaped(rows: pa.Table, meta: dict[str, Any], schema: pa.Schema) -> pa.Table
     return pa.table(arrays, schema=schema)
 
 
-def refilled(current: pa.Table, fill: ColumnFill, schema: pa.Schema) -> pa.Table:
+def refilled(current: pa.Table, fill: ColumnFill, schema: pa.Schema, base: int = 0) -> pa.Table:
     """An ``ADD COLUMN``'s fill of ``current`` versions (which have the column, NULL): each closed
-    at the statement, and the version with the value opened there (``schema``: the history's)."""
+    at the statement, and the version with the value opened there (``schema``: the history's;
+    ``base``: its positions' epoch, ``changelog.epoch_base``)."""
     n = current.num_rows
     times = pa.array([fill.event_time * 1_000_000] * n, pa.int64()).cast(_TIME)
-    at = pa.array([fill.at.packed] * n, pa.int64())
+    at = pa.array([fill.at.packed + base] * n, pa.int64())
     meta = {
         VALID_FROM: times,
         VALID_TO: pa.nulls(n, _TIME),

@@ -21,7 +21,7 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.exactly_once import CommitResult
-from binlake.sink.history.changelog import ColumnFill, of_source
+from binlake.sink.history.changelog import ColumnFill, epoch_base, of_source
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
     UNITS_KEY,
@@ -73,6 +73,7 @@ class HistoryWriter(ChangelogWriter):
         self, batch_id: int, rows: pa.Table, offset: BinlogOffset, units: Sequence[str] = ()
     ) -> CommitResult:
         """Close and open the versions a batch's changelog rows (``rows``) make, with ``offset``."""
+        rows = self._stamped(rows)
         return self._commit_batch(
             batch_id, offset, lambda properties: self._versions(properties | units_summary(units), rows)
         )
@@ -84,7 +85,7 @@ class HistoryWriter(ChangelogWriter):
         if set(units) & self.applied_units():
             log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
             return False
-        self._versions(units_summary(units), rows)
+        self._versions(units_summary(units), self._stamped(rows))
         return True
 
     def remove_all(
@@ -97,7 +98,8 @@ class HistoryWriter(ChangelogWriter):
         current = of_source(self.table.scan(row_filter=f"{CURRENT} == True").to_arrow(), source)
         n = current.num_rows
         times = pa.array([event_time * 1_000_000] * n, pa.int64()).cast(METADATA.field(VALID_TO).type)
-        ended = closed(current, times, pa.array([at.packed] * n, pa.int64()), current.schema)
+        position = at.packed + epoch_base(self.table)
+        ended = closed(current, times, pa.array([position] * n, pa.int64()), current.schema)
         self._merge_rows({CHANGE_KEY: change_id}, ended)
         return int(n)
 
@@ -109,9 +111,8 @@ class HistoryWriter(ChangelogWriter):
             return 0
         self.add_column(fill)
         current = fill.mine(self.table.scan(row_filter=f"{CURRENT} == True").to_arrow())
-        self._merge_rows(
-            {CHANGE_KEY: fill.change_id}, refilled(current, fill, self.table.schema().as_arrow())
-        )
+        versions = refilled(current, fill, self.table.schema().as_arrow(), epoch_base(self.table))
+        self._merge_rows({CHANGE_KEY: fill.change_id}, versions)
         return int(current.num_rows)
 
     def state_in_ranges(self, clear: Sequence[ClearRange], columns: Sequence[str]) -> pa.Table:
@@ -120,7 +121,7 @@ class HistoryWriter(ChangelogWriter):
         return current(rows_in_ranges(self.table, clear)).select(list(columns))
 
     def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
-        return opened_rows(rows, event_time, at.packed)
+        return opened_rows(rows, event_time, at.packed + epoch_base(self.table))
 
     def _versions(self, properties: dict[str, str], changes: pa.Table) -> None:
         keys = changes.select(self.keys).group_by(self.keys).aggregate([]) if changes.num_rows else None
