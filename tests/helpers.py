@@ -139,11 +139,12 @@ def routed_config(
     database: str,
     tmp_path: Path,
     modes: tuple[str, ...] = (),
+    upsert: bool = True,
     **pipeline: Any,
 ) -> PipelineConfig:
     """``stream_config`` (chunks of 80 rows) with the tables ``orders_<n>`` routed into
-    ``ods.orders``, keeping ``modes`` beside it (``changelog``, ``history``, ``soft_delete``) and
-    ``pipeline`` settings (``schema_change_behavior``)."""
+    ``ods.orders``, keeping ``modes`` beside it (``changelog``, ``history``, ``soft_delete``; without
+    the upsert table unless ``upsert``) and ``pipeline`` settings (``schema_change_behavior``)."""
     raw = config_dict(stream_config(server, database, tmp_path, chunk_size=80))
     raw["pipeline"].update(pipeline)
     shards = rf"{database}\.orders_[0-9]+"
@@ -151,7 +152,11 @@ def routed_config(
     if modes:
         kept = [m for m in modes if m != "soft_delete"]
         raw["sink"]["modes"] = [
-            {"source_table": shards, "mode": ["upsert", *kept], "soft_delete": "soft_delete" in modes}
+            {
+                "source_table": shards,
+                "mode": ["upsert", *kept] if upsert else kept,
+                "soft_delete": "soft_delete" in modes,
+            }
         ]
     return PipelineConfig.model_validate(raw)
 

@@ -33,6 +33,7 @@ from tests.helpers import (
     config_dict,
     in_session,
     kill_9_at,
+    routed_config,
     stream_config,
     write_config_file,
 )
@@ -368,3 +369,76 @@ def test_schema_changes_without_an_upsert_table(
     mariadb.execute("ALTER TABLE items DROP PRIMARY KEY, ADD PRIMARY KEY (id, name)", database=database)
     with pytest.raises(Exception, match="keeps no upsert table to merge on the new one"):
         run_stream(config, spark, until_caught_up=True)
+
+
+def test_routed_shards_and_a_transform_without_an_upsert_table(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """Shards routed into one table kept as a changelog and a history alone (each row naming its
+    shard, a shard created mid-stream, one truncated), and a transformed table kept as a changelog
+    alone (a row leaving the filter is a ``-D``): each state equals the source through its route
+    or its transform."""
+    mariadb.execute(
+        "CREATE TABLE orders_1 (id INT PRIMARY KEY, amount INT)",
+        "CREATE TABLE orders_2 (id INT PRIMARY KEY, amount INT)",
+        "INSERT INTO orders_1 SELECT seq, seq FROM seq_1_to_200",
+        "INSERT INTO orders_2 SELECT seq, seq * 10 FROM seq_1_to_100",  # the same ids: keys collide
+        "CREATE TABLE w (id INT PRIMARY KEY, note VARCHAR(20), n INT)",
+        "INSERT INTO w SELECT seq, CONCAT('note ', seq), seq FROM seq_1_to_30",
+        database=database,
+    )
+    raw = config_dict(
+        routed_config(mariadb, database, tmp_path, ("changelog", "history"), upsert=False,
+                      schema_change_behavior="evolve")
+    )  # fmt: skip
+    raw["transform"] = [
+        {"source_table": rf"{database}\.w", "projection": "id, note, n * 2 AS twice", "filter": "n > 5"}
+    ]
+    raw["sink"]["modes"].append({"source_table": rf"{database}\.w", "mode": "changelog"})
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+    mariadb.execute(
+        "UPDATE orders_1 SET amount = -1 WHERE id <= 10",
+        "UPDATE orders_2 SET id = 500 WHERE id = 5",
+        "DELETE FROM orders_2 WHERE id = 6",
+        "CREATE TABLE orders_3 (id INT PRIMARY KEY, amount INT)",  # a new shard
+        "INSERT INTO orders_3 VALUES (1, 1)",
+        "TRUNCATE TABLE orders_2",
+        "INSERT INTO orders_2 VALUES (1, 7)",
+        "UPDATE w SET n = 1 WHERE id = 10",  # leaves the filter
+        "UPDATE w SET n = 9 WHERE id = 3",  # comes in
+        "UPDATE w SET note = 'x' WHERE id = 20",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    catalog = open_catalog(config)
+    assert not catalog.table_exists("ods.orders")
+    assert not catalog.table_exists(sink_name(config, TableId(database, "w")))
+    assert_sink_equals_source(config)  # the shards' and the transform's states
+    changelog, history = (catalog.load_table(f"ods.orders_{k}") for k in ("changelog", "history"))
+    shards = {f"{database}.orders_{n}" for n in (1, 2, 3)}
+    assert {r["_source_table"] for r in changelog.scan().to_arrow().to_pylist()} == shards
+    current = history.scan(row_filter="__current__ == True").to_arrow().to_pylist()
+    expected = Counter()
+    for n in (1, 2, 3):
+        (schema,) = [s for s in discover_tables(config) if s.table.table == f"orders_{n}"]
+        expected += Counter(
+            {(f"{database}.orders_{n}", r["id"], r["amount"]): 1 for r in source_rows(config, schema)}
+        )
+    assert Counter((r["_source_table"], r["id"], r["amount"]) for r in current) == expected
+    columns = ["_source_table", "id", "amount"]
+    assert replay_changelog(changelog.scan().to_arrow().to_pylist(), columns) == bag(
+        [dict(zip(columns, key, strict=True)) for key in expected]
+    )
+    w = (
+        catalog.load_table(sink_name(config, TableId(database, "w")) + "_changelog")
+        .scan()
+        .to_arrow()
+        .to_pylist()
+    )
+    assert [(r["__op__"], r["id"]) for r in w if r["__origin__"] == "binlog" and r["id"] in (3, 10)] == [
+        ("-D", 10), ("+I", 3),
+    ]  # fmt: skip
+    report = verify(config, "v1")
+    assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}

@@ -194,6 +194,7 @@ def _read_table(
         file_schema = reader.converter.schema
         if transform is not None:  # the projection's columns (computed ones typed by their expression)
             file_schema = arrow_schema(transform.sink)
+        projected = file_schema
         if routed:  # a shared sink table: each row names its source table
             file_schema = with_source_table(schema.table, file_schema.empty_table()).schema
         soft = table_name in json.loads(options.get("soft_delete", "[]"))
@@ -233,7 +234,7 @@ def _read_table(
             result = reader.read(chunk)
             data = result.data
             if transform is not None:  # the rows the filter keeps, projected (``schema.transforms``)
-                data = transform.project(data.filter(transform.keep(data))).cast(file_schema)
+                data = transform.project(data.filter(transform.keep(data))).cast(projected)
             data = with_source_table(schema.table, data) if routed else data
             data = _marked_live(data) if soft else data
             writer.write(_shaped(shape, data, int(time.time()), result.high) if shape is not None else data)
