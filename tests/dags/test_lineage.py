@@ -8,7 +8,7 @@ from pathlib import Path
 
 from binlake.config import PipelineConfig
 from binlake.events import Column, CreateTable, TableId
-from binlake.planner import create_sink_tables
+from binlake.sink.creation import create_sink_tables
 
 
 def test_each_kept_table_is_an_output_the_state_table_counts_the_rows(tmp_path: Path) -> None:

@@ -234,11 +234,11 @@ def test_a_shadow_table_goes_through_its_tables_rule(tmp_path: Any) -> None:
             "transform": [{"source_table": r"shop\.orders", "filter": "total > 0"}],
         }
     )
-    rule = transform_rule(config, "shop.orders")
+    rule = transform_rule(config, TableId.parse("shop.orders"))
     assert rule is not None
     # gh-ost's and pt-osc's shadow tables become `orders` at the cut-over: the same rule, from the start.
-    assert transform_rule(config, "shop._orders_gho") == rule
-    assert transform_rule(config, "shop._orders_new") == rule
-    assert transform_rule(config, "shop._orders_del") == rule
-    assert transform_rule(config, "shop.customers") is None
-    assert transform_rule(config, "shop._customers_gho") is None
+    assert transform_rule(config, TableId.parse("shop._orders_gho")) == rule
+    assert transform_rule(config, TableId.parse("shop._orders_new")) == rule
+    assert transform_rule(config, TableId.parse("shop._orders_del")) == rule
+    assert transform_rule(config, TableId.parse("shop.customers")) is None
+    assert transform_rule(config, TableId.parse("shop._customers_gho")) is None

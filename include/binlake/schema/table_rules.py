@@ -38,13 +38,13 @@ def first_match(rules: Iterable[Rule], table: str) -> Rule | None:
     return next((r for r in rules if re.fullmatch(r.source_table, table)), None)
 
 
-def transform_rule(config: PipelineConfig, table: str) -> TransformRule | None:
-    """The first ``transform`` rule whose ``source_table`` matches ``table`` (``database.table``),
+def transform_rule(config: PipelineConfig, table: TableId) -> TransformRule | None:
+    """The first ``transform`` rule whose ``source_table`` matches ``table``'s ``database.table``,
     or, for an online schema-change tool's shadow table (``_t_gho``…), ``t``'s (its rows become
     ``t``'s at the cut-over, so they go through ``t``'s transform from the start)."""
-    found = first_match(config.transform, table)
-    base = shadow_base(TableId.parse(table)) if found is None and config.transform else None
-    return transform_rule(config, base.name) if base is not None else found
+    found = first_match(config.transform, table.name)
+    base = shadow_base(table) if found is None and config.transform else None
+    return transform_rule(config, base) if base is not None else found
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def table_rules(config: PipelineConfig, table: TableId) -> TableRules:
     return TableRules(
         table,
         sink_table(config, table),
-        transform_rule(config, table.name),
+        transform_rule(config, table),
         first_match(config.sink.modes, table.name),
         dict(config.source.chunk_key_columns).get(table.name),
     )

@@ -29,7 +29,7 @@ from binlake.events import TableId
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.scan import transactions
 from binlake.source.server.connection import connect
-from binlake.state.offset_names import ANCHOR
+from binlake.state.reanchoring import snapshot_applies
 from binlake.state.store import StateStore, StoredPlan
 
 
@@ -71,14 +71,6 @@ def table_spans(plans: Sequence[StoredPlan]) -> dict[TableId, TableSpan]:
             lows = tuple(c.low_watermark for c in plan.chunks)
             spans[plan.table] = TableSpan(lows, tuple(h for h in highs if h is not None))
     return spans
-
-
-def snapshot_applies(config: PipelineConfig, store: StateStore) -> bool:
-    """Whether the stream begins at the snapshot's switch and its watermarks are still positions
-    of the binlog the stream reads (a failover re-anchors the stream past all of them)."""
-    return (
-        config.source.startup_mode == "initial" and store.offsets(config.pipeline.name).load(ANCHOR) is None
-    )
 
 
 def stream_spans(config: PipelineConfig, store: StateStore) -> dict[TableId, TableSpan]:

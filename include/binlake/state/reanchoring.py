@@ -7,11 +7,20 @@ what cannot move (a snapshot's chunk windows, open repairs) refuses the re-ancho
 
 from __future__ import annotations
 
+from binlake.config import PipelineConfig
 from binlake.offsets import BinlogOffset
 from binlake.state.backfills import BackfillLedger
 from binlake.state.offset_names import ANCHOR, ORIGIN, STREAM
 from binlake.state.repair_ledger import RepairLedger
 from binlake.state.store import StateStore
+
+
+def snapshot_applies(config: PipelineConfig, store: StateStore) -> bool:
+    """Whether the stream begins at the snapshot's switch and its watermarks are still positions
+    of the binlog the stream reads (a failover re-anchors the stream past all of them)."""
+    return (
+        config.source.startup_mode == "initial" and store.offsets(config.pipeline.name).load(ANCHOR) is None
+    )
 
 
 def held_in_old_positions(

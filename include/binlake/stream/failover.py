@@ -38,7 +38,6 @@ from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.exactly_once import STREAM_OFFSET_KEY
 from binlake.sink.history.changelog import POSITION_EPOCH
 from binlake.sink.writer import IcebergWriter
-from binlake.snapshot.spans import snapshot_applies
 from binlake.source.binlog.gtid_positions import (
     BinlogIdentity,
     GtidPositionError,
@@ -47,7 +46,7 @@ from binlake.source.binlog.gtid_positions import (
     position_after,
 )
 from binlake.source.server.facts import ServerFacts
-from binlake.state.reanchoring import held_in_old_positions, move_to
+from binlake.state.reanchoring import held_in_old_positions, move_to, snapshot_applies
 from binlake.state.store import StateStore
 
 log = logging.getLogger(__name__)

@@ -21,11 +21,11 @@ from pyiceberg.catalog import Catalog
 from binlake.config import PipelineConfig
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
-from binlake.planner import align_layouts, create_sink_tables
-from binlake.snapshot.spans import snapshot_applies
+from binlake.sink.creation import align_layouts, create_sink_tables
 from binlake.source.server.facts import ServerFacts, server_facts
 from binlake.source.server.foreign_keys import CascadingKey, cascade_fix
 from binlake.state.offset_names import ORIGIN, STREAM
+from binlake.state.reanchoring import snapshot_applies
 from binlake.state.store import StateStore
 from binlake.stream.emit_filter import SnapshotFilter
 from binlake.stream.schema_tracker import SchemaTracker
