@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,3 +370,47 @@ def job_metric(folder: Path, pipeline: str, job: str, name: str, **labels: str) 
             if sample.name == f"binlake_{job}_{name}" and sample.labels == wanted:
                 return float(sample.value)
     return None
+
+
+class Pause:
+    """Holds a workload thread between two statements (it calls ``point`` between them) while a
+    test records the source's rows and binlog position then (``state``)."""
+
+    def __init__(self) -> None:
+        self.asked, self.held, self.go = threading.Event(), threading.Event(), threading.Event()
+
+    def point(self) -> None:
+        if self.asked.is_set():
+            self.held.set()
+            self.go.wait(60)
+            self.asked.clear()
+
+    def state(
+        self, server: PrivateMariaDB, config: PipelineConfig, tables: tuple[str, ...]
+    ) -> tuple[int, dict[str, Counter[Any]]]:
+        """The position now (packed) and the rows of ``tables`` (of the pipeline's database) then."""
+        from binlake.planner import discover_tables
+        from binlake.testing.compare import bag, source_rows
+
+        self.go.clear()
+        self.asked.set()
+        assert self.held.wait(60)
+        file, pos = server.query("SHOW MASTER STATUS")[0][:2]
+        schemas = {s.table.table: s for s in discover_tables(config)}
+        rows = {t: bag(source_rows(config, schemas[t])) for t in tables}
+        self.held.clear()
+        self.go.set()
+        return BinlogOffset(file, int(pos)).packed, rows
+
+
+def as_of(table: Any, position: int, columns: list[str], kind: str = "changelog") -> Counter[Any]:
+    """A changelog's or history's rows as of ``position`` by the query docs/sink.md gives, run by
+    DuckDB's own reader."""
+    from binlake.testing import duckdb_iceberg
+    from binlake.testing.compare import bag
+
+    text = (ROOT / "docs" / "sink.md").read_text()
+    query = text.split(f"<!-- {kind}-as-of-position -->\n```sql\n", 1)[1].split("```", 1)[0]
+    query = query.replace(f"${kind}", "?").replace("$position", str(position))
+    rows = duckdb_iceberg.connect().execute(query, [table.metadata_location]).to_arrow_table()
+    return bag(rows.select(columns).to_pylist())

@@ -17,18 +17,19 @@ import pytest
 from binlake.backfill.plan import KeyRange
 from binlake.config import PipelineConfig
 from binlake.events import TableId
-from binlake.offsets import BinlogOffset
-from binlake.planner import discover_tables, plan
+from binlake.planner import plan
 from binlake.sink.catalog import open_catalog, sink_name
 from binlake.sink.history.changelog import METADATA
 from binlake.spark.backfill_job import run_backfill
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.testing import duckdb_iceberg
-from binlake.testing.compare import bag, replay_changelog, source_rows
+from binlake.testing.compare import bag, replay_changelog
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
 from tests.helpers import (
+    Pause,
+    as_of,
     assert_sink_equals_source,
     config_dict,
     in_session,
@@ -63,33 +64,8 @@ def _config(
     return PipelineConfig.model_validate(raw)
 
 
-class _Pause:
-    """Holds the workload between two statements: the source's rows and binlog position then."""
-
-    def __init__(self) -> None:
-        self.asked, self.held, self.go = threading.Event(), threading.Event(), threading.Event()
-
-    def point(self) -> None:
-        if self.asked.is_set():
-            self.held.set()
-            self.go.wait(60)
-            self.asked.clear()
-
-    def state(self, mariadb: PrivateMariaDB, config: PipelineConfig) -> tuple[int, Counter[Any]]:
-        """The orders' rows in their columns then (the test adds one), and the position."""
-        self.go.clear()
-        self.asked.set()
-        assert self.held.wait(60)
-        file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
-        (schema,) = [s for s in discover_tables(config) if s.table.table == "orders"]
-        rows = bag(source_rows(config, schema))
-        self.held.clear()
-        self.go.set()
-        return BinlogOffset(file, int(pos)).packed, rows
-
-
 def _workload(
-    mariadb: PrivateMariaDB, database: str, stop: threading.Event, done: list[int], pause: _Pause
+    mariadb: PrivateMariaDB, database: str, stop: threading.Event, done: list[int], pause: Pause
 ) -> None:
     """Inserts, updates (of the key too), deletes, a multi-row transaction, and a column added."""
     n = 10_000
@@ -153,16 +129,6 @@ def _assert_gtids_are_the_servers(mariadb: PrivateMariaDB, rows: list[dict[str, 
     assert {r["__gtid__"] for r in rows if r["__origin__"] == "snapshot"} == {None}
 
 
-def _as_of(table: Any, position: int, columns: list[str], kind: str = "changelog") -> Counter[Any]:
-    """The rows as of ``position`` by the query docs/sink.md gives for a changelog or history
-    table, run by DuckDB's own reader."""
-    text = (Path(__file__).parents[2] / "docs" / "sink.md").read_text()
-    query = text.split(f"<!-- {kind}-as-of-position -->\n```sql\n", 1)[1].split("```", 1)[0]
-    query = query.replace(f"${kind}", "?").replace("$position", str(position))
-    rows = duckdb_iceberg.connect().execute(query, [table.metadata_location]).to_arrow_table()
-    return bag(rows.select(columns).to_pylist())
-
-
 def _history(config: PipelineConfig, database: str, table: str = "orders") -> Any:
     return open_catalog(config).load_table(sink_name(config, TableId(database, table)) + "_history")
 
@@ -209,7 +175,7 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     assert [f.name for f in orders.schema().fields[-len(METADATA) :]] == METADATA.names
     assert [str(f.transform) for f in orders.spec().fields] == ["day"]
 
-    stop, pause = threading.Event(), _Pause()
+    stop, pause = threading.Event(), Pause()
     done: list[int] = []
     states = []
     writer = threading.Thread(target=_workload, args=(mariadb, database, stop, done, pause))
@@ -217,9 +183,9 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     try:
         path = write_config_file(tmp_path, config, mariadb)
         kill_9_at(path, "before-commit")
-        states.append(pause.state(mariadb, config))
+        states.append(pause.state(mariadb, config, ("orders",)))
         kill_9_at(path, "between-commits")
-        states.append(pause.state(mariadb, config))
+        states.append(pause.state(mariadb, config, ("orders",)))
         kill_9_at(path, "after-commit")
         written = len(done)
     finally:
@@ -239,10 +205,11 @@ def test_changelog_replays_to_the_source_through_kills_and_a_schema_change(
     # The table as of positions the source was seen at, by the docs' query (the columns then).
     history = _history(config, database)
     assert history.properties["write.merge.mode"] == "merge-on-read"  # position deletes, a key index
-    for position, rows in states:
+    for position, found in states:
+        rows = found["orders"]
         columns = [name for name, _ in next(iter(rows))]
-        assert _as_of(_changelog(config, database, "orders"), position, columns) == rows
-        assert _as_of(history, position, columns, "history") == rows
+        assert as_of(_changelog(config, database, "orders"), position, columns) == rows
+        assert as_of(history, position, columns, "history") == rows
     _assert_history_is_current(config, database)
 
     # verify checks the history's current versions and the changelogs' replayed state too.

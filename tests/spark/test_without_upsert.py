@@ -17,7 +17,6 @@ import pytest
 from binlake.backfill.plan import KeyRange
 from binlake.config import PipelineConfig
 from binlake.events import TableId
-from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables, plan
 from binlake.quality.checkpoint import run_quality
 from binlake.sink.catalog import open_catalog, sink_name
@@ -29,6 +28,8 @@ from binlake.testing.compare import bag, replay_changelog, source_rows
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.verification import verify
 from tests.helpers import (
+    Pause,
+    as_of,
     assert_sink_equals_source,
     config_dict,
     in_session,
@@ -73,33 +74,8 @@ def _table(config: PipelineConfig, database: str, table: str, kind: str) -> Any:
     return open_catalog(config).load_table(f"{sink_name(config, TableId(database, table))}_{kind}")
 
 
-class _Pause:
-    """Holds the workload between two statements: the source's rows and binlog position then."""
-
-    def __init__(self) -> None:
-        self.asked, self.held, self.go = threading.Event(), threading.Event(), threading.Event()
-
-    def point(self) -> None:
-        if self.asked.is_set():
-            self.held.set()
-            self.go.wait(60)
-            self.asked.clear()
-
-    def state(self, mariadb: PrivateMariaDB, config: PipelineConfig) -> tuple[int, dict[str, Counter[Any]]]:
-        """The rows of orders and items then, and the position."""
-        self.go.clear()
-        self.asked.set()
-        assert self.held.wait(60)
-        file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
-        schemas = {s.table.table: s for s in discover_tables(config)}
-        rows = {t: bag(source_rows(config, schemas[t])) for t in ("orders", "items")}
-        self.held.clear()
-        self.go.set()
-        return BinlogOffset(file, int(pos)).packed, rows
-
-
 def _workload(
-    mariadb: PrivateMariaDB, database: str, stop: threading.Event, done: list[int], pause: _Pause
+    mariadb: PrivateMariaDB, database: str, stop: threading.Event, done: list[int], pause: Pause
 ) -> None:
     """Inserts, updates (of the key too), deletes and transactions over all four tables; columns
     added, one with a value for the rows held (the server fills them without a row event)."""
@@ -136,15 +112,6 @@ def _workload(
         if n > 10_020:
             mariadb.execute(f"UPDATE orders SET seen = {n} WHERE id = {k}", database=database)
         done.append(n)
-
-
-def _as_of(table: Any, position: int, columns: list[str], kind: str) -> Counter[Any]:
-    """The rows as of ``position`` by the query docs/sink.md gives, run by DuckDB's own reader."""
-    text = (Path(__file__).parents[2] / "docs" / "sink.md").read_text()
-    query = text.split(f"<!-- {kind}-as-of-position -->\n```sql\n", 1)[1].split("```", 1)[0]
-    query = query.replace(f"${kind}", "?").replace("$position", str(position))
-    rows = duckdb_iceberg.connect().execute(query, [table.metadata_location]).to_arrow_table()
-    return bag(rows.select(columns).to_pylist())
 
 
 def _source(config: PipelineConfig, table: str) -> Counter[Any]:
@@ -203,7 +170,7 @@ def test_changelog_and_history_alone_through_kills_and_schema_changes(
         zip(reads.column("__op__").to_pylist(), reads.column("__origin__").to_pylist(), strict=True)
     ) == {("+I", "snapshot"): 300}
 
-    stop, pause = threading.Event(), _Pause()
+    stop, pause = threading.Event(), Pause()
     done: list[int] = []
     states = []
     writer = threading.Thread(target=_workload, args=(mariadb, database, stop, done, pause))
@@ -211,9 +178,9 @@ def test_changelog_and_history_alone_through_kills_and_schema_changes(
     try:
         path = write_config_file(tmp_path, config, mariadb)
         kill_9_at(path, "before-commit")
-        states.append(pause.state(mariadb, config))
+        states.append(pause.state(mariadb, config, ("orders", "items")))
         kill_9_at(path, "between-companions")  # the changelog committed, the history (the state) not
-        states.append(pause.state(mariadb, config))
+        states.append(pause.state(mariadb, config, ("orders", "items")))
         kill_9_at(path, "after-commit")
         written = len(done)
     finally:
@@ -234,7 +201,7 @@ def test_changelog_and_history_alone_through_kills_and_schema_changes(
         for table, kinds in (("orders", ("changelog", "history")), ("items", ("history",))):
             columns = [name for name, _ in next(iter(rows[table]))]
             for kind in kinds:
-                assert _as_of(_table(config, database, table, kind), position, columns, kind) == rows[table]
+                assert as_of(_table(config, database, table, kind), position, columns, kind) == rows[table]
     assert not any(catalog.table_exists(s) for s in sinks.values())
 
     # verify compares each state (the history's current versions, a changelog's replay) and the

@@ -86,6 +86,11 @@ class TableRules:
         return name
 
     @property
+    def signed_replay(self) -> bool:
+        """Whether a changelog of the table replays signed (both images of each update), not by key."""
+        return self.changelog is None or self.changelog.changelog_updates == "both"
+
+    @property
     def kept_names(self) -> list[str]:
         """``namespace.table`` of every sink table the table keeps: the state table first."""
         names = [self.sink_name] if self.upsert else [self.state_name]

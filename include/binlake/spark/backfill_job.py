@@ -113,7 +113,7 @@ def _read(
     # Staged rows are the sink table's, whatever its state table (the stream reads them as such):
     # not shaped as a changelog's or history's rows, nor split by their partitions.
     base["shapes"] = "{}"
-    kept = {t.name: p for t, p in json.loads(base["partitioning"]).items() if rules[TableId.parse(t)].upsert}
+    kept = {t: p for t, p in json.loads(base["partitioning"]).items() if rules[TableId.parse(t)].upsert}
     base["partitioning"] = json.dumps(kept)
     base["server_ids"] = config.backfill.reader_server_ids(config.source, config.pipeline.parallelism)
     base["folder"] = f"backfill/{_safe(todo[0].backfill_id)}"

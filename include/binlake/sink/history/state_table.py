@@ -152,8 +152,7 @@ def state_table(rules: TableRules, catalog: Catalog) -> StateTable | None:
     identifier = rules.state_name
     if not catalog.table_exists(identifier):
         return None
-    signed = rules.changelog is None or rules.changelog.changelog_updates == "both"
-    return StateTable(catalog.load_table(identifier), rules.state_kind, signed)
+    return StateTable(catalog.load_table(identifier), rules.state_kind, rules.signed_replay)
 
 
 def shaped_reads(kind: StateKind, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:

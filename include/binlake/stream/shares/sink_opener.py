@@ -42,12 +42,11 @@ class SinkOpener:
         writer = self._writer(rules)
         if writer is None:
             return None
-        signed = rules.changelog is None or rules.changelog.changelog_updates == "both"
-        state = StateTable(writer.table, rules.state_kind, signed)
+        state = StateTable(writer.table, rules.state_kind, rules.signed_replay)
         ensure_companions(rules, self.catalog, state)  # created mid-stream, a rule added later
         sink = TableSink(
             schema, writer, self._chunk_keys, version, rules.routed, transform_of(rules, schema),
-            state_kind=rules.state_kind, signed=signed,
+            state_kind=rules.state_kind, signed=rules.signed_replay,
         )  # fmt: skip
         sink.soft_delete = sink.keyed and rules.soft_delete
         self._add_changelog(sink, rules)
