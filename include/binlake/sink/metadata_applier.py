@@ -20,7 +20,7 @@ from pyiceberg.expressions.literals import literal
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortDirection
 from pyiceberg.transforms import BucketTransform, IdentityTransform
-from pyiceberg.types import DecimalType, DoubleType, FloatType, IcebergType, IntegerType, LongType
+from pyiceberg.types import IcebergType
 
 from binlake.errors import BinlakeError
 from binlake.events import (
@@ -43,6 +43,7 @@ from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.type_mapping import iceberg_schema, iceberg_type, identifier_columns
 from binlake.sink.column_fill import existing_rows_scalar, fill_column, fill_pending
 from binlake.sink.layout import TableLayout, evolve, partition_spec, sort_order
+from binlake.sink.type_promotions import promotion_refused
 
 log = logging.getLogger(__name__)
 
@@ -433,17 +434,7 @@ def _identifier_names(table: Table) -> set[str]:
 
 
 def check_promotion(change: SchemaChange, current: IcebergType, wanted: IcebergType) -> None:
-    """Iceberg's safe promotions: int → long, float → double, decimal precision up (same scale)."""
-    if isinstance(current, IntegerType) and isinstance(wanted, LongType):
-        return
-    if isinstance(current, FloatType) and isinstance(wanted, DoubleType):
-        return
-    if isinstance(current, DecimalType) and isinstance(wanted, DecimalType):
-        if wanted.scale != current.scale:
-            # pyiceberg 0.12 accepts this, but a scale change reinterprets every stored value.
-            raise UnsupportedSchemaChangeError(
-                change, f"a decimal scale change ({current} → {wanted}) would change every stored value"
-            )
-        if wanted.precision > current.precision:
-            return
-    raise UnsupportedSchemaChangeError(change, f"{current} → {wanted} is not a safe type promotion")
+    """Raise for ``change`` unless ``current`` → ``wanted`` is a safe promotion (``type_promotions``)."""
+    refused = promotion_refused(current, wanted)
+    if refused is not None:
+        raise UnsupportedSchemaChangeError(change, refused)

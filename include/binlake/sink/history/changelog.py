@@ -40,9 +40,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError, ResolveError
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema, promote
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform
@@ -51,6 +51,7 @@ from pyiceberg.types import IcebergType
 from binlake.offsets import POS_MASK, BinlogOffset
 from binlake.schema.routes import source_mask
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
+from binlake.sink.type_promotions import is_promotion
 
 OP = "__op__"
 ORIGIN = "__origin__"
@@ -140,7 +141,7 @@ def follow_sink_columns(table: Table, wanted: Schema) -> None:
     replaced = [
         f.name
         for f in wanted.fields
-        if f.name in have and have[f.name] != f.field_type and not _promoted(have[f.name], f.field_type)
+        if f.name in have and have[f.name] != f.field_type and not is_promotion(have[f.name], f.field_type)
     ]
     if replaced:
         # A column the sink dropped and added again with another type: the earlier rows' values
@@ -150,7 +151,7 @@ def follow_sink_columns(table: Table, wanted: Schema) -> None:
             for name in replaced:
                 update.rename_column(name, _aside(name, have))
         have = {f.name: f.field_type for f in table.schema().fields}
-    changed = [f for f in wanted.fields if f.name not in have or _promoted(have[f.name], f.field_type)]
+    changed = [f for f in wanted.fields if f.name not in have or is_promotion(have[f.name], f.field_type)]
     if changed:
         with table.update_schema() as update:
             update.union_by_name(Schema(*changed))
@@ -164,17 +165,6 @@ def _aside(name: str, have: dict[str, IcebergType]) -> str:
         n += 1
         found = f"{base}_{n}"
     return found
-
-
-def _promoted(have: IcebergType, wanted: IcebergType) -> bool:
-    """Whether ``wanted`` is ``have`` promoted (another type: left, a column the sink replaced)."""
-    if have == wanted:
-        return False
-    try:
-        promote(have, wanted)
-    except ResolveError:
-        return False
-    return True
 
 
 def _create(catalog: Catalog, identifier: str, schema: Schema, sink: Mapping[str, str]) -> Table:
