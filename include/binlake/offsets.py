@@ -14,13 +14,32 @@ from functools import total_ordering
 from typing import Any
 
 _FILE = re.compile(r"^(?P<base>.+)\.(?P<seq>\d+)$")
-#: The position's bits of a packed offset (``BinlogOffset.packed``).
-POS_MASK = 0xFFFFFFFF
+#: The position's bits of a packed offset (``BinlogOffset.packed``): the file number lies above.
+POS_BITS = 32
+POS_MASK = (1 << POS_BITS) - 1
 
 
 def packed_text(packed: int) -> str:
     """A packed offset for people: ``<file number>:<position>``."""
-    return f"{packed >> 32}:{packed & POS_MASK}"
+    return f"{packed >> POS_BITS}:{packed & POS_MASK}"
+
+
+def packed_files(packed: Any, base: str) -> Any:
+    """The binlog file names (``<base>.000123``: MySQL's six digits) of packed offsets, an Arrow
+    array of them (``BinlogOffset.packed``), as Arrow strings."""
+    import pyarrow as pa  # here: most importers of this module never need Arrow
+    import pyarrow.compute as pc
+
+    numbers = pc.cast(pc.shift_right(pc.cast(packed, pa.int64()), POS_BITS), pa.string())
+    return pc.binary_join_element_wise(f"{base}.", pc.utf8_lpad(numbers, 6, "0"), "")
+
+
+def packed_positions(packed: Any) -> Any:
+    """The positions within their files of packed offsets (an Arrow array of them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.bit_wise_and(pc.cast(packed, pa.int64()), POS_MASK)
 
 
 class OffsetError(ValueError):
@@ -60,7 +79,7 @@ class BinlogOffset:
         """The offset as one sortable integer: file number << 32 | position (positions stay below
         2^32: ``max_binlog_size`` is at most 1 GiB). The change tables' ``at`` column, the state
         store's sortable columns and the snapshot's watermarks compare these."""
-        return self.sequence << 32 | self.pos
+        return self.sequence << POS_BITS | self.pos
 
     @classmethod
     def unpacked(cls, file: str, packed: int) -> BinlogOffset:

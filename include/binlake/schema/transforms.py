@@ -49,7 +49,7 @@ from binlake.events import (
     RenameColumn,
     SchemaChange,
 )
-from binlake.offsets import POS_MASK
+from binlake.offsets import packed_files, packed_positions
 from binlake.schema.table_rules import TableRules
 from binlake.schema.transform_eval import TransformInexactError, arrow_of, evaluate
 from binlake.schema.transform_rules import RULES
@@ -214,10 +214,8 @@ class Transform:
 
 def position_texts(at: pa.Array, binlog: str) -> pa.Array:
     """``records.position`` values as ``binlog.000123:4567`` (MySQL's file numbering: six digits)."""
-    at = at.cast(pa.int64())
-    files = pc.utf8_lpad(pc.cast(pc.shift_right(at, 32), pa.string()), 6, "0")
-    offsets = pc.cast(pc.bit_wise_and(at, POS_MASK), pa.string())
-    return pc.binary_join_element_wise(f"{binlog}.", files, ":", offsets, "")
+    offsets = pc.cast(packed_positions(at), pa.string())
+    return pc.binary_join_element_wise(packed_files(at, binlog), offsets, ":")
 
 
 def compile_transform(spec: TransformSpec, table: CreateTable) -> Transform:

@@ -48,7 +48,7 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyiceberg.types import IcebergType
 
-from binlake.offsets import POS_MASK, BinlogOffset
+from binlake.offsets import BinlogOffset, packed_files, packed_positions
 from binlake.schema.routes import source_mask
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.type_promotions import is_promotion
@@ -208,8 +208,8 @@ def changelog_rows(
         ORIGIN: pa.array(["binlog"] * changes.num_rows, pa.string()),
         EVENT_TIME: pc.multiply(changes.column("ts"), 1_000_000).cast(pa.timestamp("us", "UTC")),
         POSITION: at,
-        BINLOG_FILE: pa.array([f"{binlog}.{n:06d}" for n in pc.shift_right(at, 32).to_pylist()], pa.string()),
-        BINLOG_POS: pc.bit_wise_and(at, POS_MASK),
+        BINLOG_FILE: packed_files(at, binlog),
+        BINLOG_POS: packed_positions(at),
         ORDER: changes.column("idx"),
         GTID: gtid_of(at) if gtid_of is not None else pa.nulls(changes.num_rows, pa.string()),
     }
