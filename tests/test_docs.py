@@ -39,3 +39,17 @@ def test_the_readme_is_read_in_five_minutes() -> None:
     assert len(readme) <= 300
     assert readme[3].startswith("make demo")  # the first lines: the two commands
     assert readme[4].startswith("make test")
+
+
+def test_the_docs_hold_the_present_and_cite_the_project_only() -> None:
+    """Dated runs belong in bench/RESULTS.md (docs/benchmarks.md holds the current figures);
+    code and docs cite docs/architecture.md, never a design file outside the project."""
+    import re
+
+    dated = re.compile(r"(?<![`'\"])\b20\d\d-[01]\d-[0-3]\d\b")
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = [f"{p.name}:{n}" for p in pages for n, line in enumerate(p.read_text().splitlines(), 1)
+             if dated.search(line)]  # fmt: skip
+    assert found == []
+    sources = [*ROOT.glob("include/**/*.py"), *ROOT.glob("dags/*.py"), *ROOT.glob("jobs/*.py"), *pages]
+    assert [str(p.relative_to(ROOT)) for p in sources if "ARCHITECTURE.md" in p.read_text()] == []
