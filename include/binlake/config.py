@@ -395,6 +395,12 @@ class PipelineConfig(Model):
         return (self.pipeline.work_dir / "key-index").resolve()
 
     @property
+    def verify_hashes_dir(self) -> Path:
+        """Where ``verify`` keeps each data file's row hashes between runs (``verify.row_hashes``):
+        a cache, a file hashed again when missing."""
+        return (self.pipeline.work_dir / "verify-hashes").resolve()
+
+    @property
     def checkpoint_root(self) -> Path:
         return (self.stream.checkpoint_dir or self.pipeline.work_dir / "checkpoints").resolve()
 

@@ -14,14 +14,18 @@ held the source at ``O`` — whether the stream runs meanwhile or not, and witho
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.table import Table
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.table import FileScanTask, Table
 
 from binlake.events import Column, CreateTable
 from binlake.offsets import BinlogOffset
@@ -30,9 +34,13 @@ from binlake.schema.transforms import Transform
 from binlake.schema.type_mapping import select_converter
 from binlake.sink.history.scd2 import CURRENT, current
 from binlake.sink.history.soft_delete import DELETED, live
+from binlake.sink.keys.table_keys import deleted_positions
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.stream.records import images
 from binlake.verify.canonical import row_hashes
+from binlake.verify.row_hashes import FileHashes, RowHashCache, hash_spec
+
+log = logging.getLogger(__name__)
 
 Sums = tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.uint64]]]
 
@@ -118,18 +126,84 @@ def sink_sums(
     key: str,
     chunks: ChunkIndex,
     routed: bool,
+    hashes_in: Path | None = None,
 ) -> Sums:
-    """Rows and hash sums per chunk of ``schema.table``'s rows in the pinned snapshot."""
+    """Rows and hash sums per chunk of ``schema.table``'s rows in the pinned snapshot
+    (``hashes_in``: where each data file's row hashes are kept between verifications,
+    ``verify.row_hashes``; None: every row hashed anew)."""
     counts, totals = no_sums(len(chunks))
     names = [c.name for c in columns]
     present = set(pinned.table.schema().column_names)
     # Soft deletes: the live rows are the source's; a history: its current versions.
-    names += [c for c in (DELETED, CURRENT) if c in present]
+    counted = [c for c in (DELETED, CURRENT) if c in present]
+    names += counted
+    if hashes_in is not None:
+        source = schema.table.name if routed else None
+        spec = hash_spec(columns, key, counted, source)
+        cache = RowHashCache(hashes_in, pinned.table.metadata.table_uuid.hex, spec)
+        for keys, hashes in _cached_rows(pinned, names, cache, key, columns, source):
+            add_rows(counts, totals, chunks.of(keys), hashes, 1)
+        log.info("verify %s: the row hashes of %d data files kept, %d hashed", ".".join(pinned.table.name()),
+                 cache.hits, cache.misses)  # fmt: skip
+        cache.forget_others()
+        return counts, totals
     for rows in pinned_rows(pinned, schema, names, routed):
         rows = current(live(rows))
         if rows.num_rows:
             add_rows(counts, totals, chunks.of(rows.column(key)), row_hashes(rows, columns), 1)
     return counts, totals
+
+
+def _cached_rows(
+    pinned: PinnedSink,
+    names: Sequence[str],
+    cache: RowHashCache,
+    key: str,
+    columns: Sequence[Column],
+    source: str | None,
+) -> Iterator[tuple[pa.Array, np.ndarray[Any, np.dtype[np.uint64]]]]:
+    """The keys and hashes of the pinned snapshot's live rows that count, a data file at a time:
+    each file's hashes from ``cache`` (or hashed, and kept), its position deletes applied."""
+    if pinned.snapshot_id is None:
+        return
+    table = pinned.table
+    wanted = (
+        [*names, SOURCE_TABLE_COLUMN] if source is not None and SOURCE_TABLE_COLUMN not in names else names
+    )
+    read_schema = table.schema().select(*wanted)
+    tasks = list(table.scan(snapshot_id=pinned.snapshot_id).plan_files())
+    deleted = deleted_positions(table, tasks)
+    for task in tasks:
+        found = cache.get(task.file)
+        if found is None:
+            # The file alone, without its deletes: row numbers are file positions.
+            rows = ArrowScan(table.metadata, table.io, read_schema, AlwaysTrue()).to_table(
+                tasks=[FileScanTask(task.file)]
+            )
+            counts = _counted(rows, source)
+            kept = rows.filter(counts)
+            positions = np.flatnonzero(np.asarray(counts.to_numpy(zero_copy_only=False), bool))
+            found = FileHashes(positions, kept.column(key).combine_chunks(), row_hashes(kept, columns))
+            cache.put(task.file, found)
+        gone = deleted.get(task.file.file_path)
+        if gone is None:
+            yield found.keys, found.hashes
+            continue
+        live_rows = ~np.isin(found.positions, gone)
+        yield found.keys.filter(pa.array(live_rows)), found.hashes[live_rows]
+
+
+def _counted(rows: pa.Table, source: str | None) -> pa.Array:
+    """Which of a data file's rows count: a routed ``source``'s, live (soft deletes), current (a
+    history's versions)."""
+    mask = pa.array(np.ones(rows.num_rows, bool))
+    if source is not None:
+        mask = pc.and_(mask, pc.fill_null(pc.equal(rows.column(SOURCE_TABLE_COLUMN), source), False))
+    if DELETED in rows.column_names:
+        mask = pc.and_(mask, pc.invert(pc.fill_null(rows.column(DELETED), False)))
+    if CURRENT in rows.column_names:
+        mask = pc.and_(mask, pc.fill_null(rows.column(CURRENT), False))
+    return mask
 
 
 def no_sums(chunks: int) -> Sums:

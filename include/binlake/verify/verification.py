@@ -304,7 +304,7 @@ def _sums_of(config: PipelineConfig, schema: CreateTable, pinned: PinnedSink) ->
     """How the pinned table's rows are summed: as rows, or (a changelog) as the state its changes
     replay to — by key where an update may be its after image alone."""
     if OP not in pinned.table.schema().column_names:
-        return sink_sums
+        return functools.partial(sink_sums, hashes_in=config.verify_hashes_dir)
     rules = table_rules(config, schema.table)
     rule = rules.changelog
     if rule is None or rule.changelog_updates == "both":

@@ -52,6 +52,46 @@ def live_positions(table: Table, task: FileScanTask, rows: int) -> np.ndarray | 
     return everything[~np.isin(everything, gone)]
 
 
+def deleted_positions(table: Table, tasks: list[FileScanTask]) -> dict[str, np.ndarray]:
+    """Each task's data file's positions that the task's position deletes remove (files with none
+    are left out), reading every delete file once (a merge-on-read table's delete files each name
+    rows of many data files)."""
+    read: dict[str, tuple[dict[str, int], np.ndarray, np.ndarray]] = {}
+    found: dict[str, np.ndarray] = {}
+    for task in tasks:
+        parts = []
+        for delete in task.delete_files:
+            if delete.content != DataFileContent.POSITION_DELETES:
+                raise KeyIndexError(
+                    f"Cannot read the live rows of {table.name()} by position: its delete file "
+                    f"{delete.file_path} holds equality deletes (binlake never writes them; another writer "
+                    "did). Fix: rewrite the table's files (`binlake maintain`) or set `write.merge.mode` "
+                    "to copy-on-write."
+                )
+            if delete.file_path not in read:
+                read[delete.file_path] = _read_deletes(table, delete.file_path)
+            codes, files, positions = read[delete.file_path]
+            code = codes.get(task.file.file_path)
+            if code is not None:
+                parts.append(positions[files == code])
+        if parts:
+            found[task.file.file_path] = np.concatenate(parts)
+    return found
+
+
+def _read_deletes(table: Table, path: str) -> tuple[dict[str, int], np.ndarray, np.ndarray]:
+    """A position delete file: its data files' codes, each row's code, each row's position."""
+    rows = pq.read_table(
+        table.io.new_input(path).open(), columns=["file_path", "pos"], read_dictionary=["file_path"]
+    )
+    files = rows.column("file_path").combine_chunks()
+    if not isinstance(files, pa.DictionaryArray):  # no rows, or written without a dictionary
+        files = files.dictionary_encode()
+    codes = {name: i for i, name in enumerate(files.dictionary.to_pylist())}
+    indices = np.asarray(files.indices.to_numpy(zero_copy_only=False), np.int64)
+    return codes, indices, np.asarray(rows.column("pos").to_numpy(zero_copy_only=False), np.int64)
+
+
 def file_keys(table: Table, path: str, key_schema: Schema) -> pa.Table:
     """The key columns of the data file ``path``, named as the table names them. A file names its
     columns its own way (pyiceberg writes ``Nr. %d`` as ``Nr_x2E_x20_x25d``), so they are found
