@@ -110,3 +110,11 @@ def test_a_rename_between_names_kept_unalike_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SchemaChangeRefusedError, match="keeps an upsert table and the other's does not"):
         _kept_alike(config, RenameTable(T, TableId("db", "u")))
     _kept_alike(config, RenameTable(T, TableId("db", "t")))  # alike: nothing to say
+
+
+def test_a_table_without_a_key_kept_as_a_history_alone_is_refused(tmp_path: Path) -> None:
+    keyless = CreateTable(T, (ID, N), ())
+    for mode in (["history"], ["changelog", "history"]):  # the history would hold its state
+        with pytest.raises(SchemaChangeRefusedError, match="without a primary key"):
+            _kept_alike(_config(tmp_path, mode), keyless)
+    _kept_alike(_config(tmp_path, ["changelog"]), keyless)

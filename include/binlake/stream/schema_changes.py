@@ -285,7 +285,17 @@ def _applier(config: PipelineConfig, table: TableId) -> Applier:
 
 def _kept_alike(config: PipelineConfig, change: SchemaChange) -> None:
     """A table renamed between names of which one keeps an upsert table and the other not is
-    refused: its current rows would have no table to move to."""
+    refused: its current rows would have no table to move to; so is a table without a primary key
+    created where a history would hold its rows (versions of equal rows cannot be told apart)."""
+    if isinstance(change, CreateTable) and not change.primary_key:
+        rules = table_rules(config, change.table)
+        if rules.state_kind == "history":
+            raise SchemaChangeRefusedError(
+                f"{change.table} is created without a primary key, and its `sink.modes` rule keeps its rows "
+                "in a history (no upsert table), whose versions of equal rows could not be told apart. Fix: "
+                "give the table a primary key, or a rule with `upsert` or `changelog` alone for it, then "
+                f"backfill {change.table}"
+            )
     if not isinstance(change, RenameTable):
         return
     old, new = table_rules(config, change.table), table_rules(config, change.new_table)
