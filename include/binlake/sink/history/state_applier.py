@@ -44,6 +44,7 @@ from binlake.sink.history.changelog import KEY_COLUMNS, follow_sink_columns
 from binlake.sink.history.companions import ensure_companions, ensure_state_table
 from binlake.sink.history.state_table import StateTable, state_table
 from binlake.sink.layout import TableLayout
+from binlake.sink.type_promotions import promotion_refused
 from binlake.sink.metadata_applier import (
     CREATED_ID,
     DEFAULT_PROPERTIES,
@@ -102,13 +103,11 @@ class StateTableApplier:
         state = self._state(change.table)
         if state is None or change.column.name not in state.table.schema().column_names:
             return False
-        current = state.table.schema().find_field(change.column.name).field_type
-        try:
-            if current != iceberg_type(change.column):
-                check_promotion(change, current, iceberg_type(change.column))
-        except UnsupportedSchemaChangeError:
-            return False
-        return True
+        current, wanted = (
+            state.table.schema().find_field(change.column.name).field_type,
+            iceberg_type(change.column),
+        )
+        return current == wanted or promotion_refused(current, wanted) is None
 
     def _state(self, table: TableId) -> StateTable | None:
         return state_table(self.rules_of(table), self.catalog)
