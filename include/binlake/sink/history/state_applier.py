@@ -44,7 +44,6 @@ from binlake.sink.history.changelog import KEY_COLUMNS, follow_sink_columns
 from binlake.sink.history.companions import ensure_companions, ensure_state_table
 from binlake.sink.history.state_table import StateTable, state_table
 from binlake.sink.layout import TableLayout
-from binlake.sink.type_promotions import promotion_refused
 from binlake.sink.metadata_applier import (
     CREATED_ID,
     DEFAULT_PROPERTIES,
@@ -52,6 +51,7 @@ from binlake.sink.metadata_applier import (
     UnsupportedSchemaChangeError,
     check_promotion,
 )
+from binlake.sink.type_promotions import promotion_refused
 
 log = logging.getLogger(__name__)
 
