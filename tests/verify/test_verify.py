@@ -18,6 +18,7 @@ from binlake.config import PipelineConfig
 from binlake.events import TableId
 from binlake.planner import plan
 from binlake.sink.catalog import open_catalog, sink_name
+from binlake.source.chunks.splitter import rows_per_chunk
 from binlake.spark.snapshot_job import run_snapshot
 from binlake.spark.stream_job import run_stream
 from binlake.state.store import StateStore
@@ -195,7 +196,9 @@ def test_verify_cuts_chunks_of_its_own_bytes_finer_than_the_snapshots(
         "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
         (database, "wide"),
     )[0]
-    rows = config.verify.chunk_bytes // int(length)
+    # The splitter's own rule (at least CHUNK_ROWS[0] rows a chunk): at ~1.2 kB a row the byte
+    # target falls just under that floor on some runs (the statistics' row estimate varies).
+    rows = rows_per_chunk(config.verify.chunk_bytes, int(length))
     assert len(report.verdicts) == pytest.approx(12000 / rows, abs=1.5)
     assert 2 <= snapshot_chunks < len(report.verdicts) / 4
 
