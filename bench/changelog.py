@@ -6,7 +6,9 @@ against an upsert batch of the same changes, at a table size and 4× it, in one 
 Each batch: ``--changes`` changes of random keys (90 % updates, 10 % deletes), as the stream's
 change table (an update's before and after image). The changelog side turns them into changelog
 rows (``sink/history/changelog.py``) and appends them exactly once (``ChangelogWriter.append_batch``);
-the history side closes and opens the versions they make (``sink/history/scd2.py``); the
+the history side closes and opens the versions they make (``sink/history/scd2.py``: the versions
+it closes from the batch's before images and the current versions' index, as the stream writes it,
+or with ``--history-reads`` from the stored versions, as before that index); the
 upsert side merges the batch's last change per key into the upsert table, copy-on-write (the default
 before merge-on-read) and in the O(changes) layout (merge-on-read, key index, compaction: today's
 default, as the stream writes it). Prints one JSON
@@ -141,7 +143,8 @@ def run(side: str, table_rows: int, args: argparse.Namespace) -> dict[str, Any]:
             started = time.monotonic()
             if isinstance(writer, ChangelogWriter):
                 logged = changelog_rows(changes, None, images, "binlog")
-                writer.append_batch(batch, logged, end)
+                filled = None if args.history_reads else SCHEMA.names
+                writer.append_batch(batch, logged, end, filled=filled)
             else:
                 upserts, deletes = _last_per_key(changes)
                 writer.merge_batch(batch, upserts, deletes, offset=end)
@@ -160,6 +163,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500_000)
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--changes", type=int, default=10_000)
+    parser.add_argument(
+        "--history-reads", action="store_true", help="the history reads the versions it closes from the table"
+    )
     args = parser.parse_args()
     cache_immutable_files()  # as binlake's jobs start (spark/entry.py)
     started = time.monotonic()
@@ -180,7 +186,8 @@ def main() -> None:
                 "rows": args.rows,
                 "batches": args.batches,
                 "changes_per_batch": args.changes,
-                "goals": {"changelog_cost_growth_4x": 1.1},  # the history's: none set (it reads its keys)
+                "goals": {"changelog_cost_growth_4x": 1.1, "history_cost_growth_4x": 1.3},
+                "history_reads": args.history_reads,
                 "cost_growth_4x": growth,
                 "versus_upsert": versus,
                 "results": list(results.values()),

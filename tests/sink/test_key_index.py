@@ -13,7 +13,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
-from binlake.sink.keys import key_index, key_index_store
+from binlake.sink.keys import key_index_store, run_index
 from binlake.sink.keys.key_index import KeyIndex
 from binlake.sink.keys.row_match import ClearRange
 from binlake.sink.keys.table_keys import KeyIndexError
@@ -60,12 +60,12 @@ def _after_one_batch(tmp_path: Path) -> tuple[SqlCatalog, IcebergWriter, Path]:
     return catalog, writer, writer._key_index.path
 
 
-@pytest.mark.parametrize("min_delta", [key_index._MIN_DELTA, 0])
+@pytest.mark.parametrize("min_delta", [run_index._MIN_DELTA, 0])
 def test_batches_through_the_index_give_the_table_a_scan_gives(
     tmp_path: Path, min_delta: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Also with the delta merged into a new base whenever it holds an eighth of the base's keys."""
-    monkeypatch.setattr(key_index, "_MIN_DELTA", min_delta)
+    monkeypatch.setattr(run_index, "_MIN_DELTA", min_delta)
     catalog = make_catalog(tmp_path)
     indexed = IcebergWriter(catalog, create(catalog, "a", properties=MOR), key_index_dir=tmp_path / "index")
     scanned = IcebergWriter(catalog, create(catalog, "b", properties=MOR))
@@ -215,7 +215,7 @@ import os, sys
 import pyarrow as pa
 from pathlib import Path
 from pyiceberg.catalog.sql import SqlCatalog
-from binlake.sink.keys import key_index, key_index_store
+from binlake.sink.keys import key_index, key_index_store, run_index
 from binlake.sink.writer import IcebergWriter
 from tests.sink.helpers import rows
 
@@ -237,7 +237,7 @@ def merging(self, run, identity):  # the first base is the build's; the second m
 if where == "log":
     key_index_store.append = torn
 else:
-    key_index._MIN_DELTA = 0
+    run_index._MIN_DELTA = 0
     key_index.KeyIndex._write_base = merging
 writer.merge_batch(1, rows([5, 6], "killed-"), pa.table({"id": pa.array([7], pa.int64())}))
 """
@@ -316,7 +316,7 @@ def test_keys_kept_as_bytes_or_digests_give_the_index_a_build_gives(
 ) -> None:
     """Keys of several integer columns are kept as their bytes, others as digests; batches through
     either leave the index a build from the table finds, with the delta merged into new bases."""
-    monkeypatch.setattr(key_index, "_MIN_DELTA", 0)
+    monkeypatch.setattr(run_index, "_MIN_DELTA", 0)
     catalog = make_catalog(tmp_path)
     key = ("o", "line") if kind == "composite" else ("code",)
     columns = [Column(k, kind if kind == "varchar" else "bigint", kind, nullable=False) for k in key]

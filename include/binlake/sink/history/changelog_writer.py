@@ -76,19 +76,25 @@ class ChangelogWriter(IcebergWriter):
     """The table's own columns (the others are the sink table's)."""
 
     def append_batch(
-        self, batch_id: int, rows: pa.Table, offset: BinlogOffset, units: Sequence[str] = ()
+        self,
+        batch_id: int,
+        rows: pa.Table,
+        offset: BinlogOffset,
+        units: Sequence[str] = (),
+        filled: Sequence[str] | None = None,
     ) -> CommitResult:
         """Append a batch's changelog rows (committed with ``offset``, even when there are none:
         the table then says it holds the changes up to there); ``units``: the backfill units
-        whose rows are among them."""
+        whose rows are among them; ``filled``: the sink columns the source fills (a history's)."""
         rows = self._stamped(rows)
         return self._commit_batch(
             batch_id, offset, lambda properties: self._append(properties | units_summary(units), rows)
         )
 
-    def append_units(self, rows: pa.Table, units: Sequence[str]) -> bool:
+    def append_units(self, rows: pa.Table, units: Sequence[str], filled: Sequence[str] | None = None) -> bool:
         """Append the rows of backfill units applied between batches (the stream's offset stays),
-        unless a commit holds one of ``units`` already; returns whether it appended."""
+        unless a commit holds one of ``units`` already; returns whether it appended (``filled``:
+        as for ``append_batch``)."""
         self.settle()
         self.table.refresh()
         if set(units) & self.applied_units():

@@ -16,8 +16,9 @@ then: ``__opened_position__ <= P AND (__closed_position__ IS NULL OR __closed_po
 
 A batch's versions come from its changelog rows (``sink/history/changelog.py``, computed whether or not a
 changelog table is kept): ``+I``/``+U`` open a version, ``-U``/``-D`` close the key's open one;
-the key's current version before the batch is read from the table (by its key's file bounds) and
-closed in the same commit that opens the new ones. An ``ADD COLUMN … DEFAULT`` closes every
+the key's current version before the batch (its values: the before image of the key's first
+change; its identity and start: ``sink/history/current_versions.py``) is closed in the same commit
+that opens the new ones. An ``ADD COLUMN … DEFAULT`` closes every
 current version at the statement and opens one with the value (``refilled``). Exactly once as
 every sink table: the commit records the batch's end offset (``sink/exactly_once.py``). Tables
 without a primary key have no versions to tell apart: ``plan`` refuses them.
@@ -111,14 +112,45 @@ def versions(changes: pa.Table, current: pa.Table, keys: Sequence[str], schema: 
     version is closed by the key's next change; the first change closes the version current before.
     """
     n = changes.num_rows
-    ordered = changes.append_column("__at__", pa.array(np.arange(n), pa.int64()))
-    ordered = ordered.sort_by([(k, "ascending") for k in keys] + [("__at__", "ascending")])
-    same_next = same_key_as_next(ordered, keys)  # the next row (in key order) changes the same key
-    first = np.ones(n, dtype=bool)
-    first[1:] = ~same_next[:-1]
+    ordered, same_next, first = _in_key_order(changes, keys)
     closer = np.where(same_next, np.arange(n) + 1, -1)  # the change that ends each change's version
     opened = _opened(ordered, closer, schema)
     return pa.concat_tables([_ended(ordered.filter(pa.array(first)), current, keys, schema), opened])
+
+
+def first_changes(changes: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """Each key's first change among ``changes`` (in replay order), in key order."""
+    ordered, _, first = _in_key_order(changes, keys)
+    return ordered.filter(pa.array(first))
+
+
+def _in_key_order(changes: pa.Table, keys: Sequence[str]) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """``changes`` in key order, then replay order (``__at__``: each one's place in ``changes``);
+    whether the next one changes the same key; whether each is its key's first."""
+    ordered = changes.append_column("__at__", pa.array(np.arange(changes.num_rows), pa.int64()))
+    ordered = ordered.sort_by([(k, "ascending") for k in keys] + [("__at__", "ascending")])
+    same_next = same_key_as_next(ordered, keys)  # the next row (in key order) changes the same key
+    first = np.ones(changes.num_rows, dtype=bool)
+    first[1:] = ~same_next[:-1]
+    return ordered, same_next, first
+
+
+def current_from_images(
+    images: pa.Table, opened: Any, order: Any, valid_from: Any, schema: pa.Schema
+) -> pa.Table:
+    """The versions current before a batch, as the history holds them: the values of their keys'
+    first changes' before images (``images``: changelog rows), opened by the changes ``opened`` /
+    ``order`` at ``valid_from`` (``sink/history/current_versions.py``); ``schema``: the history's."""
+    n = images.num_rows
+    meta = {
+        VALID_FROM: valid_from,
+        VALID_TO: pa.nulls(n, _TIME),
+        CURRENT: pa.array([True] * n, pa.bool_()),
+        OPENED: pa.array(opened, pa.int64()),
+        OPENED_ORDER: pa.array(order, pa.int32()),
+        CLOSED: pa.nulls(n, pa.int64()),
+    }
+    return _shaped(images, meta, schema)
 
 
 def _opened(changes: pa.Table, closer: np.ndarray, schema: pa.Schema) -> pa.Table:

@@ -2,9 +2,11 @@
 
 A batch's commit closes the versions its changes end and adds those they open, in one merge on
 the table's identity (the key and the change that opened the version) that also records the
-batch's end offset. Seeding (snapshot chunks, or the state table's rows for a history added to a
-running pipeline) is the changelog's (``ChangelogWriter``), with the rows as current versions; a
-history that is its table's state table (no upsert table) is written by the snapshot itself.
+batch's end offset. The versions it closes are known without reading the table where it can
+(``sink/history/current_versions.py``), so that a batch costs what it changes. Seeding (snapshot
+chunks, or the state table's rows for a history added to a running pipeline) is the changelog's
+(``ChangelogWriter``), with the rows as current versions; a history that is its table's state table
+(no upsert table) is written by the snapshot itself.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 
 from binlake.offsets import BinlogOffset
@@ -21,7 +24,7 @@ from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.exactly_once import CommitResult
-from binlake.sink.history.changelog import ColumnFill, epoch_base, of_source
+from binlake.sink.history.changelog import BEFORE, DELETE, OP, ColumnFill, epoch_base, of_source
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
     UNITS_KEY,
@@ -29,16 +32,20 @@ from binlake.sink.history.changelog_writer import (
     rows_in_ranges,
     units_summary,
 )
+from binlake.sink.history.current_versions import CurrentVersions, valid_from
 from binlake.sink.history.scd2 import (
     CURRENT,
     METADATA,
     VALID_TO,
     closed,
     current,
+    current_from_images,
+    first_changes,
     opened_rows,
     refilled,
     versions,
 )
+from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.state_table import StateTable
 from binlake.sink.keys.file_bounds import stored_rows
 from binlake.sink.keys.row_match import ClearRange
@@ -68,24 +75,34 @@ class HistoryWriter(ChangelogWriter):
             background_upkeep=background_upkeep,
         )  # fmt: skip
         self.keys = list(keys)
+        self._versions_index: CurrentVersions | None = None
 
     def append_batch(
-        self, batch_id: int, rows: pa.Table, offset: BinlogOffset, units: Sequence[str] = ()
+        self,
+        batch_id: int,
+        rows: pa.Table,
+        offset: BinlogOffset,
+        units: Sequence[str] = (),
+        filled: Sequence[str] | None = None,
     ) -> CommitResult:
-        """Close and open the versions a batch's changelog rows (``rows``) make, with ``offset``."""
+        """Close and open the versions a batch's changelog rows (``rows``) make, with ``offset``
+        (``filled``: the sink columns the source fills; None: the versions closed are read from the
+        table)."""
         rows = self._stamped(rows)
         return self._commit_batch(
-            batch_id, offset, lambda properties: self._versions(properties | units_summary(units), rows)
+            batch_id,
+            offset,
+            lambda properties: self._versions(properties | units_summary(units), rows, filled),
         )
 
-    def append_units(self, rows: pa.Table, units: Sequence[str]) -> bool:
+    def append_units(self, rows: pa.Table, units: Sequence[str], filled: Sequence[str] | None = None) -> bool:
         """The versions of backfill units applied between batches, unless they are in already."""
         self.settle()
         self.table.refresh()
         if set(units) & self.applied_units():
             log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
             return False
-        self._versions(units_summary(units), self._stamped(rows))
+        self._versions(units_summary(units), self._stamped(rows), filled)
         return True
 
     def remove_all(
@@ -123,12 +140,77 @@ class HistoryWriter(ChangelogWriter):
     def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
         return opened_rows(rows, event_time, at.packed + epoch_base(self.table))
 
-    def _versions(self, properties: dict[str, str], changes: pa.Table) -> None:
-        keys = changes.select(self.keys).group_by(self.keys).aggregate([]) if changes.num_rows else None
-        current = self.current(keys) if keys is not None and keys.num_rows else self._empty()
+    def _versions(self, properties: dict[str, str], changes: pa.Table, filled: Sequence[str] | None) -> None:
+        if not changes.num_rows:
+            self._merge_rows(properties, None)
+            return
+        snapshot = self.table.current_snapshot()
+        before = snapshot.snapshot_id if snapshot is not None else None
         schema = self.table.schema().as_arrow()
-        rows = versions(changes, current, self.keys, schema) if changes.num_rows else None
+        index = self._current_versions(filled)
+        current = self._closing(changes, index, schema)
+        rows = versions(changes, current, self.keys, schema)
         self._merge_rows(properties, rows)
+        if index is not None:
+            index.apply(self.table, changes.select(self.keys), rows.filter(rows.column(CURRENT)), before)
+
+    def _current_versions(self, filled: Sequence[str] | None) -> CurrentVersions | None:
+        """The index of the table's current versions, ready (None: the versions a batch closes are
+        read from the table — it has no key index, or ``filled`` is not known)."""
+        identity = identifier_columns(self.table.schema())
+        if filled is None or self._index(identity) is None or self.key_index_dir is None:
+            return None
+        if self._versions_index is None:
+            name = f"{self.identifier}-{self.table.metadata.table_uuid}-current"
+            self._versions_index = CurrentVersions(self.key_index_dir / name, self.keys)
+        own = set(self.metadata_names) | set(SOFT_DELETE.names)
+        unfilled = [f.name for f in self.table.schema().fields if f.name not in own and f.name not in filled]
+        return self._versions_index if self._versions_index.ready(self.table, unfilled) else None
+
+    def _closing(self, changes: pa.Table, index: CurrentVersions | None, schema: pa.Schema) -> pa.Table:
+        """The versions current before the batch of the keys ``changes`` change: each made of its
+        key's first before image and its index record, or read from the table where those do not
+        hold it (module docstring of ``sink/history/current_versions.py``)."""
+        keys = changes.select(self.keys).group_by(self.keys).aggregate([])
+        if index is None:
+            return self.current(keys)
+        firsts = first_changes(changes, self.keys)
+        found = index.versions(firsts.select(self.keys))
+        current = found["order"] >= 0
+        imaged = pc.is_in(firsts.column(OP), pa.array([BEFORE, DELETE])).to_numpy(zero_copy_only=False)
+        from_image = current & imaged & (found["held"] == 0)
+        made = firsts.filter(pa.array(from_image))
+        kept = found[from_image]
+        closing = current_from_images(made, kept["opened"], kept["order"], valid_from(kept), schema)
+        if not self._stored(closing):
+            index.forget()  # describes versions the table does not hold: rebuilt at the next batch
+            return self.current(keys)
+        read = current & ~from_image
+        if read.any():
+            stored = self.current(firsts.filter(pa.array(read)).select(self.keys))
+            closing = pa.concat_tables([closing, stored.cast(closing.schema)])
+        return closing
+
+    def _stored(self, closing: pa.Table) -> bool:
+        """Whether every one of the ``closing`` versions is a row of the table (by identity)."""
+        identity = identifier_columns(self.table.schema())
+        index = self._index(identity)
+        if index is None or not closing.num_rows:
+            return True
+        found = sum(len(p) for p in index.positions(closing.select(identity)).values())
+        if found != closing.num_rows:
+            log.warning(
+                "the current versions kept for %s name %d versions the table does not hold: the "
+                "batch reads them from the table, and the index is rebuilt",
+                self.identifier, closing.num_rows - found,
+            )  # fmt: skip
+            return False
+        return True
+
+    def _upkeep(self, changes: int, catching_up: bool) -> None:
+        super()._upkeep(changes, catching_up)
+        if self._versions_index is not None:
+            self._versions_index.consolidate()
 
     def _merge_rows(self, properties: dict[str, str], rows: pa.Table | None) -> None:
         """One commit replacing the versions of ``rows`` by identity (adding the new ones), with

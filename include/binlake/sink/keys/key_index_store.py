@@ -1,14 +1,16 @@
-"""The key index's files (``sink/keys/key_index.py``): sorted runs of keys, a synced base, a batch log.
+"""The files of a sorted-run index (``sink/keys/run_index.py``): sorted runs of keys, a synced
+base, a batch log.
 
-A *run* is keys in order, each with its file id (-1: the key was deleted) and row position; the
-index finds a batch's sorted keys in one binary search of it (numpy) instead of one B-tree descent
-per key. The *base* is a run written once into ``base-<n>.tmp``, synced, and renamed to
-``base-<n>`` (so a folder of that name is complete), then memory-mapped read-only. The batches after
-it are records of ``base-<n>.log``: each one write of its length, its CRC-32 and its payload (a JSON
-head and four arrays), so a record cut short by a killed process fails its check and ends the log.
-Records are not synced (a batch costs one write, not one disk flush): after a machine crash any of
-their pages may be lost, so each names the boot it was written in, and the reader stops at one of
-another boot (where the system has no boot id, each record is synced).
+A *run* is keys in order, each with its record (a structured array; a record whose first field is
+negative says the key was removed); an index finds a batch's sorted keys in one binary search of it
+(numpy) instead of one B-tree descent per key. The *base* is a run written once into
+``base-<n>.tmp``, synced, and renamed to ``base-<n>`` (so a folder of that name is complete), then
+memory-mapped read-only. The batches after it are records of ``base-<n>.log``: each one write of its
+length, its CRC-32 and its payload (a JSON head and its arrays), so a record cut short by a killed
+process fails its check and ends the log. Records are not synced (a batch costs one write, not one
+disk flush): after a machine crash any of their pages may be lost, so each names the boot it was
+written in, and the reader stops at one of another boot (where the system has no boot id, each
+record is synced).
 """
 
 from __future__ import annotations
@@ -27,21 +29,26 @@ from typing import Any
 import numpy as np
 
 _HEAD = struct.Struct("<QI")  # a log record's payload length and CRC-32
-_COUNTS = struct.Struct("<4Q")  # the lengths of its four arrays
-_NAMES = ("keys", "files", "pos")
+_COUNT = struct.Struct("<Q")  # how many arrays a record holds, then the length of each
+_NAMES = ("keys", "values")
 
 
 @dataclass
 class Run:
-    """Keys in order (unique), with each one's file id (-1: deleted) and row position."""
+    """Keys in order (unique), with each one's record (``values``: a structured array whose first
+    field is negative for a key removed)."""
 
     keys: np.ndarray
-    files: np.ndarray
-    pos: np.ndarray
+    values: np.ndarray
 
     @classmethod
-    def empty(cls, dtype: np.dtype[Any]) -> Run:
-        return cls(np.empty(0, dtype), np.empty(0, np.int32), np.empty(0, np.int64))
+    def empty(cls, dtype: np.dtype[Any], values: np.dtype[Any]) -> Run:
+        return cls(np.empty(0, dtype), np.empty(0, values))
+
+    @property
+    def present(self) -> np.ndarray:
+        """Which keys are there (not removed)."""
+        return np.asarray(self.values[presence(self.values.dtype)] >= 0)
 
     def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each of ``keys`` (sorted) is or would go, and whether it is there."""
@@ -51,25 +58,25 @@ class Run:
         hit[inside] = self.keys[at[inside]] == keys[inside]
         return at, hit
 
-    def upsert(self, keys: np.ndarray, files: np.ndarray, pos: np.ndarray) -> Run:
+    def upsert(self, keys: np.ndarray, values: np.ndarray) -> Run:
         """These records (keys sorted, unique) set in place or inserted in order (an owned run)."""
         at, hit = self.find(keys)
-        self.files[at[hit]] = files[hit]
-        self.pos[at[hit]] = pos[hit]
+        self.values[at[hit]] = values[hit]
         new = ~hit
-        return Run(
-            np.insert(self.keys, at[new], keys[new]),
-            np.insert(self.files, at[new], files[new]),
-            np.insert(self.pos, at[new], pos[new]),
-        )
+        return Run(np.insert(self.keys, at[new], keys[new]), np.insert(self.values, at[new], values[new]))
 
     def updated(self, newer: Run) -> Run:
-        """This run with ``newer``'s records over it, deleted keys left out (a new owned run)."""
-        run = Run(self.keys, np.array(self.files), np.array(self.pos)).upsert(
-            newer.keys, newer.files, newer.pos
-        )
-        kept = run.files >= 0
-        return Run(run.keys[kept], run.files[kept], run.pos[kept])
+        """This run with ``newer``'s records over it, removed keys left out (a new owned run)."""
+        run = Run(self.keys, np.array(self.values)).upsert(newer.keys, newer.values)
+        kept = run.present
+        return Run(run.keys[kept], run.values[kept])
+
+
+def presence(values: np.dtype[Any]) -> str:
+    """The field of a record that says whether its key is there (its first)."""
+    names = values.names
+    assert names, "a run's records are structured"
+    return names[0]
 
 
 def among(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -100,7 +107,7 @@ def write_base(folder: Path, generation: int, run: Run, meta: dict[str, Any]) ->
     temporary = folder / f"base-{generation}.tmp"
     shutil.rmtree(temporary, ignore_errors=True)
     temporary.mkdir()
-    for name, array in zip(_NAMES, (run.keys, run.files, run.pos), strict=True):
+    for name, array in zip(_NAMES, (run.keys, run.values), strict=True):
         with (temporary / f"{name}.npy").open("wb") as out:
             np.save(out, array)
             _sync(out)
@@ -119,7 +126,7 @@ def read_base(folder: Path, generation: int) -> tuple[dict[str, Any], Run] | Non
     done = folder / f"base-{generation}"
     try:
         meta = json.loads((done / "meta.json").read_text())
-        if not isinstance(meta.get("identity"), dict) or not isinstance(meta.get("files"), dict):
+        if not isinstance(meta.get("identity"), dict):
             return None
         return meta, Run(*(_mapped(done / f"{name}.npy") for name in _NAMES))
     except (OSError, ValueError, KeyError, TypeError):
@@ -139,11 +146,11 @@ def log_path(folder: Path, generation: int) -> Path:
 
 
 def record_bytes(head: dict[str, Any], arrays: tuple[np.ndarray, ...]) -> bytes:
-    """One log record: ``head`` (JSON) and four arrays, with its length and checksum first."""
+    """One log record: ``head`` (JSON) and ``arrays``, with its length and checksum first."""
     text = json.dumps({**head, "boot": boot()}).encode()
+    counts = struct.pack(f"<{1 + len(arrays)}Q", len(arrays), *(len(a) for a in arrays))
     payload = b"".join(
-        [_COUNTS.pack(*(len(a) for a in arrays)), struct.pack("<I", len(text)), text]
-        + [np.ascontiguousarray(a).tobytes() for a in arrays]
+        [counts, struct.pack("<I", len(text)), text] + [np.ascontiguousarray(a).tobytes() for a in arrays]
     )
     return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
 
@@ -151,7 +158,8 @@ def record_bytes(head: dict[str, Any], arrays: tuple[np.ndarray, ...]) -> bytes:
 def records(
     path: Path, dtypes: tuple[Any, ...]
 ) -> Iterator[tuple[int, dict[str, Any], tuple[np.ndarray, ...]]]:
-    """The log's whole records of this boot, in order: where each ends, its head and arrays."""
+    """The log's whole records of this boot, in order: where each ends, its head and arrays (of
+    ``dtypes``; a record of another number of arrays ends the log)."""
     data = path.read_bytes() if path.exists() else b""
     at = 0
     while at + _HEAD.size <= len(data):
@@ -159,10 +167,14 @@ def records(
         payload = data[at + _HEAD.size : at + _HEAD.size + size]
         if len(payload) != size or zlib.crc32(payload) != crc:
             return
-        counts = _COUNTS.unpack_from(payload)
-        (length,) = struct.unpack_from("<I", payload, _COUNTS.size)
-        offset = _COUNTS.size + 4 + length
-        head = json.loads(payload[_COUNTS.size + 4 : offset])
+        (number,) = _COUNT.unpack_from(payload)
+        if number != len(dtypes):
+            return
+        counts = struct.unpack_from(f"<{number}Q", payload, _COUNT.size)
+        start = _COUNT.size * (1 + number)
+        (length,) = struct.unpack_from("<I", payload, start)
+        offset = start + 4 + length
+        head = json.loads(payload[start + 4 : offset])
         if head.get("boot") != boot():
             return
         arrays = []

@@ -79,12 +79,13 @@ def _commit_companions(parts: list[PreparedShare], batch_id: int, end: BinlogOff
             )
         rows = concat([p.companions[kind] for p in parts if kind in p.companions])
         units = [u.name for p in parts for u in p.units]
+        filled = sorted(set.intersection(*(set(p.sink.filled()) for p in parts)))
         if committed:
             crash_point("between-companions")
         if force:
-            writer.append_units(rows, units)
+            writer.append_units(rows, units, filled)
         else:
-            writer.append_batch(batch_id, rows, end, units)
+            writer.append_batch(batch_id, rows, end, units, filled)
         committed = True
     return committed
 
@@ -98,8 +99,12 @@ def batch_companions(
     writers = sink.companions()
     if not writers:
         return {}
-    rows = sink.changelog_rows(changes, binlog_base(end), gtids)
-    return {kind: _past(rows, writer.stream_offset()) for kind, writer in writers.items()}
+    # A history closes each version with the before image of its key's first change: both images.
+    both = sink.changelog_rows(changes, binlog_base(end), gtids, "both")
+    rows = {kind: both for kind in writers}
+    if "changelog" in writers and sink.changelog_updates != "both":
+        rows["changelog"] = sink.changelog_rows(changes, binlog_base(end), gtids)
+    return {kind: _past(rows[kind], writer.stream_offset()) for kind, writer in writers.items()}
 
 
 def _past(rows: pa.Table, offset: BinlogOffset | None) -> pa.Table:

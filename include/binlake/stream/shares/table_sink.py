@@ -109,18 +109,32 @@ class TableSink:
         stored = self.state.rows_of(self.key_rows(keys))
         return stored.select([n for n in self.schema.column_names if n in stored.column_names])
 
+    def filled(self) -> list[str]:
+        """The sink columns the source's rows fill (the others the sink keeps for its earlier rows:
+        columns the source dropped, or ``ignore``'s)."""
+        names = (
+            {i.name for i in self.transform.items}
+            if self.transform is not None
+            else set(self.schema.column_names)
+        )
+        if self.routed:
+            names.add(SOURCE_TABLE_COLUMN)
+        return [n for n in self.sink_arrow.names if n in names]
+
     def companions(self) -> dict[str, ChangelogWriter]:
         """The writers of the changelog and history tables it keeps, by kind."""
         kept = {"changelog": self.changelog, "history": self.history}
         return {kind: writer for kind, writer in kept.items() if writer is not None}
 
-    def changelog_rows(self, changes: pa.Table, binlog: str, gtids: TransactionIds | None = None) -> pa.Table:
+    def changelog_rows(
+        self, changes: pa.Table, binlog: str, gtids: TransactionIds | None = None, updates: str | None = None
+    ) -> pa.Table:
         """The changes (before images included) as rows of the changelog table (``gtids``: of the
-        batch's transactions)."""
+        batch's transactions; ``updates``: which images of an update, default the changelog's)."""
         kept = self.transform.keep(images(changes).cast(self.arrow)) if self.transform is not None else None
         gtid_of = gtids.of if gtids is not None else None
         return changelog_rows(
-            changes, kept, lambda c: self.rows(images(c)), binlog, self.changelog_updates, gtid_of
+            changes, kept, lambda c: self.rows(images(c)), binlog, updates or self.changelog_updates, gtid_of
         )
 
     def softened(
