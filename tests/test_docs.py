@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from binlake.config_reference import reference
 
 ROOT = Path(__file__).parents[1]
@@ -53,3 +55,21 @@ def test_the_docs_hold_the_present_and_cite_the_project_only() -> None:
     assert found == []
     sources = [*ROOT.glob("include/**/*.py"), *ROOT.glob("dags/*.py"), *ROOT.glob("jobs/*.py"), *pages]
     assert [str(p.relative_to(ROOT)) for p in sources if "ARCHITECTURE.md" in p.read_text()] == []
+
+
+def test_the_readme_pipelines_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pipeline file the README shows is one binlake reads (the environment it names set)."""
+    import re
+
+    from binlake.config_file import load_config
+
+    blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert len(blocks) >= 2
+    for n, text in enumerate(blocks):
+        for name in re.findall(r"\$\{(\w+)", text):
+            monkeypatch.setenv(name, "x")
+        path = tmp_path / f"readme-{n}.yaml"
+        path.write_text(text)
+        config = load_config(str(path))
+        assert config.pipeline.name == "shop"
+        assert config.source.tables == ["shop\\..*"]
