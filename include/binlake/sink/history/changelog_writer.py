@@ -88,7 +88,7 @@ class ChangelogWriter(IcebergWriter):
         whose rows are among them; ``filled``: the sink columns the source fills (a history's)."""
         rows = self._stamped(rows)
         return self._commit_batch(
-            batch_id, offset, lambda properties: self._append(properties | units_summary(units), rows)
+            batch_id, offset, lambda properties: self._write(properties | units_summary(units), rows, filled)
         )
 
     def append_units(self, rows: pa.Table, units: Sequence[str], filled: Sequence[str] | None = None) -> bool:
@@ -100,8 +100,7 @@ class ChangelogWriter(IcebergWriter):
         if set(units) & self.applied_units():
             log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
             return False
-        with transaction(self.table) as tx:
-            self._add_rows(tx, self._stamped(rows), units_summary(units))
+        self._write(units_summary(units), self._stamped(rows), filled)
         return True
 
     def applied_units(self) -> set[str]:
@@ -112,10 +111,17 @@ class ChangelogWriter(IcebergWriter):
             found.update(json.loads(text) if text else [])
         return found
 
+    def _write(self, properties: dict[str, str], rows: pa.Table, filled: Sequence[str] | None) -> None:
+        """One commit of a batch's (or backfill units') changelog rows, with ``properties`` in its
+        summary (and, but for the units, the table's); ``filled``: a history's."""
+        self._append(properties, rows)
+
     def _append(self, properties: dict[str, str], rows: pa.Table) -> None:
         with transaction(self.table) as tx:
             self._add_rows(tx, rows, properties)
-            tx.set_properties({k: v for k, v in properties.items() if k != UNITS_KEY})
+            kept = {k: v for k, v in properties.items() if k != UNITS_KEY}
+            if kept:
+                tx.set_properties(kept)
 
     def _add_rows(self, tx: Transaction, rows: pa.Table, summary: dict[str, str]) -> None:
         if not rows.num_rows:

@@ -23,14 +23,12 @@ from binlake.offsets import BinlogOffset
 from binlake.schema.projection import project
 from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
-from binlake.sink.exactly_once import CommitResult
 from binlake.sink.history.changelog import BEFORE, DELETE, OP, ColumnFill, epoch_base, of_source
 from binlake.sink.history.changelog_writer import (
     CHANGE_KEY,
     UNITS_KEY,
     ChangelogWriter,
     rows_in_ranges,
-    units_summary,
 )
 from binlake.sink.history.current_versions import CurrentVersions, valid_from
 from binlake.sink.history.scd2 import (
@@ -77,34 +75,6 @@ class HistoryWriter(ChangelogWriter):
         self.keys = list(keys)
         self._versions_index: CurrentVersions | None = None
 
-    def append_batch(
-        self,
-        batch_id: int,
-        rows: pa.Table,
-        offset: BinlogOffset,
-        units: Sequence[str] = (),
-        filled: Sequence[str] | None = None,
-    ) -> CommitResult:
-        """Close and open the versions a batch's changelog rows (``rows``) make, with ``offset``
-        (``filled``: the sink columns the source fills; None: the versions closed are read from the
-        table)."""
-        rows = self._stamped(rows)
-        return self._commit_batch(
-            batch_id,
-            offset,
-            lambda properties: self._versions(properties | units_summary(units), rows, filled),
-        )
-
-    def append_units(self, rows: pa.Table, units: Sequence[str], filled: Sequence[str] | None = None) -> bool:
-        """The versions of backfill units applied between batches, unless they are in already."""
-        self.settle()
-        self.table.refresh()
-        if set(units) & self.applied_units():
-            log.info("backfill units %s are in %s already: skipped", ", ".join(units), self.identifier)
-            return False
-        self._versions(units_summary(units), self._stamped(rows), filled)
-        return True
-
     def remove_all(
         self, state: StateTable, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
     ) -> int:
@@ -140,7 +110,10 @@ class HistoryWriter(ChangelogWriter):
     def _as_reads(self, rows: pa.Table, event_time: int, at: BinlogOffset) -> pa.Table:
         return opened_rows(rows, event_time, at.packed + epoch_base(self.table))
 
-    def _versions(self, properties: dict[str, str], changes: pa.Table, filled: Sequence[str] | None) -> None:
+    def _write(self, properties: dict[str, str], changes: pa.Table, filled: Sequence[str] | None) -> None:
+        """Close and open the versions a batch's changelog rows (``changes``) make, in one commit
+        (``filled``: the sink columns the source fills; None: the versions it closes are read from
+        the table)."""
         if not changes.num_rows:
             self._merge_rows(properties, None)
             return
