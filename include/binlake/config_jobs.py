@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
 from binlake.config_base import Model
-
-if TYPE_CHECKING:
-    from binlake.config import SourceConfig
 
 OnFailure = Literal["fail", "warn"]
 
@@ -27,8 +24,9 @@ class QualityConfig(Model):
     """Binlog bytes the row-count check reads at most (the sink's offset to now); a sink further
     behind gets no row-count check, with a note saying why."""
 
-    def reader_server_id(self, source: SourceConfig) -> int:
-        return self.server_id if self.server_id is not None else source.server_id.end + 1
+    def reader_server_id(self, stream_last: int) -> int:
+        """Its reader's id (``stream_last``: the last of ``source.server_id``'s range)."""
+        return self.server_id if self.server_id is not None else stream_last + 1
 
 
 class BackfillConfig(Model):
@@ -43,9 +41,9 @@ class BackfillConfig(Model):
     wait_timeout_s: float = Field(default=3600.0, gt=0)
     """How long ``binlake backfill --wait`` (and the Airflow DAG) waits for the stream to apply it."""
 
-    def reader_server_ids(self, source: SourceConfig, parallelism: int) -> str:
-        """The readers' ids as ``start-end``."""
-        first = self.server_id if self.server_id is not None else source.server_id.end + 2
+    def reader_server_ids(self, stream_last: int, parallelism: int) -> str:
+        """The readers' ids as ``start-end`` (``stream_last``: the last of ``source.server_id``'s range)."""
+        first = self.server_id if self.server_id is not None else stream_last + 2
         return f"{first}-{first + max(1, parallelism) - 1}"
 
 
@@ -63,8 +61,9 @@ class VerifyConfig(Model):
     and two numbers (no slower than the snapshot's chunks, docs/benchmarks.md), and a drift is named
     within it and repaired by re-reading it alone."""
 
-    def reader_server_id(self, source: SourceConfig) -> int:
-        return self.server_id if self.server_id is not None else source.server_id.end + 1000
+    def reader_server_id(self, stream_last: int) -> int:
+        """Its first reader's id (``stream_last``: the last of ``source.server_id``'s range)."""
+        return self.server_id if self.server_id is not None else stream_last + 1000
 
 
 class AirflowConfig(Model):

@@ -83,7 +83,7 @@ def expected_rows(
         version = server_version(conn)
         # The last offset the engine made visible: a commit in the binlog but not yet visible (a
         # semi-sync wait) is not in the count, so it must not count as a change before it.
-        reader_id = config.quality.reader_server_id(config.source)
+        reader_id = config.quality.reader_server_id(config.source.server_id.end)
         low = LowWatermark(gtid_boundaries(config.source, reader_id)).read(conn, version)
         rule = table_rules(config, schema.table).transform
         kept = (  # the sink's rows only
@@ -142,7 +142,7 @@ def _changes_since(
     version = store.schema_history(config.pipeline.name).at(schema.table, offset)
     written = version.schema if version is not None and version.schema is not None else schema
     keys = key_columns(written, dict(config.source.chunk_key_columns))
-    reader_id = config.quality.reader_server_id(config.source)
+    reader_id = config.quality.reader_server_id(config.source.server_id.end)
     transform = transform_of(table_rules(config, schema.table), written)
     # A filter decides by whole rows (an update may move a row out of it: a delete in the sink).
     kept = changes_after(

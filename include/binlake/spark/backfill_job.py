@@ -115,7 +115,9 @@ def _read(
     base["shapes"] = "{}"
     kept = {t: p for t, p in json.loads(base["partitioning"]).items() if rules[TableId.parse(t)].upsert}
     base["partitioning"] = json.dumps(kept)
-    base["server_ids"] = config.backfill.reader_server_ids(config.source, config.pipeline.parallelism)
+    base["server_ids"] = config.backfill.reader_server_ids(
+        config.source.server_id.end, config.pipeline.parallelism
+    )
     base["folder"] = f"backfill/{_safe(todo[0].backfill_id)}"
     wave_size = max(1, config.pipeline.parallelism * UNITS_PER_SLOT)
     for first in range(0, len(todo), wave_size):

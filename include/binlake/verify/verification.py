@@ -351,7 +351,7 @@ def _compare(
 ) -> tuple[list[ChunkVerdict], int, float]:
     """Sum the chunks on the source and compare; chunks whose sum may or may not hold a change
     (MySQL's watermarks) are summed again."""
-    server_id = config.verify.reader_server_id(config.source)
+    server_id = config.verify.reader_server_id(config.source.server_id.end)
     pending = list(range(len(chunks)))
     sums: dict[int, ChunkSum] = {}
     read_until = pinned.offset

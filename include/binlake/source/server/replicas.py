@@ -34,9 +34,11 @@ def replica_ids(config: PipelineConfig) -> set[int]:
     the backfill's and verify's readers."""
     source, parallelism = config.source, config.pipeline.parallelism
     ids = set(range(source.server_id.start, source.server_id.end + 2))  # +1: the quality reader
-    first, last = (int(i) for i in config.backfill.reader_server_ids(source, parallelism).split("-"))
+    first, last = (
+        int(i) for i in config.backfill.reader_server_ids(source.server_id.end, parallelism).split("-")
+    )
     ids |= set(range(first, last + 1))
-    verify = config.verify.reader_server_id(source)
+    verify = config.verify.reader_server_id(source.server_id.end)
     return ids | set(range(verify, verify + parallelism + 1))
 
 
