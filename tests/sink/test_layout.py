@@ -5,6 +5,7 @@ partitions."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
+from pyiceberg.table.sorting import NullOrder
+from pyiceberg.transforms import IdentityTransform
 
 from binlake.config import PipelineConfig
 from binlake.config_layout import parse_partition_term, parse_sort_term
@@ -234,3 +237,23 @@ def test_rules_match_by_source_table_first_wins_over_the_sink_defaults() -> None
         PipelineConfig.model_validate(
             {**base, "sink": {"layout": [{"source_table": "x", "sort_by": ["a", "a DESC"]}]}}
         )
+
+
+def test_a_sort_column_the_source_dropped_leaves_the_rest_of_the_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``evolve`` took the column out of the sort order and dropped it; at the next start the rule
+    still names it: the table keeps the rest of the order, with a warning, instead of stopping. A
+    column the table never had is still a mistake in the rule."""
+    catalog = make_catalog(tmp_path)
+    table = _create(catalog, _layout((), ("sku", "id")))
+    with table.update_sort_order() as update:
+        update.asc("id", IdentityTransform(), NullOrder.NULLS_FIRST)
+    with table.update_schema() as update:
+        update.delete_column("sku")
+    with caplog.at_level(logging.WARNING, logger="binlake.sink.layout"):
+        assert evolve(table, _layout((), ("sku", "id")), ["id"]) == []
+    assert "sorts by `sku`, which the table no longer has" in caplog.text
+    assert describe(catalog.load_table("shop.orders"))["sort_by"] == ["id ASC NULLS FIRST"]
+    with pytest.raises(LayoutError, match="no such column"):
+        evolve(table, _layout((), ("nope", "id")), ["id"])

@@ -13,8 +13,9 @@ moves a row to another partition deletes it from the old one (see docs/architect
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +32,8 @@ from binlake.config_layout import LayoutRule, PartitionTerm, SortTerm
 from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.schema.table_rules import first_match
+
+log = logging.getLogger(__name__)
 
 #: The first partition field id Iceberg assigns.
 _FIRST_FIELD_ID = 1000
@@ -136,6 +139,7 @@ def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
     property the layout does not name stays as the table has it (a table made copy-on-write by an
     older release stays so until its layout says otherwise)."""
     schema = table.schema()
+    layout = _without_dropped_sort_columns(table, layout)
     wanted = wanted_fields(schema, layout, key)
     current = {(f.source_id, repr(f.transform)) for f in table.spec().fields}
     kept = {(s, repr(t)) for s, t, _ in wanted}
@@ -176,6 +180,24 @@ def evolve(table: Table, layout: TableLayout, key: Sequence[str]) -> list[str]:
                 "sort order " + ", ".join(str(t) for t in layout.sort_by or (SortTerm(k) for k in key))
             )
     return done
+
+
+def _without_dropped_sort_columns(table: Table, layout: TableLayout) -> TableLayout:
+    """``layout`` without the ``sort_by`` terms of columns the table had and no longer has (the
+    source dropped them under ``evolve``, which took them out of the sort order first): the table
+    stays sorted by the rest, and the rule is left for its owner to mend. A column the table never
+    had is a mistake in the rule, refused where the order is built."""
+    have = {f.name for f in table.schema().fields}
+    had = {f.name for schema in table.schemas().values() for f in schema.fields}
+    dropped = [t for t in layout.sort_by if t.column not in have and t.column in had]
+    if not dropped:
+        return layout
+    log.warning(
+        "%s: the layout rule %r sorts by %s, which the table no longer has (the source dropped it): "
+        "the table is sorted by the rest. Fix: take it out of the rule",
+        ".".join(table.name()), layout.rule, ", ".join(f"`{t.column}`" for t in dropped),
+    )  # fmt: skip
+    return replace(layout, sort_by=tuple(t for t in layout.sort_by if t not in dropped))
 
 
 def _changed_properties(table: Table, layout: TableLayout) -> dict[str, str]:
