@@ -32,10 +32,13 @@ RECENT = 5
 class TableStatus(BaseModel):
     table: str
     strategy: str
+    """How the snapshot split it, or ``streamed``: a table the stream created or renamed in since."""
     chunks: int
     finished_chunks: int
     rows: int
     max_high_watermark: str
+    streamed_since: str | None = None
+    """Where the stream began keeping a table the snapshot did not plan, and why."""
 
 
 class BatchStatus(BaseModel):
@@ -137,7 +140,7 @@ def status_in(store: StateStore, name: str) -> PipelineStatus:
     switch = store.offsets(name).load(SWITCH)
     return PipelineStatus(
         pipeline=name,
-        tables=[_table(p) for p in store.plans(name).load()],
+        tables=_tables(store, name),
         switch_offset=switch.to_dict() if switch else None,
         stream=_stream(store, name),
         schema_changes=_schema_changes(store, name),
@@ -146,6 +149,26 @@ def status_in(store: StateStore, name: str) -> PipelineStatus:
         verification=_verification(store, name),
         repairs=_repairs(store, name),
     )
+
+
+def _tables(store: StateStore, pipeline: str) -> list[TableStatus]:
+    """The tables the snapshot planned, then those the stream keeps since (created, or renamed in,
+    after it: the schema history's)."""
+    planned = [_table(p) for p in store.plans(pipeline).load()]
+    names = {t.table for t in planned}
+    current = store.schema_history(pipeline).current()
+    return planned + [
+        _streamed(table.name, f"{version.offset} ({version.cause})")
+        for table, version in sorted(current.items(), key=lambda item: item[0].name)
+        if table.name not in names
+    ]
+
+
+def _streamed(table: str, since: str) -> TableStatus:
+    return TableStatus(
+        table=table, strategy="streamed", chunks=0, finished_chunks=0, rows=0, max_high_watermark="",
+        streamed_since=since,
+    )  # fmt: skip
 
 
 def _table(plan: StoredPlan) -> TableStatus:

@@ -103,7 +103,7 @@ def _not_started(name: str) -> PipelineStatus:
 
 
 def table_lines(view: LagView) -> list[TableLine]:
-    """Each table the pipeline planned, changed in the window or holds back, by name."""
+    """Each table the pipeline planned or streams since, changed in the window or holds back, by name."""
     status = view.status
     held = {r.table: r for r in status.repairs}
     plans = {t.table: t for t in status.tables}

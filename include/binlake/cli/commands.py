@@ -336,6 +336,8 @@ def status_command(args: argparse.Namespace) -> int:
         [("table", "left"), ("chunks", "right"), ("rows", "right"), ("max high watermark", "left")],
         [
             [t.table, f"{t.finished_chunks}/{t.chunks}", f"{t.rows:,}", t.max_high_watermark or "-"]
+            if t.streamed_since is None
+            else [t.table, "-", "-", f"streamed since {t.streamed_since}"]
             for t in status.tables
         ],
     )
