@@ -15,17 +15,20 @@ import pyarrow as pa
 import pytest
 
 from binlake.config import PipelineConfig
-from binlake.events import TableId
+from binlake.events import Column, TableId
 from binlake.source.server.discovery import discover
 from binlake.testing.private_server import PrivateMariaDB
 from binlake.verify.canonical import (
     MASK,
+    Hashing,
     checksum_sql,
+    crc_pairs,
     double_text,
     md5_prefixes,
     row_hashes,
     row_sql,
     row_texts,
+    server_hashing,
     value_sql,
 )
 from tests.helpers import pipeline_dict
@@ -57,13 +60,20 @@ def test_every_type_renders_alike_on_the_server_and_in_binlake(
     for got, (want,) in zip(texts, expected, strict=True):
         assert got == (want.encode() if isinstance(want, str) else want)
 
-    ((count, total),) = _server(mariadb, database, f"SELECT {checksum_sql(schema.columns)} FROM types")
-    assert count == 4
-    assert int(total) & MASK == int(row_hashes(rows, schema.columns).sum(dtype="uint64"))
+    for hashing in ("md5", "crc"):  # the server computes each as binlake does
+        query = f"SELECT {checksum_sql(schema.columns, hashing=hashing)} FROM types"
+        ((count, total),) = _server(mariadb, database, query)
+        assert count == 4
+        assert int(total) & MASK == int(row_hashes(rows, schema.columns, hashing).sum(dtype="uint64"))
 
-    # One changed value in any column changes the row's hash.
-    hashes = row_hashes(rows, schema.columns)
-    for column in schema.columns[1:]:
+    # One changed value in any column changes the row's hash, either way.
+    for hashing in ("md5", "crc"):
+        _each_change_changes_the_hash(rows, schema.columns, hashing)
+
+
+def _each_change_changes_the_hash(rows: pa.Table, columns: list[Column], hashing: Hashing) -> None:
+    hashes = row_hashes(rows, columns, hashing)
+    for column in columns[1:]:
         values = rows.column(column.name).to_pylist()
         changed = [_other(v) for v in values]
         altered = rows.set_column(
@@ -71,8 +81,8 @@ def test_every_type_renders_alike_on_the_server_and_in_binlake(
             column.name,
             pa.array(changed, rows.schema.field(column.name).type),
         )
-        different = row_hashes(altered, schema.columns) != hashes
-        assert different[[i for i, v in enumerate(values) if v != changed[i]]].all(), column.name
+        different = row_hashes(altered, columns, hashing) != hashes
+        assert different[[i for i, v in enumerate(values) if v != changed[i]]].all(), (hashing, column.name)
 
 
 def _other(value: object) -> object:
@@ -137,3 +147,23 @@ def test_md5_prefixes_are_the_digests_first_eight_bytes_big_endian() -> None:
     texts = [b"", b"abc", bytes(range(256)) * 9] + [rng.randbytes(rng.randrange(200)) for _ in range(2000)]
     expected = [int.from_bytes(hashlib.md5(t).digest()[:8], "big") for t in texts]
     assert md5_prefixes(pa.array(texts, pa.binary())).tolist() == expected
+
+
+def test_crc_pairs_are_crc32_then_crc32c() -> None:
+    """The standard check values of both codes (the bytes ``123456789``), and the empty text."""
+    assert crc_pairs(pa.array([b"123456789", b""], pa.binary())).tolist() == [0xCBF43926_E3069283, 0]
+
+
+def test_mariadb_hashes_rows_with_the_crcs_and_keeps_each_rows_own_text(
+    mariadb: PrivateMariaDB, database: str
+) -> None:
+    """MariaDB 10.8+ has CRC32C: verify's rows are hashed with both CRCs there; the server reads
+    each row's text, not the one before (``server_hashing``'s check), over many rows too."""
+    with contextlib.closing(mariadb.admin_connection(database)) as conn:
+        assert server_hashing(conn) == "crc"
+    texts = [f"{i}:{'x' * (i % 17)}" for i in range(500)]
+    rows = " UNION ALL ".join(f"SELECT '{t}' AS t" for t in texts)
+    sql = f"SELECT SUM((CRC32(@binlake_row := t) << 32) | CRC32C(@binlake_row)) FROM ({rows}) AS d"
+    ((total,),) = _server(mariadb, database, sql)
+    expected = crc_pairs(pa.array([t.encode() for t in texts], pa.binary())).sum(dtype="uint64")
+    assert int(total) & MASK == int(expected)

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from binlake.events import Column, CreateTable
 from binlake.sink.history.changelog import AFTER, INSERT, OP, ORDER, POSITION
 from binlake.sink.keys.row_match import same_key_as_next
-from binlake.verify.canonical import row_hashes
+from binlake.verify.canonical import Hashing, row_hashes
 from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, add_rows, no_sums, pinned_rows
 
 #: Changes held before folding them to each key's last (bounds the by-key reading's memory).
@@ -43,15 +43,17 @@ def changelog_sums(
     chunks: ChunkIndex,
     routed: bool,
     keys: Sequence[str] = (),
+    hashing: Hashing = "md5",
 ) -> Sums:
     """Rows and hash sums per chunk of the state ``schema.table``'s changes in the pinned changelog
-    replay to; ``keys``: the sink table's key, to replay by (empty: signed)."""
+    replay to; ``keys``: the sink table's key, to replay by (empty: signed); ``hashing``: as the
+    server hashes."""
     counts, totals = no_sums(len(chunks))
     names = [c.name for c in columns]
     names += [k for k in keys if k not in names] + [OP, POSITION, ORDER]
     last = _LastByKey(keys) if keys else None
     for rows in pinned_rows(pinned, schema, names, routed):
-        at, hashes = chunks.of(rows.column(key)), row_hashes(rows, columns)
+        at, hashes = chunks.of(rows.column(key)), row_hashes(rows, columns, hashing)
         adds = pc.is_in(rows.column(OP), pa.array([INSERT, AFTER])).to_numpy(zero_copy_only=False)
         if last is None:
             add_rows(counts, totals, at, hashes, np.where(adds, 1, -1))

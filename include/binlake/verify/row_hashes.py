@@ -114,13 +114,16 @@ class RowHashCache:
         return self.folder / f"{hashlib.sha256(what.encode()).hexdigest()[:40]}.arrow"
 
 
-def hash_spec(columns: Sequence[Any], key: str, counted: Sequence[str], source: str | None) -> dict[str, Any]:
+def hash_spec(
+    columns: Sequence[Any], key: str, counted: Sequence[str], source: str | None, hashing: str = "md5"
+) -> dict[str, Any]:
     """What makes a table's row hashes: the source columns hashed (as dataclasses), the key the
     chunks are cut by, the columns that decide which rows count, the routed source of a shared
-    table (None: all rows)."""
+    table (None: all rows), how each row's text is hashed (``verify.canonical.Hashing``)."""
     return {
         "columns": [asdict(c) for c in columns],
         "key": key,
         "counted": sorted(counted),
         "source": source,
+        "hashing": hashing,
     }

@@ -37,7 +37,7 @@ from binlake.sink.history.soft_delete import DELETED, live
 from binlake.sink.keys.table_keys import deleted_positions
 from binlake.source.chunks.splitter import ChunkRange
 from binlake.stream.records import images
-from binlake.verify.canonical import row_hashes
+from binlake.verify.canonical import Hashing, row_hashes
 from binlake.verify.row_hashes import FileHashes, RowHashCache, hash_spec
 
 log = logging.getLogger(__name__)
@@ -127,10 +127,11 @@ def sink_sums(
     chunks: ChunkIndex,
     routed: bool,
     hashes_in: Path | None = None,
+    hashing: Hashing = "md5",
 ) -> Sums:
     """Rows and hash sums per chunk of ``schema.table``'s rows in the pinned snapshot
     (``hashes_in``: where each data file's row hashes are kept between verifications,
-    ``verify.row_hashes``; None: every row hashed anew)."""
+    ``verify.row_hashes``; None: every row hashed anew; ``hashing``: as the server hashes)."""
     counts, totals = no_sums(len(chunks))
     names = [c.name for c in columns]
     present = set(pinned.table.schema().column_names)
@@ -139,9 +140,9 @@ def sink_sums(
     names += counted
     if hashes_in is not None:
         source = schema.table.name if routed else None
-        spec = hash_spec(columns, key, counted, source)
+        spec = hash_spec(columns, key, counted, source, hashing)
         cache = RowHashCache(hashes_in, pinned.table.metadata.table_uuid.hex, spec)
-        for keys, hashes in _cached_rows(pinned, names, cache, key, columns, source):
+        for keys, hashes in _cached_rows(pinned, names, cache, key, columns, source, hashing):
             add_rows(counts, totals, chunks.of(keys), hashes, 1)
         log.info("verify %s: the row hashes of %d data files kept, %d hashed", ".".join(pinned.table.name()),
                  cache.hits, cache.misses)  # fmt: skip
@@ -150,7 +151,7 @@ def sink_sums(
     for rows in pinned_rows(pinned, schema, names, routed):
         rows = current(live(rows))
         if rows.num_rows:
-            add_rows(counts, totals, chunks.of(rows.column(key)), row_hashes(rows, columns), 1)
+            add_rows(counts, totals, chunks.of(rows.column(key)), row_hashes(rows, columns, hashing), 1)
     return counts, totals
 
 
@@ -161,6 +162,7 @@ def _cached_rows(
     key: str,
     columns: Sequence[Column],
     source: str | None,
+    hashing: Hashing,
 ) -> Iterator[tuple[pa.Array, np.ndarray[Any, np.dtype[np.uint64]]]]:
     """The keys and hashes of the pinned snapshot's live rows that count, a data file at a time:
     each file's hashes from ``cache`` (or hashed, and kept), its position deletes applied."""
@@ -183,7 +185,8 @@ def _cached_rows(
             counts = _counted(rows, source)
             kept = rows.filter(counts)
             positions = np.flatnonzero(np.asarray(counts.to_numpy(zero_copy_only=False), bool))
-            found = FileHashes(positions, kept.column(key).combine_chunks(), row_hashes(kept, columns))
+            hashes = row_hashes(kept, columns, hashing)
+            found = FileHashes(positions, kept.column(key).combine_chunks(), hashes)
             cache.put(task.file, found)
         gone = deleted.get(task.file.file_path)
         if gone is None:
@@ -253,9 +256,11 @@ def rolled_forward(
     chunks: ChunkIndex,
     until: Sequence[int],
     transform: Transform | None = None,
+    hashing: Hashing = "md5",
 ) -> Sums:
     """The sink's sums moved along ``changes`` up to each chunk's position (``until``, as
-    ``records.position``; ``transform``: the table's, which the images go through)."""
+    ``records.position``; ``transform``: the table's, which the images go through; ``hashing``:
+    as the server hashes)."""
     counts, totals = sums[0].copy(), sums[1].copy()
     if changes.num_rows == 0:
         return counts, totals
@@ -266,7 +271,7 @@ def rolled_forward(
     at = chunks.of(rows.column(key))
     limit = np.array(until, dtype=np.int64)
     due = (at >= 0) & (changes.column("at").to_numpy() <= limit[np.clip(at, 0, None)])
-    hashes = row_hashes(rows, columns)
+    hashes = row_hashes(rows, columns, hashing)
     signs = changes.column("delta").to_numpy().astype(np.int64)
     add_rows(counts, totals, np.where(due, at, -1), hashes, signs)
     return counts, totals

@@ -32,7 +32,7 @@ from binlake.source.chunks.splitter import ChunkRange, range_condition
 from binlake.source.chunks.watermarks import LowWatermark, consistent_snapshot, current_offset
 from binlake.source.server.connection import connect, server_version
 from binlake.source.server.cursors import literal_percents
-from binlake.verify.canonical import MASK, checksum_sql
+from binlake.verify.canonical import MASK, Hashing, checksum_sql
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +60,17 @@ def source_sums(
     consistent_snapshot: bool | None = None,
     columns: Sequence[Column] | None = None,
     transform: Transform | None = None,
+    hashing: Hashing = "md5",
 ) -> list[ChunkSum]:
     """The server's sums of ``chunks`` (index, range) of ``table``, ``parallelism`` connections at
     once (``server_id``: the first of their replica ids, for watermarks that look into the binlog;
     ``consistent_snapshot``: None = where the server reports the snapshot's position; ``columns``:
     the columns compared, default all; ``transform``: the server computes its projection's columns
-    and sums only the rows its filter keeps)."""
+    and sums only the rows its filter keeps; ``hashing``: ``canonical.server_hashing``'s)."""
     if not chunks:
         return []
     groups = _groups(list(chunks), max(1, parallelism))
-    sql = checksum_sql(columns if columns is not None else table.columns, transform_sql(transform))
+    sql = checksum_sql(columns if columns is not None else table.columns, transform_sql(transform), hashing)
     if transform is not None and transform.spec.filter:
         sql += f" FROM {table.table.quoted()} WHERE ({filter_sql(transform.spec.filter, str(table.table))})"
     else:

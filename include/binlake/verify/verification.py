@@ -52,6 +52,7 @@ from binlake.state.store import StateStore, StoredPlan
 from binlake.state.verifications import ChunkVerdict, Status
 from binlake.stream.records import images
 from binlake.stream.segments import distance
+from binlake.verify.canonical import Hashing, server_hashing
 from binlake.verify.changelog_sums import changelog_sums
 from binlake.verify.sink_sums import ChunkIndex, PinnedSink, Sums, SumsReader, rolled_forward, sink_sums
 from binlake.verify.source_sums import ChunkSum, source_sums
@@ -160,6 +161,7 @@ def verify(
             progress(result)
 
     with metrics.run(), StateStore(config.pipeline.resolved_state_uri) as store:
+        reading = _reading(config, consistent_snapshot)
         schemas = {s.table: s for s in discover_tables(config)}
         plans = store.plans(name).load()
         wanted = checked_plans(config, store, schemas, chosen, key_range or KeyRange(), action="verify")
@@ -174,7 +176,7 @@ def verify(
             chunks = found if found is not None else _split(config, schema, stored, key_range or KeyRange())
             rules = table_rules(config, stored.table)
             result = _verify_table(
-                config, store, schema, column.name, chunks, plans, consistent_snapshot, rules.state_name
+                config, store, schema, column.name, chunks, plans, reading, rules.state_name
             )
             store.verifications(name).record(verify_id, result.verdicts)
             report.tables.append(result)
@@ -185,9 +187,7 @@ def verify(
             for companion in rules.beside_state:
                 if companion == rules.history_name and not schema.primary_key:
                     continue  # a table without a key keeps no history
-                result = _verify_table(
-                    config, store, schema, column.name, chunks, plans, consistent_snapshot, companion
-                )
+                result = _verify_table(config, store, schema, column.name, chunks, plans, reading, companion)
                 report.tables.append(result)
                 observed(result)
     report.seconds = time.monotonic() - started
@@ -203,6 +203,22 @@ def _split(
     return [r for r in (clip(c.range, key_range) for c in split.chunks) if r is not None]
 
 
+@dataclass(frozen=True)
+class SourceReading:
+    """How a verification reads the source: in consistent snapshots (None: where the server
+    reports their position), and each row's hash (``canonical.server_hashing``)."""
+
+    consistent_snapshot: bool | None
+    hashing: Hashing
+
+
+def _reading(config: PipelineConfig, consistent_snapshot: bool | None) -> SourceReading:
+    with contextlib.closing(connect(config.source)) as conn:
+        hashing = server_hashing(conn)
+    log.info("verify: rows hashed as %s", "CRC-32 and CRC-32C" if hashing == "crc" else "MD5")
+    return SourceReading(consistent_snapshot, hashing)
+
+
 def _verify_table(
     config: PipelineConfig,
     store: StateStore,
@@ -210,7 +226,7 @@ def _verify_table(
     key: str,
     ranges: list[ChunkRange],
     plans: Sequence[StoredPlan],
-    consistent_snapshot: bool | None,
+    reading: SourceReading,
     identifier: str | None = None,
 ) -> TableVerification:
     """Verify one sink table of ``schema`` (its state table, or ``identifier``: its changelog or
@@ -261,10 +277,9 @@ def _verify_table(
         # every source position is at or after the sink's offset).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify-sink") as pool:
             clock = time.monotonic()
-            reading = pool.submit(
-                _sums_of(config, schema, pinned), pinned, schema, columns, key, chunks, routed
-            )
-            reading.add_done_callback(lambda _: setattr(result, "sink_seconds", time.monotonic() - clock))
+            summed = _sums_of(config, schema, pinned, reading.hashing)
+            sink_side = pool.submit(summed, pinned, schema, columns, key, chunks, routed)
+            sink_side.add_done_callback(lambda _: setattr(result, "sink_seconds", time.monotonic() - clock))
             verdicts, rows, seconds = _compare(
                 config,
                 store,
@@ -273,9 +288,9 @@ def _verify_table(
                 key,
                 chunks,
                 pinned,
-                reading.result,
+                sink_side.result,
                 plans,
-                consistent_snapshot,
+                reading,
                 transform,
             )
     except SchemaChangedError:
@@ -300,20 +315,21 @@ def _verify_table(
     return result
 
 
-def _sums_of(config: PipelineConfig, schema: CreateTable, pinned: PinnedSink) -> SumsReader:
-    """How the pinned table's rows are summed: as rows, or (a changelog) as the state its changes
-    replay to — by key where an update may be its after image alone."""
+def _sums_of(config: PipelineConfig, schema: CreateTable, pinned: PinnedSink, hashing: Hashing) -> SumsReader:
+    """How the pinned table's rows are summed (each row's hash as ``hashing``): as rows, or (a
+    changelog) as the state its changes replay to — by key where an update may be its after image
+    alone."""
     if OP not in pinned.table.schema().column_names:
-        return functools.partial(sink_sums, hashes_in=config.verify_hashes_dir)
+        return functools.partial(sink_sums, hashes_in=config.verify_hashes_dir, hashing=hashing)
     rules = table_rules(config, schema.table)
     rule = rules.changelog
     if rule is None or rule.changelog_updates == "both":
-        return changelog_sums
+        return functools.partial(changelog_sums, hashing=hashing)
     keys = StateTable(pinned.table, "changelog").keys()  # recorded since the changelog knew them
     catalog = open_catalog(config)
     if not keys and rules.upsert and catalog.table_exists(rules.sink_name):
         keys = identifier_columns(catalog.load_table(rules.sink_name).schema())
-    return functools.partial(changelog_sums, keys=keys)
+    return functools.partial(changelog_sums, keys=keys, hashing=hashing)
 
 
 class _TooFarError(Exception):
@@ -346,7 +362,7 @@ def _compare(
     pinned: PinnedSink,
     base: Callable[[], Sums],
     plans: Sequence[StoredPlan],
-    consistent_snapshot: bool | None,
+    reading: SourceReading,
     transform: Transform | None = None,
 ) -> tuple[list[ChunkVerdict], int, float]:
     """Sum the chunks on the source and compare; chunks whose sum may or may not hold a change
@@ -361,7 +377,7 @@ def _compare(
         clock = time.monotonic()
         fresh = source_sums(
             config.source, schema, key, [(i, chunks.ranges[i]) for i in pending], config.pipeline.parallelism,
-            server_id + 1, consistent_snapshot, columns, transform,
+            server_id + 1, reading.consistent_snapshot, columns, transform, reading.hashing,
         )  # fmt: skip
         seconds += time.monotonic() - clock
         end = max(s.high for s in fresh)
@@ -380,7 +396,7 @@ def _compare(
         log.info("verify %s: %d chunks changed while summed (attempt %d): summing them again", schema.table,
                  len(pending), attempt)  # fmt: skip
     until = [sums[i].high.packed if i in sums else 0 for i in range(len(chunks))]
-    counts, totals = rolled_forward(base(), changes, columns, key, chunks, until, transform)
+    counts, totals = rolled_forward(base(), changes, columns, key, chunks, until, transform, reading.hashing)
     verdicts = []
     for i, chunk in enumerate(chunks.ranges):
         s = sums.get(i)
