@@ -485,6 +485,46 @@ def test_a_table_replaced_under_lenient_replaces_its_changelog_and_history(
     assert {v.status for t in report.tables for v in t.verdicts} == {"equal"}
 
 
+def test_a_history_beside_an_after_images_changelog_closes_versions_without_reading_them(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``changelog_updates: after`` keeps no before image in the changelog, but the history still
+    gets both: each version a batch closes is made of its key's before image and the current
+    versions' index, and no stored version is read (``HistoryWriter.current`` would fail)."""
+    from binlake.sink.history.scd2_writer import HistoryWriter
+
+    mariadb.execute(*SET_UP[:2], database=database)
+    raw = config_dict(_config(mariadb, database, tmp_path))
+    mode = {"mode": ["upsert", "changelog", "history"], "changelog_updates": "after"}
+    raw["sink"]["modes"] = [{"source_table": rf"{database}\.orders", **mode}]
+    config = PipelineConfig.model_validate(raw)
+    plan(config)
+    assert run_snapshot(config, spark).complete
+
+    def read(self: HistoryWriter, keys: Any) -> Any:
+        raise AssertionError(f"{self.identifier}: read the stored versions of {keys.num_rows} keys")
+
+    monkeypatch.setattr(HistoryWriter, "current", read)
+    mariadb.execute(
+        "UPDATE orders SET note = 'changed' WHERE id <= 20",
+        "UPDATE orders SET note = 'twice', total = total + 1 WHERE id <= 5",
+        "DELETE FROM orders WHERE id BETWEEN 21 AND 25",
+        "UPDATE orders SET id = id + 1000 WHERE id BETWEEN 26 AND 28",
+        database=database,
+    )
+    run_stream(config, spark, until_caught_up=True)
+    assert_sink_equals_source(config)
+    _assert_history_is_current(config, database)
+    ops = _changelog(config, database, "orders").scan().to_arrow().column("__op__").to_pylist()
+    assert "-U" not in set(ops)
+    history = _history(config, database, "orders")
+    closed = history.scan(row_filter="__current__ == False").to_arrow().to_pylist()
+    notes = Counter((r["id"], r["note"]) for r in closed)
+    assert notes[(1, "note 1")] == 1  # each version closed once, with the values it held
+    assert notes[(1, "changed")] == 1
+    assert {r["id"] for r in closed} == set(range(1, 29))
+
+
 def test_a_history_beside_the_upsert_table_alone_takes_deletes(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
 ) -> None:
