@@ -192,3 +192,19 @@ def test_an_index_naming_versions_the_table_lacks_is_not_trusted(
     assert "versions the table does not hold" in caplog.text
     assert _versions(indexed) == _versions(read)
     assert _current(indexed) == source.rows
+
+
+def test_batches_of_sources_filling_other_columns_do_not_rebuild_the_index_in_turn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Routed sources that fill different columns, in turn: the index is rebuilt when a column
+    first goes unfilled, not at every batch whose sources differ from the last one's."""
+    indexed, read = _history(tmp_path, "indexed"), _history(tmp_path, "read")
+    source = Source(300, seed=7)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        for batch, filled in enumerate([["id", "v"], ["id"], ["id", "v"], ["id"], ["id", "v"]], 1):
+            changes, end = source.batch(20)
+            indexed.append_batch(batch, changes, end, filled=filled)
+            read.append_batch(batch, changes, end)
+    assert caplog.text.count("indexed the current versions") == 2
+    assert _versions(indexed) == _versions(read)

@@ -74,6 +74,9 @@ class HistoryWriter(ChangelogWriter):
         )  # fmt: skip
         self.keys = list(keys)
         self._versions_index: CurrentVersions | None = None
+        # The columns some batch's source did not fill: a set that only grows, so that batches of
+        # routed sources filling different columns do not rebuild the index in turn.
+        self._unfilled: set[str] = set()
 
     def remove_all(
         self, state: StateTable, at: BinlogOffset, change_id: str, event_time: int, source: str | None = None
@@ -137,7 +140,9 @@ class HistoryWriter(ChangelogWriter):
             name = f"{self.identifier}-{self.table.metadata.table_uuid}-current"
             self._versions_index = CurrentVersions(self.key_index_dir / name, self.keys)
         own = set(self.metadata_names) | set(SOFT_DELETE.names)
-        unfilled = [f.name for f in self.table.schema().fields if f.name not in own and f.name not in filled]
+        columns = [f.name for f in self.table.schema().fields if f.name not in own]
+        self._unfilled |= {name for name in columns if name not in filled}
+        unfilled = [name for name in columns if name in self._unfilled]
         return self._versions_index if self._versions_index.ready(self.table, unfilled) else None
 
     def _closing(self, changes: pa.Table, index: CurrentVersions | None, schema: pa.Schema) -> pa.Table:
