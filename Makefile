@@ -89,7 +89,7 @@ airflow: setup
 
 ## The docs: the configuration reference rendered from the config models, then the site (offline).
 docs: setup
-	$(BIN)/python -m binlake.config_reference > docs/configuration.md
+	$(BIN)/python -m binlake.config.reference > docs/configuration.md
 	$(BIN)/mkdocs build --strict --quiet
 	@echo "docs: .binlake/site/index.html"
 

@@ -42,7 +42,7 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
 from binlake.config import StreamConfig
-from binlake.config_layout import parse_partition_term
+from binlake.config.layout import parse_partition_term
 from binlake.events import Column, CreateTable, TableId
 from binlake.schema.type_mapping import arrow_schema
 from binlake.sink.compaction import CompactionPolicy

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from binlake.config import PipelineConfig, ServerIdRange
-from binlake.config_file import load_config, load_pipeline_section, parse_config
+from binlake.config.pipeline_file import load_config, load_pipeline_section, parse_config
 from binlake.errors import ConfigError
 
 MINIMAL = """

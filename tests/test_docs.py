@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from binlake.config_reference import reference
+from binlake.config.reference import reference
 
 ROOT = Path(__file__).parents[1]
 
@@ -61,7 +61,7 @@ def test_the_readme_pipelines_load(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     """Every pipeline file the README shows is one binlake reads (the environment it names set)."""
     import re
 
-    from binlake.config_file import load_config
+    from binlake.config.pipeline_file import load_config
 
     blocks = re.findall(r"```yaml\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     assert len(blocks) >= 2

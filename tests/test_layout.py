@@ -88,19 +88,7 @@ def test_modules_stay_small(path: Path) -> None:
 #: rank or an earlier one, never to a later step.
 RANKS = {
     **dict.fromkeys(
-        [
-            "binlake",
-            "config",
-            "config_base",
-            "config_file",
-            "config_jobs",
-            "config_layout",
-            "config_modes",
-            "config_stream",
-            "config_tls",
-            "errors",
-            "events",
-        ],
+        ["binlake", "config", "errors", "events"],
         0,
     ),
     **dict.fromkeys(["offsets", "logs", "faults", "job_metrics"], 0),
@@ -115,7 +103,7 @@ RANKS = {
     "stream": 7,
     "quality": 8,
     **dict.fromkeys(["backfill", "verify"], 9),
-    **dict.fromkeys(["status", "config_reference", "spark", "airflow", "cli", "testing"], 10),
+    **dict.fromkeys(["status", "spark", "airflow", "cli", "testing"], 10),
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from binlake import cli
-from binlake.config_file import load_config
+from binlake.config.pipeline_file import load_config
 from binlake.errors import SourceConnectionError
 from binlake.logs import RedactingFilter, redact, register_secret
 from binlake.source.server.connection import connect

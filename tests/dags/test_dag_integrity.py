@@ -139,7 +139,7 @@ def test_a_broken_pipeline_file_is_an_import_error_naming_the_file(tmp_path: Pat
 
 
 def test_the_docker_pipeline_is_a_valid_config_with_its_connection(tmp_path: Path) -> None:
-    from binlake.config_file import load_config
+    from binlake.config.pipeline_file import load_config
 
     config = load_config(
         ROOT / "docker/pipelines/demo.yaml",
@@ -153,7 +153,7 @@ def test_the_docker_pipeline_is_a_valid_config_with_its_connection(tmp_path: Pat
 
 def test_jobs_take_the_source_from_the_environment_airflow_sets() -> None:
     from binlake.airflow.runtime import source_env
-    from binlake.config_file import source_from_env
+    from binlake.config.pipeline_file import source_from_env
 
     env = source_env({"hostname": "db", "port": 3307, "username": "u", "password": "pw", "extra": 1})
     assert env == {"BINLAKE_SOURCE_HOSTNAME": "db", "BINLAKE_SOURCE_PORT": "3307",

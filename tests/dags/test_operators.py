@@ -69,7 +69,7 @@ def test_the_source_password_is_on_no_command_line_and_in_no_environment(
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     from binlake.airflow.source_secret import handoff
-    from binlake.config_file import source_from_env
+    from binlake.config.pipeline_file import source_from_env
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(connection))
     if kind == "secret":  # the hook needs a Kubernetes client for these: what it would put on the

@@ -22,7 +22,7 @@ from pyiceberg.exceptions import NoSuchNamespaceError
 
 from binlake.airflow.pipelines import read_pipeline_file
 from binlake.config import PipelineConfig
-from binlake.config_file import parse_config
+from binlake.config.pipeline_file import parse_config
 from binlake.errors import ConfigError
 from binlake.events import Column, CreateTable, TableId
 from binlake.sink.catalog import CatalogError, catalog_properties, open_catalog

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 from pydantic import ValidationError
 
-from binlake.config_modes import ModeRule
+from binlake.config.modes import ModeRule
 from binlake.sink.history.changelog import changelog_rows
 from binlake.stream.records import images
 

@@ -14,7 +14,7 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask
 
-from binlake.config_layout import parse_partition_term
+from binlake.config.layout import parse_partition_term
 from binlake.offsets import BinlogOffset
 from binlake.sink.compaction import CATCH_UP_SLACK, CompactionPolicy
 from binlake.sink.partition_files import Partitioning

@@ -18,7 +18,7 @@ from pyiceberg.table.sorting import NullOrder
 from pyiceberg.transforms import IdentityTransform
 
 from binlake.config import PipelineConfig
-from binlake.config_layout import parse_partition_term, parse_sort_term
+from binlake.config.layout import parse_partition_term, parse_sort_term
 from binlake.events import Column, CreateTable, TableId
 from binlake.offsets import BinlogOffset
 from binlake.sink.exactly_once import ChunkCommit

@@ -14,7 +14,7 @@ from binlake.sink.metadata_applier import IcebergMetadataApplier
 from binlake.sink.catalog import open_catalog
 from binlake.sink.pyiceberg_internals import installed
 from binlake.sink.writer import IcebergWriter
-from binlake.config_file import parse_config
+from binlake.config.pipeline_file import parse_config
 
 text = "pipeline: {{name: p, work_dir: '{work}'}}\\n"
 text += "source: {{hostname: h, username: u, tables: ['d\\\\\\\\..*']}}\\n"

@@ -117,7 +117,7 @@ def test_the_docs_duckdb_lines_read_the_demo_table(tmp_path: Path) -> None:
     """The docs' DuckDB reader block (docs/sink.md), run as written in the folder of a demo-like
     pipeline (its catalog under the demo's name and path), with DuckDB's extension folder holding the wheels'
     extensions so that ``INSTALL`` needs no network (a dead proxy makes sure)."""
-    from binlake.config_file import parse_config
+    from binlake.config.pipeline_file import parse_config
     from binlake.sink.catalog import open_catalog
 
     text = "pipeline: {name: demo, work_dir: .binlake}\n"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from binlake.config_file import parse_config
+from binlake.config.pipeline_file import parse_config
 from binlake.spark.runtime import jvm_archive
 from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, VARIABLE, with_archive
 from binlake.spark.runtime.session import LOCAL_JIT, session_conf, with_local_jit

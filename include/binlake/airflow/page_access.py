@@ -18,7 +18,7 @@ def pipeline_section(pipeline: str) -> PipelineSection | None:
     """The ``pipeline`` section of the file naming ``pipeline`` (None: no such file, or it cannot be
     loaded here). Only that section: the API server cannot complete the source from an Airflow
     connection (a pipeline whose source comes from one has no host in its YAML)."""
-    from binlake.config_file import load_pipeline_section
+    from binlake.config.pipeline_file import load_pipeline_section
 
     for found in read_pipeline_files():
         if found.name == pipeline:

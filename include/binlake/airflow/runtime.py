@@ -13,7 +13,7 @@ from typing import Any
 
 from binlake.airflow.pipelines import read_pipeline_file
 from binlake.config import PipelineConfig
-from binlake.config_file import SOURCE_ENV, load_config
+from binlake.config.pipeline_file import SOURCE_ENV, load_config
 from binlake.errors import ConfigError
 from binlake.logs import register_secret
 

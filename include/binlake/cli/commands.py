@@ -20,7 +20,7 @@ from binlake.cli.render import (
     stream_line,
 )
 from binlake.config import PipelineConfig, display_url
-from binlake.config_file import load_config
+from binlake.config.pipeline_file import load_config
 from binlake.errors import BinlakeError, ConfigError
 from binlake.logs import register_secret
 from binlake.offsets import BinlogOffset

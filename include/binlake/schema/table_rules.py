@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, TypeVar
 
 from binlake.config import PipelineConfig, TransformRule
-from binlake.config_modes import ModeRule
+from binlake.config.modes import ModeRule
 from binlake.events import TableId
 from binlake.schema.routes import SinkTable, sink_table
 from binlake.schema.shadow_tables import shadow_base

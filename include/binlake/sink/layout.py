@@ -1,7 +1,7 @@
 """Each sink table's layout: its partition spec, its sort order and its properties.
 
 A table's layout comes from the first ``sink.layout`` rule whose ``source_table`` matches it
-(``config_layout.py``), else from ``sink.bucket_count`` and the primary key. Tables are created
+(``config/layout.py``), else from ``sink.bucket_count`` and the primary key. Tables are created
 with it; an existing table whose rule changed *evolves* (``evolve``): Iceberg partition evolution
 adds a spec — files already written keep theirs, new ones use the new one — and the sort order
 is replaced. Nothing is rewritten here (``binlake maintain --rewrite-partitions`` does that).
@@ -28,7 +28,7 @@ from pyiceberg.transforms import BucketTransform, IdentityTransform, Transform, 
 from pyiceberg.types import NestedField
 
 from binlake.config import PipelineConfig
-from binlake.config_layout import LayoutRule, PartitionTerm, SortTerm
+from binlake.config.layout import LayoutRule, PartitionTerm, SortTerm
 from binlake.errors import BinlakeError
 from binlake.events import TableId
 from binlake.schema.table_rules import first_match

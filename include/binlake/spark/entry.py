@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from binlake.config import PipelineConfig
-from binlake.config_file import load_config, source_from_env
+from binlake.config.pipeline_file import load_config, source_from_env
 from binlake.errors import BinlakeError, ConfigError
 from binlake.logs import register_secret, setup_logging
 from binlake.sink.pyiceberg_internals import cache_immutable_files

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from binlake.config import SourceConfig
-from binlake.config_tls import with_tls_key
+from binlake.config.tls import with_tls_key
 from binlake.events import CreateTable, TableId, table_from_dict
 from binlake.offsets import BinlogOffset
 from binlake.schema.routes import with_source_table

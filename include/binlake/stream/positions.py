@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from binlake.config import PipelineConfig, SourceConfig
-from binlake.config_tls import with_tls_key
+from binlake.config.tls import with_tls_key
 from binlake.offsets import BinlogOffset
 from binlake.source.binlog.scan import Boundary, binary_logs, transactions
 from binlake.source.binlog.xa import PreparedXa, Xid

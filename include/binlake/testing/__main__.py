@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from binlake.config_file import load_config
+from binlake.config.pipeline_file import load_config
 from binlake.errors import BinlakeError
 from binlake.testing import demo_server
 from binlake.testing.compare import compare, print_comparison

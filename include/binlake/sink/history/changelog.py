@@ -1,6 +1,6 @@
 """The changelog table: every change of a source table as a row, appended exactly once.
 
-A table whose ``sink.modes`` rule lists ``changelog`` (``config_modes.py``) feeds, beside its upsert
+A table whose ``sink.modes`` rule lists ``changelog`` (``config/modes.py``) feeds, beside its upsert
 table, ``<sink table>_changelog``: the sink table's columns (the after image; the before image for
 ``-U`` and ``-D``) and these, named as Flink CDC names the kinds of change:
 

@@ -1,6 +1,6 @@
 """The history table (SCD type 2): one row per version of each key.
 
-A table whose ``sink.modes`` rule lists ``history`` (``config_modes.py``) feeds, beside its upsert
+A table whose ``sink.modes`` rule lists ``history`` (``config/modes.py``) feeds, beside its upsert
 table, ``<sink table>_history``: the sink table's columns (the version's values) and
 
 - ``__valid_from__`` / ``__valid_to__``: when the version began and ended (the binlog event times

@@ -1,6 +1,6 @@
 """Soft deletes: a row the source deletes stays in the upsert table, marked.
 
-A table whose ``sink.modes`` rule sets ``soft_delete`` (``config_modes.py``) has three more columns:
+A table whose ``sink.modes`` rule sets ``soft_delete`` (``config/modes.py``) has three more columns:
 
 - ``__deleted__``: true for a row the source deleted (its values: the row as it was deleted),
   false for a live row (a re-insert of the key makes it live again);

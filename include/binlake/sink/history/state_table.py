@@ -1,7 +1,7 @@
 """The state table: the sink table that holds a source table's current rows.
 
 A ``sink.modes`` rule keeps a table's upsert table, its changelog, its history, or any of them
-(``config_modes.py``). The current rows — what the snapshot writes, what a backfill replaces, what
+(``config/modes.py``). The current rows — what the snapshot writes, what a backfill replaces, what
 ``verify`` and the quality checks compare, what an ``ADD COLUMN … DEFAULT`` fills and a ``TRUNCATE``
 removes in the tables kept beside it — are those of one of them, the *state table*:
 

@@ -1,4 +1,4 @@
-"""TLS to the source as ``source.tls`` says (``config_tls.py``): pymysql's options for each mode,
+"""TLS to the source as ``source.tls`` says (``config/tls.py``): pymysql's options for each mode,
 certificates given as PEM text written to files only this user reads, and what a connection
 negotiated. Every connection binlake opens to the source takes its options from here: planning,
 chunk reads (driver and Spark tasks), the binlog dump (driver and executors), verify, validate.
@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from binlake.config_tls import ENCRYPTED_MODES, VERIFIED_MODES, TlsConfig
+from binlake.config.tls import ENCRYPTED_MODES, VERIFIED_MODES, TlsConfig
 from binlake.source.server.checks import Check
 
 

@@ -15,7 +15,7 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from binlake.config import PipelineConfig, PipelineSection
+from binlake.config.pipeline import PipelineConfig, PipelineSection
 from binlake.errors import ConfigError
 
 # `$${` is a literal `${` (a password may hold one); otherwise `${NAME}` or `${NAME:-default}`.

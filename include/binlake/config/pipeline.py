@@ -3,7 +3,7 @@
 Every key is documented here, under its field (docs/configuration.md is rendered from that);
 unknown keys are refused (a typo must not silently fall back to a default). String values may use
 ``${ENV_VAR}`` or ``${ENV_VAR:-default}``; interpolation happens after YAML parsing, so a password
-with ``#`` or ``: `` in it cannot break the file (``config_file`` reads a file). Passwords are
+with ``#`` or ``: `` in it cannot break the file (``pipeline_file.py`` reads a file). Passwords are
 ``SecretStr``: never shown by repr, logs or errors.
 """
 
@@ -15,12 +15,12 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from binlake.config_base import Model, compile_regex
-from binlake.config_jobs import AirflowConfig, BackfillConfig, QualityConfig, VerifyConfig
-from binlake.config_layout import LayoutRule, check_table_properties
-from binlake.config_modes import ModeRule
-from binlake.config_stream import StreamConfig
-from binlake.config_tls import TlsConfig
+from binlake.config.base import Model, compile_regex
+from binlake.config.jobs import AirflowConfig, BackfillConfig, QualityConfig, VerifyConfig
+from binlake.config.layout import LayoutRule, check_table_properties
+from binlake.config.modes import ModeRule
+from binlake.config.stream import StreamConfig
+from binlake.config.tls import TlsConfig
 
 # their sections live in modules of their own
 __all__ = [
@@ -200,7 +200,7 @@ class SourceConfig(Model):
     """How binlake's binlog readers name themselves to the server (``SHOW SLAVE HOSTS``; default
     ``binlake:<pipeline>``): ``validate`` tells them from other replicas using the same ids."""
     tls: TlsConfig = Field(default_factory=TlsConfig)
-    """TLS to the source (``config_tls.py``): the MySQL clients' modes, CA and client certificate."""
+    """TLS to the source (``config/tls.py``): the MySQL clients' modes, CA and client certificate."""
 
     @field_validator("tables", "tables_exclude")
     @classmethod

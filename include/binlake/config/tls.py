@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import SecretStr, model_validator
 
-from binlake.config_base import Model
+from binlake.config.base import Model
 
 TlsMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from binlake.config_base import Model
+from binlake.config.base import Model
 
 OnFailure = Literal["fail", "warn"]
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from binlake.config_base import Model, compile_regex
+from binlake.config.base import Model, compile_regex
 
 Transform = Literal["identity", "year", "month", "day", "hour", "bucket", "truncate"]
 _TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from binlake.config_base import Model
+from binlake.config.base import Model
 
 
 class StreamConfig(Model):

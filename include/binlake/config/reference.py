@@ -1,6 +1,6 @@
 """The configuration reference (``docs/configuration.md``), rendered from the config models: each
 key's type, default and the docstring under its field — so the page cannot drift from the code
-(``tests/test_config_reference.py``; ``make docs`` writes it)."""
+(``tests/test_docs.py`` checks it; ``make docs`` writes it)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from binlake.config import PipelineConfig, ServerIdRange
+from binlake.config.pipeline import PipelineConfig, ServerIdRange
 
 INTRO = """A pipeline is one YAML file (examples in `include/pipelines/`). Unknown keys are errors, and every
 error names the key path, the value found and what is valid. Any string value may use
@@ -139,5 +139,5 @@ def _default(field: FieldInfo) -> str:
     return "`" + (str(value) if isinstance(value, str | Path) else json.dumps(value, default=str)) + "`"
 
 
-if __name__ == "__main__":  # `make docs`: python -m binlake.config_reference > docs/configuration.md
+if __name__ == "__main__":  # `make docs`: python -m binlake.config.reference > docs/configuration.md
     print(reference(), end="")

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from binlake.config_base import Model, compile_regex
+from binlake.config.base import Model, compile_regex
 
 Mode = Literal["upsert", "changelog", "history"]
 
