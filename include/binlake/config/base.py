@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 def compile_regex(value: str) -> str:
@@ -14,6 +15,10 @@ def compile_regex(value: str) -> str:
     except re.error as e:
         raise ValueError(f"not a valid regular expression ({e})") from e
     return value
+
+
+#: A rule's ``source_table``: a regular expression over ``database.table`` (full match).
+TableRegex = Annotated[str, Field(min_length=1), AfterValidator(compile_regex)]
 
 
 class Model(BaseModel):

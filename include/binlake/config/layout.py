@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from binlake.config.base import Model, compile_regex
+from binlake.config.base import Model, TableRegex
 
 Transform = Literal["identity", "year", "month", "day", "hour", "bucket", "truncate"]
 _TRANSFORMS = ("identity", "year", "month", "day", "hour", "bucket", "truncate")
@@ -178,7 +178,7 @@ class LayoutRule(Model):
     (``sink/layout.py``). The first rule that matches a table applies; a table no rule matches is
     sorted by its key (and bucketed by it with ``sink.bucket_count``)."""
 
-    source_table: str = Field(min_length=1)
+    source_table: TableRegex
     """Regex over ``database.table`` (full match)."""
     partition_by: list[str] = Field(default_factory=list)
     """Iceberg partition fields on any column of the sink table: ``day(created_at)``,
@@ -192,11 +192,6 @@ class LayoutRule(Model):
     """Iceberg table properties of these tables, over ``sink.table_properties``."""
     description: str | None = None
     """What the rule is for (shown by ``plan``)."""
-
-    @field_validator("source_table")
-    @classmethod
-    def _check_regex(cls, value: str) -> str:
-        return compile_regex(value)
 
     @field_validator("properties")
     @classmethod

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from binlake.config.base import Model, compile_regex
+from binlake.config.base import Model, TableRegex
 
 Mode = Literal["upsert", "changelog", "history"]
 
@@ -33,7 +33,7 @@ def _upsert() -> list[Mode]:
 class ModeRule(Model):
     """The sink tables the source tables ``source_table`` matches feed."""
 
-    source_table: str = Field(min_length=1)
+    source_table: TableRegex
     """Regex over ``database.table`` (full match)."""
     mode: list[Mode] = Field(default_factory=_upsert)
     """Any of: ``upsert``, the current state, in the sink table; ``changelog``, every change as a
@@ -56,11 +56,6 @@ class ModeRule(Model):
     of its key makes it live again (``sink/history/soft_delete.py``). Tables with a primary key only."""
     description: str | None = None
     """What the rule is for (shown by ``plan``)."""
-
-    @field_validator("source_table")
-    @classmethod
-    def _check_regex(cls, value: str) -> str:
-        return compile_regex(value)
 
     @field_validator("mode", mode="before")
     @classmethod

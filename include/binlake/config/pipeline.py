@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
-from binlake.config.base import Model, compile_regex
+from binlake.config.base import Model, TableRegex, compile_regex
 from binlake.config.jobs import AirflowConfig, BackfillConfig, QualityConfig, VerifyConfig
 from binlake.config.layout import LayoutRule, check_table_properties
 from binlake.config.modes import ModeRule
@@ -312,17 +312,12 @@ class SinkConfig(Model):
 
 
 class RouteRule(Model):
-    source_table: Regex
+    source_table: TableRegex
     """Regex over ``database.table`` (full match)."""
     sink_table: str
     """``namespace.table`` the matched tables are written to."""
     description: str | None = None
     """What the rule is for (shown by ``plan``)."""
-
-    @field_validator("source_table")
-    @classmethod
-    def _check_regex(cls, value: str) -> str:
-        return compile_regex(value)
 
     @field_validator("sink_table")
     @classmethod
@@ -335,7 +330,7 @@ class RouteRule(Model):
 class TransformRule(Model):
     """A projection and a filter for the tables ``source_table`` matches (``schema/transforms.py``)."""
 
-    source_table: Regex
+    source_table: TableRegex
     """Regex over ``database.table`` (full match); the first rule that matches a table applies."""
     projection: str | None = None
     """The sink's columns, MySQL SQL over the row (``id, UPPER(c) AS c_u``); None: every column."""
@@ -343,11 +338,6 @@ class TransformRule(Model):
     """The rows the sink keeps (MySQL SQL, kept where TRUE); None: every row."""
     description: str | None = None
     """What the rule is for (shown by ``plan`` and in messages naming it)."""
-
-    @field_validator("source_table")
-    @classmethod
-    def _check_regex(cls, value: str) -> str:
-        return compile_regex(value)
 
 
 class PipelineConfig(Model):
