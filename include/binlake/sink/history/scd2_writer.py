@@ -149,10 +149,9 @@ class HistoryWriter(ChangelogWriter):
         """The versions current before the batch of the keys ``changes`` change: each made of its
         key's first before image and its index record, or read from the table where those do not
         hold it (module docstring of ``sink/history/current_versions.py``)."""
-        keys = changes.select(self.keys).group_by(self.keys).aggregate([])
-        if index is None:
-            return self.current(keys)
         firsts = first_changes(changes, self.keys)
+        if index is None:
+            return self.current(firsts.select(self.keys))
         found = index.versions(firsts.select(self.keys))
         current = found["order"] >= 0
         imaged = pc.is_in(firsts.column(OP), pa.array([BEFORE, DELETE])).to_numpy(zero_copy_only=False)
@@ -162,7 +161,7 @@ class HistoryWriter(ChangelogWriter):
         closing = current_from_images(made, kept["opened"], kept["order"], valid_from(kept), schema)
         if not self._stored(closing):
             index.forget()  # describes versions the table does not hold: rebuilt at the next batch
-            return self.current(keys)
+            return self.current(firsts.select(self.keys))
         read = current & ~from_image
         if read.any():
             stored = self.current(firsts.filter(pa.array(read)).select(self.keys))
@@ -206,6 +205,3 @@ class HistoryWriter(ChangelogWriter):
     def current(self, keys: pa.Table) -> pa.Table:
         """The current versions of these keys (the table's key columns)."""
         return current(stored_rows(self.table, keys))
-
-    def _empty(self) -> pa.Table:
-        return self.table.schema().as_arrow().empty_table()
