@@ -265,10 +265,20 @@ def _column(row: tuple[Any, ...], is_json: bool) -> Column:
 def parse_enum_values(column_type: str) -> tuple[str, ...]:
     """The members of ``enum('a','it''s')`` or ``set(...)`` as the server holds them: the SQL
     tokenizer undoes every escape the server writes there (doubled quotes, backslash sequences
-    such as a newline's), where a scanner of its own had read a newline as the letter n."""
-    from binlake.source.ddl.tokens import tokens  # sqlglot: only where a table has ENUM/SET columns
+    such as a newline's), where a scanner of its own had read a newline as the letter n.
+
+    Without a backslash or a doubled quote the text holds no escape, and each member is what lies
+    between two quotes: read so, without the tokenizer (sqlglot's import is 0.13 s of every
+    snapshot task worker's first table with such a column)."""
+    if "\\" not in column_type and "''" not in column_type:
+        return tuple(_PLAIN_MEMBER.findall(column_type))
+    from binlake.source.ddl.tokens import tokens
 
     return tuple(t.text for t in tokens(column_type) if t.kind == "string")
+
+
+#: A quoted member holding no escape (``parse_enum_values``).
+_PLAIN_MEMBER = re.compile(r"'([^']*)'")
 
 
 def _mariadb_json_columns(
