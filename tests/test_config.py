@@ -230,3 +230,16 @@ def test_the_pipeline_section_alone_reads_without_the_source(tmp_path: Path) -> 
     path.write_text("pipeline: {name: 'not a name'}\n")
     with pytest.raises(ConfigError, match=r"pipeline\.name"):
         load_pipeline_section(path, {})
+
+
+def test_the_config_package_hands_on_each_name_from_its_module() -> None:
+    """``binlake.config`` imports a name's module when the name is first asked for."""
+    import binlake.config as package
+
+    for name in package.__all__:
+        value = getattr(package, name)
+        home = getattr(value, "__module__", None)
+        assert home is None or home.startswith("binlake.config."), (name, home)
+    assert sorted(package.__all__) == sorted(package._HOMES)
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        package.Nothing  # noqa: B018

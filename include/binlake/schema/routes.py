@@ -19,11 +19,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from binlake.config import PipelineConfig
 from binlake.events import AddColumn, Column, CreateTable, SchemaChange, TableId
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from binlake.config import PipelineConfig
 
 SOURCE_TABLE_COLUMN = "_source_table"
 _SOURCE_COLUMN = Column(

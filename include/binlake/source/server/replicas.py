@@ -12,14 +12,17 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 
-from binlake.config import PipelineConfig, SourceConfig
+from binlake.config import SourceConfig
 from binlake.errors import SourceConnectionError
 from binlake.source.server.checks import Check
 from binlake.source.server.connection import ServerVersion, connect
+
+if TYPE_CHECKING:
+    from binlake.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 
