@@ -53,6 +53,7 @@ from binlake.snapshot.rereads import (
 from binlake.snapshot.switch import high_watermarks, switch
 from binlake.source.chunks.splitter import ChunkId
 from binlake.spark.chunk_jobs import TaskError, read_chunk_groups
+from binlake.spark.runtime.heap import frozen_heap
 from binlake.state.fencing import writer_lease, writing
 from binlake.state.holders import Holder
 from binlake.state.leases import Command, TableBusyError
@@ -88,6 +89,7 @@ def run_snapshot(
             progress(report, seconds)
 
     with (
+        frozen_heap(collect=False),  # what lives now outlives the snapshot
         metrics.run(),
         StateStore(config.pipeline.resolved_state_uri) as store,
         writing(store.engine, name, Command.SNAPSHOT, writer_lease(config), part) as fence,
