@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,13 @@ def test_archives_of_other_pyspark_versions_are_removed(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"x")
     assert jvm_archive.remove_stale(current) == [tmp_path / "spark-4.2.1.jsa"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "spark-4.3.0.jsa"]
+
+
+def test_an_archive_is_named_after_its_pyspark_and_its_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A changed training workload (a job binlake added) builds a new archive at the next set-up
+    instead of keeping one without that job's classes."""
+    monkeypatch.delenv(jvm_archive.VARIABLE, raising=False)
+    path = jvm_archive.archive_path()
+    assert path is not None
+    training = Path(jvm_archive.__file__).with_name("jvm_training.py").read_bytes()
+    assert path.name == f"spark-{version('pyspark')}-{hashlib.sha256(training).hexdigest()[:8]}.jsa"

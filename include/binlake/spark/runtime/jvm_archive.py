@@ -14,6 +14,7 @@ file on a cluster's driver host) starts the slow way, silently (the ``-Xlog`` op
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import subprocess
 import sys
@@ -30,11 +31,14 @@ DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def archive_path() -> Path | None:
-    """Where this environment's archive is: one per pyspark version (its jars are the classpath)."""
+    """Where this environment's archive is: one per pyspark version (its jars are the classpath)
+    and training workload (``jvm_training.py``: what it runs is what the archive holds, so a
+    change to it builds a new archive at the next ``make setup``)."""
     configured = os.environ.get(VARIABLE)
     if configured is not None:
         return Path(configured) if configured else None
-    return Path(sys.prefix) / "share" / "binlake" / f"spark-{version('pyspark')}.jsa"
+    training = hashlib.sha256(Path(__file__).with_name("jvm_training.py").read_bytes()).hexdigest()[:8]
+    return Path(sys.prefix) / "share" / "binlake" / f"spark-{version('pyspark')}-{training}.jsa"
 
 
 def with_archive(conf: Mapping[str, str]) -> dict[str, str]:
@@ -70,8 +74,8 @@ def build(path: Path) -> None:
 
 
 def remove_stale(path: Path) -> list[Path]:
-    """Remove the archives of other pyspark versions next to ``path`` (no JVM of this environment
-    maps them any more; ~170 MB each, left by an upgrade); returns them."""
+    """Remove the archives of other pyspark versions or trainings next to ``path`` (no JVM of this
+    environment maps them any more; ~170 MB each, left by an upgrade); returns them."""
     stale = [old for old in path.parent.glob("spark-*.jsa") if old != path]
     for old in stale:
         old.unlink(missing_ok=True)
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Spark JVM archive: {path} ({path.stat().st_size // 1024} KiB)")
     if os.environ.get(VARIABLE) is None:  # binlake's own folder (a path of the user's is theirs)
         for old in remove_stale(path):
-            print(f"removed the archive of another pyspark version: {old}")
+            print(f"removed the archive of another pyspark version or training: {old}")
     return 0
 
 

@@ -58,6 +58,11 @@ class TrainingSource(DataSource):
         return _StreamReader()
 
 
+def _rows(groups: Iterator[tuple[int, int]]) -> Iterator[dict[str, Any]]:
+    for index, value in groups:
+        yield {"group": index, "rows": value}
+
+
 def train(options: str, work: str) -> None:
     """Start a session with ``options`` on its driver JVM, use it, and wait until the JVM has
     exited (and so written the archive)."""
@@ -73,6 +78,8 @@ def train(options: str, work: str) -> None:
     frame = spark.range(20_000).selectExpr("id % 7 AS k", "CAST(id AS STRING) AS v")
     frame.groupBy("k").count().toArrow()
     spark.createDataFrame(pa.table({"k": [1, 2], "v": ["a", "b"]}).to_pandas()).collect()
+    # The snapshot's and the backfill's job: chunk groups as a plain RDD, summary rows collected.
+    spark.sparkContext.parallelize(list(enumerate(range(4))), 2).mapPartitions(_rows).collect()
     source = spark.read.format(TrainingSource.name()).load()
     source.mapInArrow(lambda batches: batches, "n LONG").toArrow()
     query = (
