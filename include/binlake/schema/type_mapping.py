@@ -1,4 +1,5 @@
-"""MySQL column types → Arrow and Iceberg types, and the value conversions that make both read paths agree.
+"""MySQL column types → Arrow types, and the value conversions that make both read paths agree
+(the Iceberg types follow from the Arrow ones: ``schema/iceberg_types.py``).
 
 A row reaches binlake two ways: from a ``SELECT`` (pymysql's conversions) and from the binlog
 (python-mysql-replication's decoding). They disagree on several types — BIT is bytes in one and a
@@ -44,22 +45,6 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.schema import Schema
-from pyiceberg.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IcebergType,
-    IntegerType,
-    LongType,
-    NestedField,
-    StringType,
-    TimestampType,
-    TimestamptzType,
-)
 
 from binlake.errors import BinlakeError
 from binlake.events import Column, CreateTable
@@ -365,60 +350,3 @@ class RowConverter:
         """Normalised columns → an Arrow record batch of the table's schema."""
         arrays = [pa.array(col, type=field.type) for col, field in zip(columns, self.schema, strict=True)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-
-# -- Iceberg ---------------------------------------------------------------------------------------
-
-
-def iceberg_type(column: Column) -> IcebergType:
-    """The Iceberg type of a MySQL column (follows from its Arrow type)."""
-    return _iceberg_from_arrow(arrow_type(column))
-
-
-def _iceberg_from_arrow(t: pa.DataType) -> IcebergType:
-    if pa.types.is_boolean(t):
-        return BooleanType()
-    if pa.types.is_int32(t):
-        return IntegerType()
-    if pa.types.is_int64(t):
-        return LongType()
-    if pa.types.is_decimal(t):
-        return DecimalType(t.precision, t.scale)
-    if pa.types.is_float32(t):
-        return FloatType()
-    if pa.types.is_float64(t):
-        return DoubleType()
-    if pa.types.is_date32(t):
-        return DateType()
-    if pa.types.is_timestamp(t):
-        return TimestamptzType() if t.tz else TimestampType()
-    if pa.types.is_string(t):
-        return StringType()
-    if pa.types.is_binary(t):
-        return BinaryType()
-    raise AssertionError(f"no Iceberg type for Arrow type {t}")  # arrow_type() returns only the above
-
-
-def iceberg_schema(table: CreateTable) -> Schema:
-    """The Iceberg schema of a table: field ids 1…n in column order, the primary key as identifier fields.
-
-    Primary-key columns are required (MySQL's are NOT NULL); Iceberg identifier fields must be.
-    """
-    fields = [
-        NestedField(
-            field_id=i,
-            name=c.name,
-            field_type=iceberg_type(c),
-            required=not c.nullable or c.name in table.primary_key,
-            doc=None,
-        )
-        for i, c in enumerate(table.columns, start=1)
-    ]
-    ids = [f.field_id for f in fields if f.name in table.primary_key]
-    return Schema(*fields, identifier_field_ids=ids)
-
-
-def identifier_columns(schema: Schema) -> list[str]:
-    """The names of an Iceberg schema's identifier fields (the source's primary key), in order."""
-    names = (schema.find_column_name(i) for i in schema.identifier_field_ids)
-    return [n for n in names if n is not None]

@@ -53,7 +53,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Operation
 
 from binlake.faults import crash_point
-from binlake.schema.type_mapping import identifier_columns
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.sink.keys.key_index import KeyIndex
 from binlake.sink.layout import sorted_rows
 from binlake.sink.merge_on_read import merge_on_read, write_position_deletes

@@ -15,10 +15,10 @@ from pyiceberg.schema import Schema
 from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable, SchemaChange
+from binlake.schema.iceberg_types import iceberg_schema, identifier_columns
 from binlake.schema.routes import merged_creation
 from binlake.schema.table_rules import TableRules, table_rules
 from binlake.schema.transforms import transform_of
-from binlake.schema.type_mapping import iceberg_schema, identifier_columns
 from binlake.sink.catalog import open_catalog, sink_identifier
 from binlake.sink.history.companions import ensure_companions, ensure_state_table
 from binlake.sink.history.state_table import state_table

@@ -25,7 +25,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Operation
 
 from binlake.errors import BinlakeError
-from binlake.schema.type_mapping import identifier_columns
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.sink.file_systems import file_system
 from binlake.sink.layout import sorted_rows
 from binlake.sink.pyiceberg_internals import DeltaOverwrite, target_file_size, transaction, write_data_files

@@ -39,8 +39,8 @@ from binlake.events import (
     TableId,
     TruncateTable,
 )
+from binlake.schema.iceberg_types import iceberg_schema, iceberg_type, identifier_columns
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
-from binlake.schema.type_mapping import iceberg_schema, iceberg_type, identifier_columns
 from binlake.sink.column_fill import existing_rows_scalar, fill_column, fill_pending
 from binlake.sink.layout import TableLayout, evolve, partition_spec, sort_order
 from binlake.sink.type_promotions import promotion_refused

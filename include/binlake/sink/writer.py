@@ -41,7 +41,7 @@ from pyiceberg.table import FileScanTask
 
 from binlake.errors import BinlakeError
 from binlake.offsets import BinlogOffset
-from binlake.schema.type_mapping import identifier_columns
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.sink import compaction, exactly_once, partition_files, snapshot_retention
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.copy_on_write import overwrite

@@ -19,9 +19,9 @@ from binlake.config import PipelineConfig
 from binlake.events import CreateTable, TableId, table_from_dict
 from binlake.faults import crash_point
 from binlake.planner import discover_tables
+from binlake.schema.iceberg_types import iceberg_schema
 from binlake.schema.routes import routed
 from binlake.schema.table_rules import table_rules
-from binlake.schema.type_mapping import iceberg_schema
 from binlake.sink.catalog import open_catalog
 from binlake.sink.creation import create_sink_tables
 from binlake.sink.exactly_once import SOURCE_SCHEMA_KEY

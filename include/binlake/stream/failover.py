@@ -33,8 +33,8 @@ from binlake.config import PipelineConfig
 from binlake.errors import BinlakeError
 from binlake.events import CreateTable
 from binlake.offsets import BinlogOffset
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.schema.table_rules import table_rules
-from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.exactly_once import STREAM_OFFSET_KEY
 from binlake.sink.history.changelog import POSITION_EPOCH
 from binlake.sink.writer import IcebergWriter

@@ -189,7 +189,7 @@ def _log_fill(
     """The rows an ``ADD COLUMN`` gives a value (``sink/column_fill.py``): a ``-U``/``+U`` of each
     in the table's changelog, a new version of each in its history, if it keeps them. Before the
     sink table's own fill, each once: a replay after the sink table has the column finds them made."""
-    from binlake.schema.type_mapping import iceberg_type
+    from binlake.schema.iceberg_types import iceberg_type
     from binlake.sink.column_fill import existing_rows_scalar, fill_pending
     from binlake.sink.history.changelog import ColumnFill
     from binlake.sink.history.companions import companion_writers

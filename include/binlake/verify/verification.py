@@ -32,11 +32,11 @@ from binlake.offsets import BinlogOffset
 from binlake.planner import discover_tables
 from binlake.quality.checkpoint import sink_offset
 from binlake.quality.reconcile import changes_after
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.schema.routes import SOURCE_TABLE_COLUMN
 from binlake.schema.table_rules import table_rules
 from binlake.schema.transform_sql import TransformError
 from binlake.schema.transforms import Transform, transform_of
-from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.catalog import open_catalog
 from binlake.sink.exactly_once import stream_offset
 from binlake.sink.history.changelog import OP

@@ -11,8 +11,8 @@ from pyiceberg.schema import Schema
 
 from binlake.config import PipelineConfig
 from binlake.events import TableId
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.schema.table_rules import TableRules, table_rules
-from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.column_fill import holds_rows
 from binlake.sink.history.changelog import ensure_changelog
 from binlake.sink.history.changelog_writer import ChangelogWriter

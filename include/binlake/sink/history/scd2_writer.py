@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 
 from binlake.offsets import BinlogOffset
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.schema.projection import project
-from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.compaction import CompactionPolicy
 from binlake.sink.history.changelog import BEFORE, DELETE, OP, ColumnFill, epoch_base, of_source
 from binlake.sink.history.changelog_writer import (

@@ -27,8 +27,8 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 
 from binlake.offsets import BinlogOffset
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.schema.routes import source_mask
-from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.layout import sorted_rows
 from binlake.sink.metadata_applier import TRUNCATE_ID
 from binlake.sink.pyiceberg_internals import transaction, write_data_files

@@ -38,8 +38,8 @@ from binlake.events import (
     TableId,
     TruncateTable,
 )
+from binlake.schema.iceberg_types import iceberg_schema, iceberg_type
 from binlake.schema.table_rules import TableRules
-from binlake.schema.type_mapping import iceberg_schema, iceberg_type
 from binlake.sink.history.changelog import KEY_COLUMNS, follow_sink_columns
 from binlake.sink.history.companions import ensure_companions, ensure_state_table
 from binlake.sink.history.state_table import StateTable, state_table

@@ -33,9 +33,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from binlake.offsets import BinlogOffset
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.schema.projection import project
 from binlake.schema.table_rules import StateKind, TableRules
-from binlake.schema.type_mapping import identifier_columns
 from binlake.sink.history import changelog, scd2
 from binlake.sink.history.soft_delete import COLUMNS as SOFT_DELETE
 from binlake.sink.history.soft_delete import live

@@ -20,7 +20,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.types import DateType, IcebergType, NestedField, PrimitiveType, TimestampType, TimestamptzType
 
-from binlake.schema.type_mapping import identifier_columns
+from binlake.schema.iceberg_types import identifier_columns
 from binlake.sink.keys.row_match import ClearRange
 
 

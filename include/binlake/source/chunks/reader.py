@@ -41,7 +41,6 @@ from binlake.errors import BinlakeError
 from binlake.events import CreateTable, DataChange
 from binlake.offsets import BinlogOffset
 from binlake.schema.type_mapping import TEMPORAL_TYPES, RowConverter
-from binlake.source.binlog.change_reader import BinlogReader
 from binlake.source.binlog.event_rows import UnreplicableChangeError
 from binlake.source.binlog.scan import BinlogPurgedError, gtid_boundaries
 from binlake.source.chunks.bulk_select import BulkSelect, PymysqlSelect, SelectError, make_bulk_select
@@ -324,6 +323,10 @@ class ChunkReader:
     # -- step 4 -------------------------------------------------------------------------------
 
     def _binlog_changes(self, chunk: Chunk, low: BinlogOffset, high: BinlogOffset) -> list[DataChange]:
+        # Imported here: python-mysql-replication and the binlog reader are a daemon's import the
+        # snapshot's first task waits for, and a chunk read while nothing writes has no window.
+        from binlake.source.binlog.change_reader import BinlogReader
+
         reader = BinlogReader(
             self.source, self.server_id, low, high, {self.table.table}, lambda _: self.converter
         )

@@ -4,7 +4,7 @@ binlake's jobs use (SQL, Arrow both ways, a Python data source, a streaming quer
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ class TrainingSource(DataSource):
         return _StreamReader()
 
 
-def _rows(groups: Iterator[tuple[int, int]]) -> Iterator[dict[str, Any]]:
+def _rows(groups: Iterable[tuple[int, int]]) -> Iterator[dict[str, Any]]:
     for index, value in groups:
         yield {"group": index, "rows": value}
 
