@@ -40,7 +40,7 @@ def test_minimal_config_gets_documented_defaults() -> None:
     assert config.source.port == 3306
     assert config.source.chunk_size is None  # sized by bytes, at each table's average row length
     assert config.source.chunk_bytes == 8 << 20
-    assert config.source.fetch_size == 1024
+    assert config.source.fetch_size == 8192
     assert config.source.startup_mode == "initial"
     assert config.source.server_id == ServerIdRange(start=5400, end=5408)
     assert config.sink.type == "iceberg"
