@@ -120,11 +120,11 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from binlake.spark.runtime.jvm_archive import with_archive
-    from binlake.spark.runtime.session import defaults_for
+    from binlake.spark.runtime.session import defaults_for, with_forkserver
 
     session = (
         SparkSession.builder.master("local[2]")
-        .config(map=with_archive(defaults_for("local[2]")))
+        .config(map=with_forkserver(with_archive(defaults_for("local[2]")), None))
         .appName("binlake-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -60,8 +60,15 @@ class SourceConnection(pymysql.connections.Connection):
             if key not in SourceConnection._contexts:
                 SourceConnection._contexts[key] = base._create_ssl_ctx(sslp)
             return SourceConnection._contexts[key]
+        return self.preferred_context()
+
+    @classmethod
+    def preferred_context(cls) -> ssl.SSLContext:
+        """pymysql's context for a server that may offer TLS, built once per process (Spark's
+        Python daemon builds it before it forks the task workers: ``python_daemon.preload``)."""
         if SourceConnection._preferred is None:
-            SourceConnection._preferred = base._create_ssl_ctx(sslp)
+            connection: Any = pymysql.connections.Connection  # its builder reads none of the instance
+            SourceConnection._preferred = connection._create_ssl_ctx(None, {})
         return SourceConnection._preferred
 
 

@@ -11,7 +11,8 @@ stock daemon leaves two costs in the first batch of every query (measured on 2 c
 - Each task worker imports pyarrow, pandas, python-mysql-replication and binlake's decoders after
   Spark forks it: ~2 s of CPU per worker, at the stream's first batch. The task workers' daemon
   imports them once, before it forks — only the session's job's (``JOB_VARIABLE``), for the first
-  task waits for them.
+  task waits for them — or, where the driver started a fork server (``forkserver``), had them
+  imported while the JVM started, and the server's child is the daemon.
 
 Everything else is Spark's own daemon (``pyspark.daemon``), unchanged.
 """
@@ -22,6 +23,7 @@ import gc
 import os
 import sys
 
+from binlake.spark.runtime import forkserver
 from binlake.spark.runtime.python_path import use_installed_pyspark
 
 #: The module Spark names for task workers (the default when it names none).
@@ -62,6 +64,7 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> None:
                 importlib.import_module(name)
             except ImportError:
                 continue
+        _load_tls_defaults()
     finally:
         # Forked workers share these objects' memory until written; the collector would write to
         # every one of them (its bookkeeping), copying the pages in each worker.
@@ -69,10 +72,21 @@ def preload(modules: tuple[str, ...] = PRELOAD) -> None:
         gc.enable()
 
 
+def _load_tls_defaults() -> None:
+    """The source connections' TLS context (the system's CA store: 25 ms of each worker's first
+    connection), where the job's modules connect to the source."""
+    connection = sys.modules.get("binlake.source.server.connection")
+    if connection is not None:
+        connection.SourceConnection.preferred_context()
+
+
 def main() -> None:
     use_installed_pyspark()
     worker = sys.argv[1] if len(sys.argv) > 1 else TASK_WORKER
     if worker == TASK_WORKER:
+        address = os.environ.get(forkserver.ADDRESS_VARIABLE)
+        if address and forkserver.hand_over(address):
+            return  # the server's child was the daemon, this process its stand-in
         preload(modules_for(os.environ.get(JOB_VARIABLE)))
     from pyspark import daemon
 

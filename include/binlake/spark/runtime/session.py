@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sys
 from typing import Any
 
 from binlake.config import PipelineConfig
+from binlake.spark.runtime import forkserver
 from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, with_archive
 from binlake.spark.runtime.python_daemon import JOB_VARIABLE
 
+DAEMON_MODULE = "binlake.spark.runtime.python_daemon"
+#: ``false`` in ``pipeline.spark.conf``: no fork server (``forkserver``); the daemon imports on its own.
+FORKSERVER_SETTING = "spark.binlake.forkserver"
 #: What every binlake session runs with; the pipeline's ``spark.conf`` comes after (and so wins).
 DEFAULTS: dict[str, Any] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -43,7 +48,7 @@ def daemon_conf(master: str, job: str | None = None) -> dict[str, Any]:
     installed on the executors)."""
     if not master.startswith("local"):
         return {}
-    conf = {"spark.python.daemon.module": "binlake.spark.runtime.python_daemon"}
+    conf = {"spark.python.daemon.module": DAEMON_MODULE}
     if job is not None:
         conf[f"spark.executorEnv.{JOB_VARIABLE}"] = job
     return conf
@@ -82,12 +87,57 @@ def spark_session(config: PipelineConfig, app: str) -> Any:
         # Run directly, not by spark-submit: the YAML names the master. Under spark-submit its
         # --master wins, as users of spark-submit expect.
         builder = builder.master(config.pipeline.spark.master)
-    for key, value in session_conf(config, app, submitted).items():
+    conf = session_conf(config, app, submitted)
+    if not submitted:
+        conf = with_forkserver(conf, app)
+    for key, value in conf.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except BaseException:
+        close_forkserver()
+        raise
     session.sparkContext.setLogLevel("ERROR")
     _quiet_query_errors(session)
     return session
+
+
+_forkserver: forkserver.ForkServer | None = None
+
+
+def with_forkserver(conf: dict[str, Any], job: str | None) -> dict[str, Any]:
+    """``conf`` with a fork server importing ``job``'s task modules while the JVM starts
+    (``forkserver``: its address in the daemon's environment), where this process is about to start
+    a session with binlake's daemon; ``conf`` itself otherwise (a session already running keeps its
+    settings). A previous server that still waits (its session ran no Python task) ends."""
+    global _forkserver
+    from pyspark import SparkContext
+
+    if not wants_forkserver(conf) or SparkContext._active_spark_context:
+        return conf
+    close_forkserver()
+    _forkserver = forkserver.start(job, conf)
+    if _forkserver is None:
+        return conf
+    return {**conf, f"spark.executorEnv.{forkserver.ADDRESS_VARIABLE}": _forkserver.address}
+
+
+def wants_forkserver(conf: dict[str, Any]) -> bool:
+    """Whether a session of ``conf`` gets a fork server: it runs binlake's daemon (a local master),
+    and its pipeline did not turn the server off (``FORKSERVER_SETTING``)."""
+    daemon = conf.get("spark.python.daemon.module") == DAEMON_MODULE
+    return daemon and str(conf.get(FORKSERVER_SETTING, "true")).lower() != "false"
+
+
+def close_forkserver() -> None:
+    """End this process's fork server if it still waits."""
+    global _forkserver
+    if _forkserver is not None:
+        _forkserver.close()
+        _forkserver = None
+
+
+atexit.register(close_forkserver)
 
 
 def _quiet_query_errors(session: Any) -> None:
