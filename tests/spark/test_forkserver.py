@@ -8,6 +8,7 @@ environment), reads the daemon's port from its standard output, and asks it for 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -60,9 +61,14 @@ class Daemon:
 
     def worker(self) -> int:
         """Ask for a worker as Spark does; its pid (the worker then ends with the closed socket)."""
+        with self.connected() as (_, pid):
+            return pid
+
+    @contextlib.contextmanager
+    def connected(self) -> Iterator[tuple[socket.socket, int]]:
+        """A worker's connection, as Spark holds it while the worker runs, and the worker's pid."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=30) as conn:
-            pid: int = struct.unpack("!i", conn.recv(4))[0]
-        return pid
+            yield conn, struct.unpack("!i", conn.recv(4))[0]
 
     def stop(self) -> None:
         """How Spark ends: its end of the daemon's standard input closes."""
@@ -126,8 +132,7 @@ def test_a_daemon_spark_stops_by_a_signal_stops_with_its_workers(
 ) -> None:
     """Spark stops its daemon by signalling the process it started (``Process.destroy``)."""
     daemon = Daemon(server.address, tmp_path / "daemon.log")
-    with socket.create_connection(("127.0.0.1", daemon.port), timeout=30) as conn:
-        worker = struct.unpack("!i", conn.recv(4))[0]
+    with daemon.connected() as (conn, worker):
         forked_by = _parent(worker)
         _authenticate(conn)  # the worker is past its start (where it ignores the daemon's signal)
         daemon.process.send_signal(signal.SIGTERM)
@@ -141,8 +146,7 @@ def test_spark_asking_the_daemon_to_kill_a_worker_reaches_the_servers_child(
 ) -> None:
     """Spark writes a worker's pid to the daemon's standard input to have it killed."""
     daemon = Daemon(server.address, tmp_path / "daemon.log")
-    with socket.create_connection(("127.0.0.1", daemon.port), timeout=30) as conn:
-        worker = struct.unpack("!i", conn.recv(4))[0]
+    with daemon.connected() as (_, worker):
         assert daemon.process.stdin is not None
         daemon.process.stdin.write(struct.pack("!i", worker))
         daemon.process.stdin.flush()
