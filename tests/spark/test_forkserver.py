@@ -97,7 +97,7 @@ def _gone(pid: int, timeout: float = 30) -> bool:
         try:
             if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
                 return True  # ended; its new parent has not reaped it yet
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # reaped between the open and the read
             return True
         time.sleep(0.05)
     return False

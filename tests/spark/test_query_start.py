@@ -16,7 +16,7 @@ from typing import Any
 
 import pyspark
 
-from binlake.spark.runtime.python_daemon import JOB_VARIABLE, PRELOAD, TASK_WORKER, modules_for
+from binlake.spark.runtime.preload import JOB_VARIABLE, PRELOAD, TASK_WORKER, modules_for
 from binlake.spark.runtime.python_path import without_own_zip
 from binlake.spark.runtime.session import defaults_for
 
@@ -164,7 +164,7 @@ def test_a_snapshot_task_worker_imports_the_source_config_alone() -> None:
 
 PRELOADED_TLS = """
 import json
-from binlake.spark.runtime.python_daemon import modules_for, preload
+from binlake.spark.runtime.preload import modules_for, preload
 preload(modules_for("snapshot"))
 from binlake.source.server.connection import SourceConnection
 print(json.dumps(SourceConnection._preferred is not None))

@@ -65,7 +65,7 @@ class SourceConnection(pymysql.connections.Connection):
     @classmethod
     def preferred_context(cls) -> ssl.SSLContext:
         """pymysql's context for a server that may offer TLS, built once per process (Spark's
-        Python daemon builds it before it forks the task workers: ``python_daemon.preload``)."""
+        Python daemon builds it before it forks the task workers: ``spark/runtime/preload.py``)."""
         if SourceConnection._preferred is None:
             connection: Any = pymysql.connections.Connection  # its builder reads none of the instance
             SourceConnection._preferred = connection._create_ssl_ctx(None, {})

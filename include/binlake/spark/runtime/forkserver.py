@@ -84,7 +84,7 @@ def start(job: str | None, conf: dict[str, Any]) -> ForkServer | None:
         return None
     env = {**os.environ, **spark_values(conf)}
     if job is not None:
-        from binlake.spark.runtime.python_daemon import JOB_VARIABLE
+        from binlake.spark.runtime.preload import JOB_VARIABLE
 
         env[JOB_VARIABLE] = job
     # Bound here, not by the server: a daemon that connects before the server has started waits in
@@ -200,7 +200,7 @@ def _read_all(conn: socket.socket) -> bytes:
 def serve(address: str, listener: socket.socket) -> None:
     """Import the job's modules, then fork a daemon for each that asks on ``listener`` (bound at
     ``address``) until the driver ends or closes the server."""
-    from binlake.spark.runtime.python_daemon import JOB_VARIABLE, modules_for, preload
+    from binlake.spark.runtime.preload import JOB_VARIABLE, modules_for, preload
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the daemons it forks are reaped as they end
     preload(modules_for(os.environ.get(JOB_VARIABLE)))

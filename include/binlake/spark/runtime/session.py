@@ -11,7 +11,7 @@ from typing import Any
 from binlake.config import PipelineConfig
 from binlake.spark.runtime import forkserver
 from binlake.spark.runtime.jvm_archive import DRIVER_OPTIONS, with_archive
-from binlake.spark.runtime.python_daemon import JOB_VARIABLE
+from binlake.spark.runtime.preload import JOB_VARIABLE
 
 DAEMON_MODULE = "binlake.spark.runtime.python_daemon"
 #: ``false`` in ``pipeline.spark.conf``: no fork server (``forkserver``); the daemon imports on its own.
