@@ -63,7 +63,7 @@ class ForkServer:
         self.process = process  # subprocess.Popen
 
     def close(self) -> None:
-        """End the server if it still waits (a served daemon lives on), and remove its socket."""
+        """End the server and remove its socket (the daemons it forked live on with their session)."""
         import shutil
 
         self.process.stdin.close()

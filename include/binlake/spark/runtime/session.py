@@ -109,7 +109,8 @@ def with_forkserver(conf: dict[str, Any], job: str | None) -> dict[str, Any]:
     """``conf`` with a fork server importing ``job``'s task modules while the JVM starts
     (``forkserver``: its address in the daemon's environment), where this process is about to start
     a session with binlake's daemon; ``conf`` itself otherwise (a session already running keeps its
-    settings). A previous server that still waits (its session ran no Python task) ends."""
+    settings). This process's previous server ends (the daemons it forked live on with their
+    session)."""
     global _forkserver
     from pyspark import SparkContext
 
@@ -130,7 +131,7 @@ def wants_forkserver(conf: dict[str, Any]) -> bool:
 
 
 def close_forkserver() -> None:
-    """End this process's fork server if it still waits."""
+    """End this process's fork server, if it has one (the daemons it forked live on)."""
     global _forkserver
     if _forkserver is not None:
         _forkserver.close()
