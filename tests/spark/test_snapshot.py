@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,60 @@ def test_committed_but_unrecorded_chunks_are_not_read_again(
     rows = sink_rows(config, TableId(database, "t"))
     assert len(rows) == 1000
     assert len({r["id"] for r in rows}) == 1000
+
+
+def test_a_table_is_committed_once_its_tasks_finish_while_others_still_read(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """A wave commits each table as its tasks finish, not once its slowest task does: here `held`'s
+    one task waits on a table lock while `quick`'s chunks are read, committed and recorded."""
+    mariadb.execute(
+        "CREATE TABLE quick (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO quick SELECT seq, CONCAT('q', seq) FROM seq_1_to_1000",
+        "CREATE TABLE held (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO held SELECT seq, CONCAT('h', seq) FROM seq_1_to_50",
+        database=database,
+    )
+    config = config_for(mariadb, database, tmp_path, chunk_size=100)
+    plan(config)
+    quick = TableId(database, "quick")
+    with contextlib.closing(mariadb.admin_connection(database)) as lock, lock.cursor() as cur:
+        cur.execute("LOCK TABLES held WRITE")  # `held`'s SELECT waits; its discovery does not
+        with ThreadPoolExecutor(1) as pool:
+            snapshot = pool.submit(run_snapshot, config, spark)
+            try:
+                early = _wait_for(lambda: _finished_chunks(config, quick) == 10, seconds=60)
+                committed = _committed_chunks(config, quick)
+                still_reading = not snapshot.done()
+            finally:
+                cur.execute("UNLOCK TABLES")
+            report = snapshot.result(timeout=120)
+    assert early, "quick was not recorded while held's task waited"
+    assert still_reading
+    assert committed == 10
+    assert report.complete
+    assert report.rows == 1050
+    for schema in discover_tables(config):
+        assert bag(sink_rows(config, schema.table)) == bag(source_rows(config, schema)), schema.table
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _finished_chunks(config: PipelineConfig, table: TableId) -> int:
+    with StateStore(config.pipeline.resolved_state_uri) as store:
+        plans = [p for p in store.plans(config.pipeline.name).load() if p.table == table]
+    return sum(c.status == "finished" for p in plans for c in p.chunks)
+
+
+def _committed_chunks(config: PipelineConfig, table: TableId) -> int:
+    return len(IcebergWriter(open_catalog(config), sink_name(config, table)).committed_chunks())
 
 
 @pytest.mark.slow

@@ -69,10 +69,14 @@ def chunk_groups(
     a small snapshot still keeps every slot busy; a table's runs as even as its chunks allow (36
     chunks in groups of at most 32 make two of 18, not 32 and 4: a slot would wait for the other).
 
-    Each table's last chunk (``[x, +inf)``) is a group of its own, and those come first: it holds
-    every row inserted since the plan until it is read, so on a table growing during its snapshot
-    it is read before the others, not after them all (Flink CDC's unbounded-chunk-first). The
-    others follow longest first (chunks hold even rows), so the slots of a Spark job end together.
+    Each table's last chunk (``[x, +inf)``) is read first: it holds every row inserted since the plan
+    until it is read, so on a table growing during its snapshot it is read before the others, not
+    after them all (Flink CDC's unbounded-chunk-first). Its groups come first; the others follow
+    longest first (chunks hold even rows), so the slots of a Spark job end together. Where the
+    snapshot fits in one Spark job, the last chunk heads its table's last run (the chunks before it)
+    — a Spark task costs 10-20 ms of scheduling, and a 1M-row snapshot paid one per table for its
+    last chunk — and is written to a file of its own, so each file still holds one range of keys;
+    otherwise it is a group of its own, and the first job holds every table's (``chunk_waves``).
 
     Tables of one chunk (smaller than a chunk when planned) share groups, as many as a group holds,
     right after the tails: a task each, a database of many small tables paid a Spark task, a replica
@@ -82,16 +86,29 @@ def chunk_groups(
         by_table[state.chunk.table.name].append(state)
     total = len(pending)
     per_group = max(1, min(chunks_per_task, math.ceil(total / max(1, parallelism * TASKS_PER_SLOT))))
+    one_job = total <= job_chunks(parallelism, chunks_per_task)
     tails, small, groups = [], [], []
     for table, states in sorted(by_table.items()):
         if len(states) == 1 and _whole_table(states[0]):
             small.append(_task_chunk(table, states[0]))
             continue
         bounded = [s for s in states if not unbounded(s)]
-        tails += [[_task_chunk(table, s)] for s in states if unbounded(s)]
-        groups += [[_task_chunk(table, s) for s in run] for run in _even_runs(bounded, per_group)]
-    groups.sort(key=len, reverse=True)  # stable: by table among equals
+        last = [s for s in states if unbounded(s)]
+        runs = _even_runs(bounded + last if one_job else bounded, per_group)
+        if last and one_job:  # the run ending with the last chunk: read from it
+            *runs, tail_run = runs
+            tails.append([_task_chunk(table, s) for s in [tail_run[-1], *tail_run[:-1]]])
+        else:
+            tails += [[_task_chunk(table, s)] for s in last]
+        groups += [[_task_chunk(table, s) for s in run] for run in runs]
+    tails.sort(key=len, reverse=True)  # stable: by table among equals
+    groups.sort(key=len, reverse=True)
     return tails + [small[i : i + per_group] for i in range(0, len(small), per_group)] + groups
+
+
+def job_chunks(parallelism: int, chunks_per_task: int) -> int:
+    """The most chunks one Spark job of the snapshot reads: what a crash may lose."""
+    return max(1, parallelism * TASKS_PER_SLOT * chunks_per_task)
 
 
 def chunk_waves(
@@ -99,12 +116,13 @@ def chunk_waves(
 ) -> list[list[list[dict[str, Any]]]]:
     """The groups of each Spark job (one commit per table), in order: a job holds at most
     ``parallelism × TASKS_PER_SLOT × chunks_per_task`` chunks — the most a crash can lose — and
-    every group that fits under that; the tails (each table's last chunk, a group of its own) ride
-    in the first. Cutting jobs by groups instead left a job of one small group on its own (its
-    start paid again, one slot idle): a snapshot that fits in one job runs as one."""
+    every group that fits under that; the groups headed by a table's last chunk ride in the first
+    (beyond that bound only where each is that chunk alone: ``chunk_groups``). Cutting jobs by
+    groups instead left a job of one small group on its own (its start paid again, one slot idle):
+    a snapshot that fits in one job runs as one."""
     tails = [g for g in groups if g[0]["end"] is None]
     rest = [g for g in groups if g[0]["end"] is not None]
-    most = max(1, parallelism * TASKS_PER_SLOT * chunks_per_task)
+    most = job_chunks(parallelism, chunks_per_task)
     waves: list[list[list[dict[str, Any]]]] = [list(tails)]
     held = 0
     for group in rest:

@@ -6,7 +6,8 @@
 2. **Read** the remaining chunks in waves, each wave one Spark job (``spark/chunk_jobs.py``) whose
    tasks each read a group of consecutive chunks of one table.
 3. **Commit** a wave's files of each table with its chunks' ids and watermarks in one Iceberg commit,
-   then mark the chunks finished in the state store. A crash loses at most the wave in flight.
+   then mark the chunks finished in the state store — as soon as the wave's tasks holding the table's
+   chunks are done, while its other tasks still run. A crash loses at most the wave in flight.
 4. **Switch**: once every chunk of the pipeline is finished, the binlog start offset — the smallest
    high watermark — is stored for the stream.
 """
@@ -52,7 +53,7 @@ from binlake.snapshot.rereads import (
 )
 from binlake.snapshot.switch import high_watermarks, switch
 from binlake.source.chunks.splitter import ChunkId
-from binlake.spark.chunk_jobs import TaskError, read_chunk_groups
+from binlake.spark.chunk_jobs import TaskError, finished_groups
 from binlake.spark.runtime.heap import frozen_heap
 from binlake.state.fencing import writer_lease, writing
 from binlake.state.holders import Holder
@@ -282,50 +283,69 @@ def _run_wave(
     changelogs: dict[TableId, Companions],
     report: SnapshotReport,
 ) -> None:
+    """Read a wave's groups as one Spark job and commit each table once every group holding its
+    chunks has finished, while the job's other tasks still run (``chunk_jobs.finished_groups``):
+    one commit per table of the wave, whatever its groups. A table a failed task read is not
+    committed; chunks an earlier run committed were reconciled before."""
     tables = json.loads(base["tables"])
-    rows = read_chunk_groups(spark, base, groups)
-    # One commit per table of the wave, whatever its groups: the wave is read as a whole (a failed
-    # task commits nothing of it), and chunks an earlier run committed were reconciled before.
+    waiting: dict[str, set[int]] = defaultdict(set)
+    for index, group in enumerate(groups):
+        for chunk in group:
+            waiting[chunk["table"]].add(index)
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        by_table[row["table"]].append(row)
-    for table_rows in by_table.values():
-        table = TableId.parse(table_rows[0]["table"])
-        commits = [
-            ChunkCommit(
-                r["chunk_id"],
-                BinlogOffset.from_dict(json.loads(r["high"])),
-                int(r["rows"]),
-                BinlogOffset.from_dict(json.loads(r["low"])),
-            )
-            for r in table_rows
-        ]
-        files = _task_files(table_rows)
-        result = writers[table].append_files(files, commits, json.dumps(tables[table.name]))
-        if result.outcome == "skipped":
-            commits = _as_committed(writers[table], commits, files)
-        kept = changelogs.get(table)
-        if kept is not None:  # the rows just committed, as reads
-            for companion in kept.writers:
-                companion.seed(kept.state, {c.chunk_id for c in commits})
-        store.plans(pipeline).finish_chunks(
-            [
-                (table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows)
-                for c in commits
-            ]
+    for index, rows in finished_groups(spark, base, groups):
+        for row in rows:
+            by_table[row["table"]].append(row)
+        for name in {c["table"] for c in groups[index]}:
+            waiting[name].discard(index)
+            if not waiting[name]:
+                commit = (store, pipeline, writers, changelogs, report)
+                _commit_table(TableId.parse(name), by_table.pop(name), tables[name], *commit)
+
+
+def _commit_table(
+    table: TableId,
+    table_rows: list[dict[str, Any]],
+    source_schema: dict[str, Any],
+    store: StateStore,
+    pipeline: str,
+    writers: dict[TableId, IcebergWriter],
+    changelogs: dict[TableId, Companions],
+    report: SnapshotReport,
+) -> None:
+    """Commit the files of ``table``'s chunks of a wave with their ids and watermarks, then mark
+    them finished in the state store."""
+    commits = [
+        ChunkCommit(
+            r["chunk_id"],
+            BinlogOffset.from_dict(json.loads(r["high"])),
+            int(r["rows"]),
+            BinlogOffset.from_dict(json.loads(r["low"])),
         )
-        progress = report.tables[table.name]
-        progress.finished += len(commits)
-        progress.rows += sum(c.rows for c in commits)
-        report.chunks_read += len(commits)
-        report.rows += sum(c.rows for c in commits)
-        report.max_executor_rss_kb = max(
-            report.max_executor_rss_kb, *(int(r["max_rss_kb"]) for r in table_rows)
-        )
+        for r in table_rows
+    ]
+    files = _task_files(table_rows)
+    result = writers[table].append_files(files, commits, json.dumps(source_schema))
+    if result.outcome == "skipped":
+        commits = _as_committed(writers[table], commits, files)
+    kept = changelogs.get(table)
+    if kept is not None:  # the rows just committed, as reads
+        for companion in kept.writers:
+            companion.seed(kept.state, {c.chunk_id for c in commits})
+    store.plans(pipeline).finish_chunks(
+        [(table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows) for c in commits]
+    )
+    progress = report.tables[table.name]
+    progress.finished += len(commits)
+    progress.rows += sum(c.rows for c in commits)
+    report.chunks_read += len(commits)
+    report.rows += sum(c.rows for c in commits)
+    report.max_executor_rss_kb = max(report.max_executor_rss_kb, *(int(r["max_rss_kb"]) for r in table_rows))
 
 
 def _task_files(rows: list[dict[str, Any]]) -> list[str]:
-    """The files the tasks of ``rows`` wrote (each of a task's rows lists them all), in order."""
+    """The files the tasks of ``rows`` (one table's) wrote, in order: each of a task's rows of a
+    table lists every file the task wrote of it."""
     seen: dict[str, list[str]] = {}
     for row in rows:
         seen.setdefault(row["task"], json.loads(row["files"]))

@@ -158,19 +158,26 @@ def run_task(options: dict[str, str], index: int, specs: list[dict[str, Any]]) -
     summaries: list[dict[str, Any]] = []
     # Concurrent readers need distinct replica ids, and Spark may run more tasks at once than the
     # range holds: each task claims one.
+    files: dict[str, list[str]] = {}
     with claimed_server_id(source, first, last, index) as server_id:
         for k, table_specs in enumerate(_by_table(specs)):
-            summaries += _read_table(options, source, server_id, f"snapshot-{tid}-t{k}", table_specs)
-    for row in summaries:
-        row.update(task=tid, seconds=elapsed(started), max_rss_kb=max_rss_kb())
+            read, written = _read_table(options, source, server_id, f"snapshot-{tid}-t{k}", table_specs)
+            summaries += read
+            files.setdefault(table_specs[0]["table"], []).extend(written)
+    for row in summaries:  # each row of a table names every file the task wrote of it
+        row.update(
+            task=tid, files=json.dumps(files[row["table"]]), seconds=elapsed(started), max_rss_kb=max_rss_kb()
+        )
     return summaries
 
 
 def _by_table(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """A group's chunks, table by table (a table's chunks are consecutive in its group)."""
+    """A group's chunks, table by table (a table's chunks are consecutive in its group); a table's
+    last chunk, which heads its group, apart from the chunks after it (a file of its own, so each
+    file holds one range of keys in order)."""
     runs: list[list[dict[str, Any]]] = []
     for spec in specs:
-        if runs and runs[-1][0]["table"] == spec["table"]:
+        if runs and runs[-1][0]["table"] == spec["table"] and runs[-1][0]["end"] is not None:
             runs[-1].append(spec)
         else:
             runs.append([spec])
@@ -179,9 +186,9 @@ def _by_table(specs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 def _read_table(
     options: dict[str, str], source: SourceConfig, server_id: int, prefix: str, specs: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Read chunks of one table into its files (``prefix``: their names' start, unique to the task
-    and the table: routed tables share a folder); their summary rows."""
+    and the run: routed tables share a folder); their summary rows, and the files."""
     tables = json.loads(options["tables"])
     locations = json.loads(options["locations"])
     table_name = specs[0]["table"]
@@ -252,10 +259,8 @@ def _read_table(
         # a statement between two of its chunk reads is found in the binlog before the switch
         # (``snapshot/rereads.straddled``); this finds the schema the task's last read did not see.
         reader.check_schema(chunk, result.high)
-    for row in summaries:
-        row["files"] = json.dumps(files)
     log.info("%s: %d chunks of %s read into %d files", prefix, len(specs), table_name, len(files))
-    return summaries
+    return summaries, files
 
 
 def _transform(rule: dict[str, Any], schema: CreateTable) -> Transform:
