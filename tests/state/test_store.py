@@ -168,6 +168,24 @@ def test_a_holder_fails_at_once_or_waits_for_the_lease_as_told(
     held.hold(["ns.u"], maintain, dt.timedelta(minutes=5))
 
 
+def test_a_holder_takes_all_its_tables_or_none_and_gives_them_up_together(store: StateStore) -> None:
+    """Holding several tables is one transaction: refused for one, it holds none of them."""
+    from binlake.state.holders import Holder
+    from binlake.state.leases import Command, TableBusyError
+
+    maintain, snapshot = (Holder.this_process(c) for c in (Command.MAINTAIN, Command.SNAPSHOT))
+    held = store.leases("p")
+    held.hold(["ns.u"], maintain, dt.timedelta(minutes=5))
+    with pytest.raises(TableBusyError, match=r"`ns\.u` is held by `binlake maintain`"):
+        held.hold(["ns.t", "ns.u", "ns.v"], snapshot, dt.timedelta(minutes=5))
+    held.hold(["ns.t", "ns.v"], maintain, dt.timedelta(minutes=5))  # not taken by the refused snapshot
+    held.release_all(["ns.t", "ns.u", "ns.v"], snapshot)  # not its leases: they stay
+    with pytest.raises(TableBusyError):
+        held.hold(["ns.v"], snapshot, dt.timedelta(minutes=5))
+    held.release_all(["ns.t", "ns.u", "ns.v"], maintain)
+    held.hold(["ns.t", "ns.u", "ns.v"], snapshot, dt.timedelta(minutes=5))
+
+
 def test_a_state_database_written_before_the_split_keeps_working(tmp_path: Path) -> None:
     """``tests/data/state/f4e65c4.db`` was written by the one-class store of f4e65c4 (a plan with
     a chunk read, offsets, a stream batch, a schema version, a pending schema change, a lease, a

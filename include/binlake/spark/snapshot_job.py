@@ -195,8 +195,7 @@ def _read_pending(
             if progress:
                 progress(report, report.seconds)
     finally:
-        for identifier in held:
-            store.leases(name).release(identifier, holder)
+        store.leases(name).release_all(held, holder)
     return {}
 
 

@@ -230,8 +230,7 @@ def _stream(
     finally:
         for writer in writers.values():
             writer.upkeep.wait()  # nothing of the stream's runs on once it has stopped
-        for identifier in held:
-            store.leases(name).release(identifier, fence.lease.holder)
+        store.leases(name).release_all(held, fence.lease.holder)
 
 
 #: Catch-ups a run ``until_caught_up`` makes at most to apply the backfills that heal its gaps (a

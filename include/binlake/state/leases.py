@@ -103,38 +103,24 @@ class Leases:
         Raises:
             TableBusyError: another holder's lease is live.
         """
-        now = utc_now()
         with self.engine.begin() as conn:
-            current = self._current(conn, table)
-            if (
-                current is not None
-                and _live(current, holder, now)
-                and not self._superseded(conn, current, now)
-            ):
-                raise TableBusyError(current.describe(), current)
-            conn.execute(delete(leases_table).where(*self._key(table)))
-            lease = Lease(self.pipeline, table, holder.command, now, now + ttl, holder)
-            try:
-                conn.execute(
-                    insert(leases_table).values(
-                        pipeline=self.pipeline,
-                        table_name=table,
-                        token=holder.token,
-                        holder=holder.to_json(),
-                        acquired_at=current.acquired_at if current and _renewal(current, holder) else now,
-                        expires_at=lease.expires_at,
-                    )
-                )
-            except IntegrityError:
-                raise TableBusyError(f"`{table}` was taken by another process just now.", lease) from None
-        return lease
+            return self._acquire(conn, table, holder, ttl, utc_now())
 
     def release(self, table: str, holder: Holder) -> None:
+        """Give up ``holder``'s lease on ``table``; another holder's stays."""
+        self.release_all([table], holder)
+
+    def release_all(self, tables: Sequence[str], holder: Holder) -> None:
+        """Give up ``holder``'s leases on ``tables`` (one transaction); others' stay."""
         with self.engine.begin() as conn:
-            conn.execute(delete(leases_table).where(*self._key(table), leases_table.c.token == holder.token))
+            for table in tables:
+                conn.execute(
+                    delete(leases_table).where(*self._key(table), leases_table.c.token == holder.token)
+                )
 
     def hold(self, tables: Sequence[str], holder: Holder, ttl: dt.timedelta, wait_s: float = 0.0) -> None:
-        """Take (or renew) ``holder``'s lease on every table for ``ttl``.
+        """Take (or renew) ``holder``'s lease on every table for ``ttl``, all or none (one
+        transaction).
 
         ``wait_s`` says how long to wait, in all, while another holder's lease is live: 0 fails at once
         (a snapshot or maintenance run refuses to start beside a writer); the stream waits for
@@ -143,7 +129,7 @@ class Leases:
         Raises:
             TableBusyError: a table is still held by another holder after ``wait_s`` seconds.
         """
-        # One deadline for all the tables (a retry renews the leases already taken).
+        # One deadline for all the tables.
         for attempt in Retrying(
             retry=retry_if_exception_type(TableBusyError),
             stop=stop_after_delay(wait_s),
@@ -151,9 +137,33 @@ class Leases:
             before_sleep=before_sleep_log(log, logging.WARNING),
             reraise=True,
         ):
-            with attempt:
+            with attempt, self.engine.begin() as conn:
+                now = utc_now()
                 for table in tables:
-                    self.acquire(table, holder, ttl)
+                    self._acquire(conn, table, holder, ttl, now)
+
+    def _acquire(
+        self, conn: Connection, table: str, holder: Holder, ttl: dt.timedelta, now: dt.datetime
+    ) -> Lease:
+        current = self._current(conn, table)
+        if current is not None and _live(current, holder, now) and not self._superseded(conn, current, now):
+            raise TableBusyError(current.describe(), current)
+        conn.execute(delete(leases_table).where(*self._key(table)))
+        lease = Lease(self.pipeline, table, holder.command, now, now + ttl, holder)
+        try:
+            conn.execute(
+                insert(leases_table).values(
+                    pipeline=self.pipeline,
+                    table_name=table,
+                    token=holder.token,
+                    holder=holder.to_json(),
+                    acquired_at=current.acquired_at if current and _renewal(current, holder) else now,
+                    expires_at=lease.expires_at,
+                )
+            )
+        except IntegrityError:
+            raise TableBusyError(f"`{table}` was taken by another process just now.", lease) from None
+        return lease
 
     def _key(self, table: str) -> tuple[ColumnElement[bool], ...]:
         return (leases_table.c.pipeline == self.pipeline, leases_table.c.table_name == table)
