@@ -122,6 +122,23 @@ def test_schema_history_answers_by_position(store: StateStore) -> None:
     assert store.schema_history("other").at(t, at2) is None
     store.schema_history("p").delete()
     assert store.schema_history("p").versions() == []
+    # A new snapshot's history: the old versions forgotten, the schemas it read from its switch on.
+    store.schema_history("p").record(t, at1, v1, "snapshot")
+    u = TableId("db", "u")
+    store.schema_history("p").restart(at2, {t: v2, u: v1}, "snapshot")
+    versions = sorted(store.schema_history("p").versions(), key=lambda v: v.table.name)
+    assert [(v.table, v.offset, v.schema, v.cause) for v in versions] == [
+        (t, at2, v2, "snapshot"),
+        (u, at2, v1, "snapshot"),
+    ]
+
+
+def test_an_offset_is_stored_with_others_forgotten_in_one_transaction(store: StateStore) -> None:
+    at = BinlogOffset("binlog.000004", 4)
+    store.offsets("p").save("stream", BinlogOffset("binlog.000003", 9))
+    store.offsets("p").save("origin", BinlogOffset("binlog.000002", 9))
+    store.offsets("p").save("switch", at, forget=("stream", "origin"))
+    assert [store.offsets("p").load(n) for n in ("switch", "stream", "origin")] == [at, None, None]
 
 
 def test_schema_change_requests(store: StateStore) -> None:

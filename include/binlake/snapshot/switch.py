@@ -33,14 +33,11 @@ def switch(store: StateStore, pipeline: str, schemas: dict[TableId, CreateTable]
     if start is None:
         return None
     if store.offsets(pipeline).load(SWITCH) != start:
-        # A new snapshot: a stream begins anew from it (with a new Spark checkpoint).
-        store.offsets(pipeline).save(SWITCH, start)
-        store.offsets(pipeline).delete(STREAM)
-        store.offsets(pipeline).delete(ORIGIN)
-        store.schema_history(pipeline).delete()
-        for plan in plans:
-            if plan.table in schemas:
-                store.schema_history(pipeline).record(plan.table, start, schemas[plan.table], "snapshot")
+        # A new snapshot: a stream begins anew from it (with a new Spark checkpoint). The switch
+        # offset is stored last: a crash before it leaves this to the rerun, which does it all again.
+        read = {p.table: schemas[p.table] for p in plans if p.table in schemas}
+        store.schema_history(pipeline).restart(start, read, "snapshot")
+        store.offsets(pipeline).save(SWITCH, start, forget=(STREAM, ORIGIN))
     log.info("snapshot complete: the stream starts at %s", start)
     return start
 

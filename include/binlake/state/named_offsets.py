@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -20,11 +21,18 @@ class Offsets:
         self.engine = engine
         self.pipeline = pipeline
 
-    def save(self, name: str, offset: BinlogOffset) -> None:
-        """Store a named offset (``switch``: where the stream starts after the snapshot)."""
+    def save(self, name: str, offset: BinlogOffset, forget: Sequence[str] = ()) -> None:
+        """Store a named offset (``switch``: where the stream starts after the snapshot), and drop
+        the offsets named in ``forget`` in the same transaction."""
         with self.engine.begin() as conn:
             key = {"pipeline": self.pipeline, "name": name}
             replace_row(conn, offsets_table, key, {"offset": offset_text(offset), "updated_at": utc_now()})
+            for other in forget:
+                conn.execute(
+                    delete(offsets_table).where(
+                        offsets_table.c.pipeline == self.pipeline, offsets_table.c.name == other
+                    )
+                )
 
     def load(self, name: str) -> BinlogOffset | None:
         with self.engine.connect() as conn:

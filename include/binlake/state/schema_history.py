@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, delete, select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from binlake.events import CreateTable, TableId, table_from_dict, table_to_dict
 from binlake.offsets import BinlogOffset
@@ -40,15 +41,8 @@ class SchemaHistory:
 
     def record(self, table: TableId, offset: BinlogOffset, schema: CreateTable | None, cause: str) -> None:
         """Store ``table``'s schema from ``offset`` on (idempotent: a replay records it once)."""
-        key = {"pipeline": self.pipeline, "table_name": table.name, "at": sortable(offset)}
-        values = {
-            "offset": offset_text(offset),
-            "schema": None if schema is None else json.dumps(table_to_dict(schema)),
-            "cause": cause,
-            "recorded_at": utc_now(),
-        }
         with self.engine.begin() as conn:
-            replace_row(conn, schema_history_table, key, values)
+            self._write(conn, table, offset, schema, cause)
 
     def at(self, table: TableId, offset: BinlogOffset) -> SchemaVersion | None:
         """The version of ``table`` in force at ``offset`` (None: no version recorded up to there)."""
@@ -93,6 +87,26 @@ class SchemaHistory:
         """Forget every version (a new snapshot starts a new history)."""
         with self.engine.begin() as conn:
             conn.execute(delete(schema_history_table).where(schema_history_table.c.pipeline == self.pipeline))
+
+    def restart(self, offset: BinlogOffset, schemas: Mapping[TableId, CreateTable], cause: str) -> None:
+        """Forget every version and record ``schemas`` from ``offset`` on, in one transaction (a
+        new snapshot's history begins with the schemas it read)."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(schema_history_table).where(schema_history_table.c.pipeline == self.pipeline))
+            for table, schema in schemas.items():
+                self._write(conn, table, offset, schema, cause)
+
+    def _write(
+        self, conn: Connection, table: TableId, offset: BinlogOffset, schema: CreateTable | None, cause: str
+    ) -> None:
+        key = {"pipeline": self.pipeline, "table_name": table.name, "at": sortable(offset)}
+        values = {
+            "offset": offset_text(offset),
+            "schema": None if schema is None else json.dumps(table_to_dict(schema)),
+            "cause": cause,
+            "recorded_at": utc_now(),
+        }
+        replace_row(conn, schema_history_table, key, values)
 
 
 def _version(table: TableId, row: Any) -> SchemaVersion:
