@@ -90,8 +90,8 @@ class PipelineSection(Model):
     snapshot_chunks_per_task: int = Field(default=32, ge=1)
     """Chunks one Spark task reads together. A Spark job holds at most ``parallelism × 4 ×`` this
     many chunks (at 8 MiB a chunk, 2 GiB of rows at the defaults), each table's committed once the
-    job's tasks holding them are done (one commit per table): fewer commit more often (less work lost in a crash), more cost a little
-    more overhead."""
+    job's tasks holding them are done (one commit per table): fewer commit more often (less work
+    lost in a crash), more cost a little more overhead."""
     schema_change_behavior: SchemaChangeBehavior = "lenient"
     """What a schema change in the source does to the sink (Flink CDC's meanings)."""
     state_uri: str | None = None
