@@ -389,7 +389,8 @@ def test_a_failing_task_gives_binlakes_message_and_commits_nothing(
     # Spark logs the task failure for diagnosis; binlake's own message is the last word.
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(
-        "binlake snapshot: error: A snapshot task failed; nothing of its wave was committed"
+        "binlake snapshot: error: A snapshot task failed; "
+        "its table's chunks of this Spark job were not committed"
     )
     assert "1 rows with zero dates" in last
     assert "source.zero_dates: null" in last

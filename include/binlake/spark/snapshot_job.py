@@ -177,19 +177,21 @@ def _read_pending(
     per_task = config.pipeline.snapshot_chunks_per_task
     groups = chunk_groups(pending, config.pipeline.parallelism, per_task)
     held = sorted({w.identifier for t, w in writers.items() if any(c.chunk.table == t for c in pending)})
+    commits = WaveCommits(store, name, writers, changelogs, report)
     try:
         for wave_groups in chunk_waves(groups, config.pipeline.parallelism, per_task):
             _hold(store, name, held, holder)  # taken, or renewed, before every wave
             try:
-                _run_wave(spark, base, wave_groups, store, name, writers, changelogs, report)
+                _run_wave(spark, base, wave_groups, commits)
             except TaskError as e:
                 changed = changed_under(config, {t: schemas[t] for t in writers if t in schemas})
                 if changed:
                     log.warning("a table changed its schema during the snapshot: %s", e)
                     return changed
                 raise SnapshotError(
-                    f"A snapshot task failed; nothing of its wave was committed, and a rerun resumes "
-                    f"after the last committed wave. The task said: {e}"
+                    "A snapshot task failed; its table's chunks of this Spark job were not committed "
+                    "(the job's tables whose tasks had all finished were), and a rerun reads what is not "
+                    f"committed. The task said: {e}"
                 ) from None
             report.seconds = time.monotonic() - started
             if progress:
@@ -273,14 +275,7 @@ def task_options(
 
 
 def _run_wave(
-    spark: Any,
-    base: dict[str, str],
-    groups: list[list[dict[str, Any]]],
-    store: StateStore,
-    pipeline: str,
-    writers: dict[TableId, IcebergWriter],
-    changelogs: dict[TableId, Companions],
-    report: SnapshotReport,
+    spark: Any, base: dict[str, str], groups: list[list[dict[str, Any]]], commits: WaveCommits
 ) -> None:
     """Read a wave's groups as one Spark job and commit each table once every group holding its
     chunks has finished, while the job's other tasks still run (``chunk_jobs.finished_groups``):
@@ -298,48 +293,55 @@ def _run_wave(
         for name in {c["table"] for c in groups[index]}:
             waiting[name].discard(index)
             if not waiting[name]:
-                commit = (store, pipeline, writers, changelogs, report)
-                _commit_table(TableId.parse(name), by_table.pop(name), tables[name], *commit)
+                commits.commit(TableId.parse(name), by_table.pop(name), tables[name])
 
 
-def _commit_table(
-    table: TableId,
-    table_rows: list[dict[str, Any]],
-    source_schema: dict[str, Any],
-    store: StateStore,
-    pipeline: str,
-    writers: dict[TableId, IcebergWriter],
-    changelogs: dict[TableId, Companions],
-    report: SnapshotReport,
-) -> None:
-    """Commit the files of ``table``'s chunks of a wave with their ids and watermarks, then mark
-    them finished in the state store."""
-    commits = [
-        ChunkCommit(
-            r["chunk_id"],
-            BinlogOffset.from_dict(json.loads(r["high"])),
-            int(r["rows"]),
-            BinlogOffset.from_dict(json.loads(r["low"])),
+@dataclass(frozen=True)
+class WaveCommits:
+    """Where the snapshot commits a wave's tables, records their chunks and counts them."""
+
+    store: StateStore
+    pipeline: str
+    writers: dict[TableId, IcebergWriter]
+    changelogs: dict[TableId, Companions]
+    report: SnapshotReport
+
+    def commit(self, table: TableId, table_rows: list[dict[str, Any]], source_schema: dict[str, Any]) -> None:
+        """Commit the files of ``table``'s chunks of a wave with their ids and watermarks, then mark
+        them finished in the state store."""
+        commits = [
+            ChunkCommit(
+                r["chunk_id"],
+                BinlogOffset.from_dict(json.loads(r["high"])),
+                int(r["rows"]),
+                BinlogOffset.from_dict(json.loads(r["low"])),
+            )
+            for r in table_rows
+        ]
+        files = _task_files(table_rows)
+        writer = self.writers[table]
+        if writer.append_files(files, commits, json.dumps(source_schema)).outcome == "skipped":
+            commits = _as_committed(writer, commits, files)
+        kept = self.changelogs.get(table)
+        if kept is not None:  # the rows just committed, as reads
+            for companion in kept.writers:
+                companion.seed(kept.state, {c.chunk_id for c in commits})
+        self.store.plans(self.pipeline).finish_chunks(
+            [
+                (table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows)
+                for c in commits
+            ]
         )
-        for r in table_rows
-    ]
-    files = _task_files(table_rows)
-    result = writers[table].append_files(files, commits, json.dumps(source_schema))
-    if result.outcome == "skipped":
-        commits = _as_committed(writers[table], commits, files)
-    kept = changelogs.get(table)
-    if kept is not None:  # the rows just committed, as reads
-        for companion in kept.writers:
-            companion.seed(kept.state, {c.chunk_id for c in commits})
-    store.plans(pipeline).finish_chunks(
-        [(table, ChunkId.parse(c.chunk_id).index, c.low_watermark, c.high_watermark, c.rows) for c in commits]
-    )
-    progress = report.tables[table.name]
-    progress.finished += len(commits)
-    progress.rows += sum(c.rows for c in commits)
-    report.chunks_read += len(commits)
-    report.rows += sum(c.rows for c in commits)
-    report.max_executor_rss_kb = max(report.max_executor_rss_kb, *(int(r["max_rss_kb"]) for r in table_rows))
+        self._count(table, commits, max(int(r["max_rss_kb"]) for r in table_rows))
+
+    def _count(self, table: TableId, commits: list[ChunkCommit], max_rss_kb: int) -> None:
+        report = self.report
+        progress = report.tables[table.name]
+        progress.finished += len(commits)
+        progress.rows += sum(c.rows for c in commits)
+        report.chunks_read += len(commits)
+        report.rows += sum(c.rows for c in commits)
+        report.max_executor_rss_kb = max(report.max_executor_rss_kb, max_rss_kb)
 
 
 def _task_files(rows: list[dict[str, Any]]) -> list[str]:

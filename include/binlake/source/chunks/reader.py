@@ -191,8 +191,8 @@ class ChunkReader:
             f"The schema of `{self.table.table}` changed while the snapshot read it (found after chunk "
             f"{chunk.name}, high watermark {high}): "
             + (schema_difference(self.table, now) if now is not None else "the table is gone")
-            + ". Nothing of this task's wave was committed. Fix: none by hand — `binlake snapshot` "
-            "reads the table again with its new schema.",
+            + ". None of its chunks read in this Spark job was committed. Fix: none by hand — "
+            "`binlake snapshot` reads the table again with its new schema.",
             chunk,
         )
 
