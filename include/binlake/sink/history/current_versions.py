@@ -35,7 +35,7 @@ from pyiceberg.table import Table
 
 from binlake.sink.column_fill import OPERATION
 from binlake.sink.history.scd2 import CURRENT, OPENED, OPENED_ORDER, VALID_FROM
-from binlake.sink.keys.key_index_store import concat
+from binlake.sink.keys.key_index_store import concat, distinct
 from binlake.sink.keys.run_index import RunIndex
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class CurrentVersions(RunIndex):
             self.forget()
             return
         after = self.identity(table, unfilled=self._identity["unfilled"])
-        gone = np.unique(self._encode(keys))
+        gone = distinct(self._encode(keys))
         self._record({"before": self._identity, "after": after}, gone, put.keys, put.values)
 
     def _follows(self, table: Table, wanted: dict[str, str]) -> bool:

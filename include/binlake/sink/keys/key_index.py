@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.table import Table
 
-from binlake.sink.keys.key_index_store import Run, among, concat
+from binlake.sink.keys.key_index_store import Run, among, concat, distinct
 from binlake.sink.keys.run_index import RunIndex
 from binlake.sink.keys.table_keys import KeyIndexError, file_keys, live_keys
 
@@ -136,7 +136,7 @@ class KeyIndex(RunIndex):
 
     def positions(self, keys: pa.Table) -> dict[str, list[int]]:
         """Data file → sorted positions of the stored rows of ``keys`` (keys not stored: absent)."""
-        encoded = np.unique(self._encode(keys))
+        encoded = distinct(self._encode(keys))
         found = self._lookup(encoded)
         files, pos = found["file"], found["pos"]
         self._found = (encoded, files)  # the batch's update after its commit looks them up no more
@@ -157,7 +157,7 @@ class KeyIndex(RunIndex):
         batch was merged on); else it is left to be rebuilt."""
         if not self._described(before):
             return
-        gone = np.unique(self._encode(keys))
+        gone = distinct(self._encode(keys))
         self._change(table, gone, added, (), check=True)
 
     def moved(self, table: Table, removed: Sequence[str], added: Sequence[str], before: int | None) -> None:

@@ -87,6 +87,20 @@ def among(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return np.asarray(sorted_keys[at] == keys)
 
 
+def distinct(keys: np.ndarray) -> np.ndarray:
+    """The distinct ``keys``, sorted: ``np.unique(keys)``, by a sort. numpy 2.4's ``np.unique``
+    without ``return_*`` finds the values by hashing, then sorts them: 52 ms for 263k int64 keys
+    where a sort and a mask take 2 ms (100 ms against 29 ms for 16-byte digests) — twice in each
+    batch merged through the key index, a fifth of a catch-up's merge time."""
+    ordered = np.sort(keys)
+    if len(ordered) < 2:
+        return ordered
+    first = np.empty(len(ordered), bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
+
+
 def concat(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(arrays) if arrays else np.empty(0, dtype)
 
