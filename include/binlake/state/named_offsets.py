@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from binlake.offsets import BinlogOffset
 from binlake.state.tables import aware, offset_from_text, offset_text, offsets_table, replace_row, utc_now
@@ -27,12 +27,7 @@ class Offsets:
         with self.engine.begin() as conn:
             key = {"pipeline": self.pipeline, "name": name}
             replace_row(conn, offsets_table, key, {"offset": offset_text(offset), "updated_at": utc_now()})
-            for other in forget:
-                conn.execute(
-                    delete(offsets_table).where(
-                        offsets_table.c.pipeline == self.pipeline, offsets_table.c.name == other
-                    )
-                )
+            self._delete(conn, forget)
 
     def load(self, name: str) -> BinlogOffset | None:
         with self.engine.connect() as conn:
@@ -75,6 +70,10 @@ class Offsets:
 
     def delete(self, name: str) -> None:
         with self.engine.begin() as conn:
+            self._delete(conn, [name])
+
+    def _delete(self, conn: Connection, names: Sequence[str]) -> None:
+        for name in names:
             conn.execute(
                 delete(offsets_table).where(
                     offsets_table.c.pipeline == self.pipeline, offsets_table.c.name == name
