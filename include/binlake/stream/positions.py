@@ -7,7 +7,10 @@ row, so it stays cheap next to the executors that do.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +23,8 @@ from binlake.source.chunks.watermarks import current_offset
 from binlake.source.server.connection import connect, server_version
 from binlake.state.store import StateStore
 from binlake.stream import segments
+
+log = logging.getLogger(__name__)
 
 #: The state store's name for the newest binlog position seen (its time is the heartbeat).
 HEAD = "stream.head"
@@ -125,13 +130,48 @@ class SourcePositions:
         """Where a micro-batch from ``start`` within ``max_bytes`` ends (None: at ``end``)."""
         if self.distance(start, end) <= max_bytes:
             return None
-        found: list[Boundary] = []
-        with contextlib.closing(self._boundaries(start, end)) as boundaries:
-            admitted = segments.admit(start, _recorded(boundaries, found), max_bytes, self.sizes())
+        with _SCANNING:
+            known = _known(self.source, start)
+            if known is not None:
+                scanned, found = known
+                within = (b for b in found if b.offset <= end)
+                admitted = segments.admit(start, within, max_bytes, self.sizes())
+                if admitted is not None or scanned >= end:
+                    return admitted
+            found = []
+            with contextlib.closing(self._boundaries(start, end)) as boundaries:
+                admitted = segments.admit(start, _recorded(boundaries, found), max_bytes, self.sizes())
         # The batch's planning looks for statements in the admitted range next, and its segments
         # are cut there: both from this scan.
         _remember(self.source, start, admitted or end, found)
         return admitted
+
+    def admit_ahead(self, start: BinlogOffset, until: BinlogOffset | None, max_bytes: int) -> None:
+        """Scan the next micro-batch's range from ``start`` (up to ``max_bytes``, not past
+        ``until``) in the background: a catch-up's next ``admit`` then finds it scanned while this
+        batch ran, instead of scanning while the executors wait. A cache only: a scan that fails
+        or covers too little is done again by ``admit``."""
+        _SCANNING.acquire()  # here, not in the thread: the next ``admit`` must wait for it
+        scan = functools.partial(self._admit_ahead, start, until, max_bytes)
+        try:
+            threading.Thread(target=scan, name="binlake-scan-ahead", daemon=True).start()
+        except BaseException:
+            _SCANNING.release()
+            raise
+
+    def _admit_ahead(self, start: BinlogOffset, until: BinlogOffset | None, max_bytes: int) -> None:
+        try:
+            head = self.head()
+            end = head if until is None else min(head, until)
+            if self.distance(start, end) > max_bytes:
+                found: list[Boundary] = []
+                with contextlib.closing(self._boundaries(start, end)) as boundaries:
+                    admitted = segments.admit(start, _recorded(boundaries, found), max_bytes, self.sizes())
+                _remember(self.source, start, admitted or end, found)
+        except Exception:
+            log.debug("the scan ahead of %s failed: the next batch's planning scans", start, exc_info=True)
+        finally:
+            _SCANNING.release()
 
     def cut(
         self, start: BinlogOffset, end: BinlogOffset, parts: int
@@ -162,12 +202,20 @@ class SourcePositions:
     def _scanned(self, start: BinlogOffset, end: BinlogOffset) -> list[Boundary]:
         """Every boundary in (start, end], from the last full scan when it covers the range: a
         batch's planning (statements) and its segments (cut) would otherwise scan it twice."""
-        key = (self.source.hostname, self.source.port, start)
-        if _last_scan is not None and _last_scan[0] == key and _last_scan[1] >= end:
-            return [b for b in _last_scan[2] if b.offset <= end]
-        found = list(self._boundaries(start, end))
+        with _SCANNING:
+            known = _known(self.source, start)
+            if known is not None and known[0] >= end:
+                return [b for b in known[1] if b.offset <= end]
+            found = list(self._boundaries(start, end))
         _remember(self.source, start, end, found)
         return found
+
+
+def _known(source: SourceConfig, start: BinlogOffset) -> tuple[BinlogOffset, list[Boundary]] | None:
+    """The last full scan's end and boundaries, if it started at ``start`` of this source."""
+    if _last_scan is not None and _last_scan[0] == (source.hostname, source.port, start):
+        return _last_scan[1], _last_scan[2]
+    return None
 
 
 def _recorded(boundaries: Iterator[Boundary], found: list[Boundary]) -> Iterator[Boundary]:
@@ -191,6 +239,10 @@ def _remember(source: SourceConfig, start: BinlogOffset, end: BinlogOffset, foun
 #: again after a failed attempt needs them again; a commit's xid may be prepared anew later, which
 #: replaces the entry).
 _prepared: dict[Xid, PreparedXa] = {}
+
+#: Held while this process scans the binlog: the planning side scans with one replica id, and the
+#: server drops a replica connection when another one comes with the same id.
+_SCANNING = threading.Lock()
 
 #: The last full boundary scan of this process: (source, start), end, boundaries.
 _last_scan: tuple[tuple[str, int, BinlogOffset], BinlogOffset, list[Boundary]] | None = None
