@@ -473,7 +473,8 @@ def main() -> None:
     args = parser.parse_args()
     cache_immutable_files()  # as binlake's jobs start (spark/entry.py): the one patch of pyiceberg
     with private_mariadb() as server, tempfile.TemporaryDirectory(prefix="binlake-bench-") as work:
-        spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "bench")
+        # The stream job's session (``binlake stream``: its JVM's settings).
+        spark = spark_session(_config(server, work, "session", [r"bench\..*"], 10), "stream")
         try:
             catch_up = (
                 {}

@@ -34,7 +34,7 @@ def test_the_archive_goes_first_into_the_drivers_options_when_it_exists(
     assert with_archive(users) == users
 
 
-def test_a_local_snapshot_jvm_compiles_with_the_first_tier_unless_the_user_says_otherwise() -> None:
+def test_a_local_job_jvm_compiles_with_the_first_tier_unless_the_user_says_otherwise() -> None:
     assert with_local_jit({}) == {DRIVER_OPTIONS: LOCAL_JIT}
     users = {DRIVER_OPTIONS: "-XX:TieredStopAtLevel=4"}
     assert with_local_jit(users)[DRIVER_OPTIONS] == f"{LOCAL_JIT} -XX:TieredStopAtLevel=4"  # the user's win
@@ -51,11 +51,14 @@ source: {{hostname: h, username: u, password: pw, tables: ['d\\..*']}}
 """
 
 
-def test_only_a_local_snapshots_session_gets_the_first_tier_jit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_a_local_snapshots_or_streams_session_gets_the_first_tier_jit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv(VARIABLE, "")  # no class archive: the driver's options are the JIT's alone
     local = parse_config(_pipeline("local[2]"), "p.yaml", {})
     assert session_conf(local, "snapshot")[DRIVER_OPTIONS] == LOCAL_JIT
-    assert DRIVER_OPTIONS not in session_conf(local, "stream")  # a long-running JVM: full JIT
+    assert session_conf(local, "stream")[DRIVER_OPTIONS] == LOCAL_JIT
+    assert DRIVER_OPTIONS not in session_conf(local, "backfill")  # not measured with it: full JIT
     assert DRIVER_OPTIONS not in session_conf(local, "snapshot", submitted=True)  # spark-submit's JVM
     cluster = parse_config(_pipeline("spark://spark:7077"), "p.yaml", {})
     assert DRIVER_OPTIONS not in session_conf(cluster, "snapshot")

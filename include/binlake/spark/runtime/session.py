@@ -24,13 +24,17 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-#: The snapshot's driver JVM on a local master: its just-in-time compiler's first tier only. The
-#: snapshot's JVM hands rows between Spark and the Python workers and computes little, while the
-#: optimising tier's compiler threads took 1.4-2.5 s of CPU in a warm 1M-row snapshot on two cores —
-#: as much as the Python tasks reading and writing the rows (docs/benchmarks.md). Not the stream's:
-#: its steady state, hours of small batches planned by the JVM, is not measured with it. A user's
-#: own option wins (``-XX:TieredStopAtLevel=4`` in ``spark.driver.extraJavaOptions``).
+#: The driver JVM of a snapshot or a stream on a local master: its just-in-time compiler's first
+#: tier only. Its JVM hands rows between Spark and the Python workers and plans batches, and
+#: computes little, while the optimising tier's compiler threads compete for the cores with the
+#: Python tasks doing the work: 1.4-2.5 s of CPU in a warm 1M-row snapshot on two cores (as much as
+#: its Python tasks reading and writing the rows); a 5M-change catch-up 37-38 s → 33 s, and half
+#: the JVM's CPU over a steady stream, whose lag stayed within a second of the full compiler's
+#: (docs/benchmarks.md). A user's own option wins (``-XX:TieredStopAtLevel=4`` in
+#: ``spark.driver.extraJavaOptions``).
 LOCAL_JIT = "-XX:TieredStopAtLevel=1"
+#: The jobs whose local driver JVM gets ``LOCAL_JIT``.
+LOCAL_JIT_JOBS = ("snapshot", "stream")
 
 
 def with_local_jit(conf: dict[str, str]) -> dict[str, str]:
@@ -67,7 +71,7 @@ def session_conf(config: PipelineConfig, app: str, submitted: bool = False) -> d
     if submitted:
         return {**DEFAULTS, **conf}
     conf = with_archive(conf)  # this process starts the driver JVM: let it map the class archive
-    if app == "snapshot" and master.startswith("local"):
+    if app in LOCAL_JIT_JOBS and master.startswith("local"):
         conf = with_local_jit(conf)
     return {**defaults_for(master, app), **conf}
 
