@@ -138,13 +138,7 @@ class SourcePositions:
                 admitted = segments.admit(start, within, max_bytes, self.sizes())
                 if admitted is not None or scanned >= end:
                     return admitted
-            found = []
-            with contextlib.closing(self._boundaries(start, end)) as boundaries:
-                admitted = segments.admit(start, _recorded(boundaries, found), max_bytes, self.sizes())
-        # The batch's planning looks for statements in the admitted range next, and its segments
-        # are cut there: both from this scan.
-        _remember(self.source, start, admitted or end, found)
-        return admitted
+            return self._scan_admit(start, end, max_bytes)
 
     def admit_ahead(self, start: BinlogOffset, until: BinlogOffset | None, max_bytes: int) -> None:
         """Scan the next micro-batch's range from ``start`` (up to ``max_bytes``, not past
@@ -164,14 +158,20 @@ class SourcePositions:
             head = self.head()
             end = head if until is None else min(head, until)
             if self.distance(start, end) > max_bytes:
-                found: list[Boundary] = []
-                with contextlib.closing(self._boundaries(start, end)) as boundaries:
-                    admitted = segments.admit(start, _recorded(boundaries, found), max_bytes, self.sizes())
-                _remember(self.source, start, admitted or end, found)
+                self._scan_admit(start, end, max_bytes)
         except Exception:
             log.debug("the scan ahead of %s failed: the next batch's planning scans", start, exc_info=True)
         finally:
             _SCANNING.release()
+
+    def _scan_admit(self, start: BinlogOffset, end: BinlogOffset, max_bytes: int) -> BinlogOffset | None:
+        found: list[Boundary] = []
+        with contextlib.closing(self._boundaries(start, end)) as boundaries:
+            admitted = segments.admit(start, _recorded(boundaries, found), max_bytes, self.sizes())
+        # The batch's planning looks for statements in the admitted range next, and its segments
+        # are cut there: both from this scan.
+        _remember(self.source, start, admitted or end, found)
+        return admitted
 
     def cut(
         self, start: BinlogOffset, end: BinlogOffset, parts: int
