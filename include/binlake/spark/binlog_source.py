@@ -82,8 +82,6 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: dict[str, Any] | None = None
         self._config: Any = None
         self._first_highs: dict[str, dict[str, Any]] | None = None
-        self._admitted: Any = None
-        """Where the last batch planned ends, when the byte budget ended it (a backlog follows)."""
 
     @property
     def config(self) -> Any:
@@ -128,7 +126,6 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadAllAvailable) or not isinstance(limit, ReadMaxBytes):
             return _offset_dict(_schema_cut(self.config, positions, begin, end))
         admitted = positions.admit(begin, end, limit.max_bytes)
-        self._admitted = admitted
         return _offset_dict(_schema_cut(self.config, positions, begin, admitted or end))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -137,11 +134,12 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         positions = _positions(self.config)
         planned = plan_segments(self.config, positions, begin, finish, self.first_highs)
-        if self._admitted is not None and finish == self._admitted:
-            # A backlog: the next batch's range is scanned while this one runs (Spark plans the
-            # next batch only once this one is done).
+        budget = self.config.stream.max_bytes_per_batch
+        if positions.distance(begin, finish) >= budget:
+            # The budget ended the batch, a backlog follows: the next batch's range is scanned
+            # while this one runs (Spark plans the next batch only once this one is done).
             target = _offset(self.target) if self.target is not None else None
-            positions.admit_ahead(finish, target, self.config.stream.max_bytes_per_batch)
+            positions.admit_ahead(finish, target, budget)
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
