@@ -29,6 +29,7 @@ from binlake.verify.canonical import (
     row_sql,
     row_texts,
     server_hashing,
+    value_renderer,
     value_sql,
 )
 from tests.helpers import pipeline_dict
@@ -69,6 +70,77 @@ def test_every_type_renders_alike_on_the_server_and_in_binlake(
     # One changed value in any column changes the row's hash, either way.
     for hashing in ("md5", "crc"):
         _each_change_changes_the_hash(rows, schema.columns, hashing)
+
+
+def test_edge_dates_enums_and_charsets_render_alike(
+    mariadb: PrivateMariaDB, database: str, config: PipelineConfig
+) -> None:
+    """What the rendering's shortcuts meet: dates partly zero and before 1970; a zero TIMESTAMP;
+    an ENUM of plain members (one piece without a length) beside one whose members hold the
+    separator or ``N``; text of two utf8mb4 collations, utf8mb3 and latin1 beside bytes that are
+    not UTF-8 (a row of several collations must not convert the binary values)."""
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute(
+            "CREATE TABLE edges (id INT PRIMARY KEY, d DATE, dt DATETIME(6), dt0 DATETIME,"
+            " ts TIMESTAMP(3) NULL, ts0 TIMESTAMP NULL, e ENUM('new','paid','') CHARACTER SET latin1,"
+            " en ENUM('N','a,b'), a VARCHAR(20) COLLATE utf8mb4_unicode_ci,"
+            " b VARCHAR(20) COLLATE utf8mb4_general_ci, m VARCHAR(20) CHARACTER SET utf8mb3,"
+            " l VARCHAR(20) CHARACTER SET latin1, bb VARBINARY(8)) DEFAULT CHARSET=utf8mb4"
+        )
+        cur.execute(
+            "INSERT INTO edges VALUES"
+            " (0, '1000-01-01', '1969-12-31 23:59:59.999999', '1970-01-01 00:00:00', '1970-01-01 00:00:01',"
+            "  '2038-01-19 03:14:07', 'new', 'N', 'é,1:x', 'ü', 'ß', 'ç', X'FF00'),"
+            " (1, '1969-12-31', '1969-12-31 23:59:59.5', '0001-01-02', '2001-02-03 04:05:06.789',"
+            "  '0000-00-00 00:00:00', '', 'a,b', 'N', '', 'N', 'N', X'2C4E'),"
+            " (2, '2024-00-15', '2024-01-00 10:00:00.5', '0000-00-00', NULL, NULL, NULL, NULL, NULL,"
+            "  NULL, NULL, NULL, NULL),"
+            " (3, '9999-12-31', '1000-01-01 00:00:00', '9999-12-31 23:59:59', '2038-01-19 03:14:07.999',"
+            "  '1970-01-01 00:00:01', 'paid', 'a,b', '', 'x', '', 'é', '')"
+        )
+    with contextlib.closing(mariadb.admin_connection(database)) as conn:
+        (schema,) = discover(conn, [TableId(database, "edges")])
+    assert row_sql([schema.column("e")]) == "CONCAT_WS(',', IFNULL(CAST(`e` AS BINARY), 'N'))"  # no length
+    result = read_both_ways(mariadb, database, config, schema, 6310, first_late=2)
+    rows = result.data.sort_by("id")
+
+    expected = _server(mariadb, database, f"SELECT {row_sql(schema.columns)} FROM edges ORDER BY id")
+    texts = row_texts(rows, schema.columns).to_pylist()
+    assert texts == [want.encode() if isinstance(want, str) else want for (want,) in expected]
+    assert texts[2] == b"2,N,N,N,N,N,N,N,N,N,N,N,N"  # partly zero dates and a zero datetime: NULL
+    for hashing in ("md5", "crc"):
+        query = f"SELECT {checksum_sql(schema.columns, hashing=hashing)} FROM edges"
+        ((count, total),) = _server(mariadb, database, query)
+        assert count == 4
+        assert int(total) & MASK == int(row_hashes(rows, schema.columns, hashing).sum(dtype="uint64"))
+        _each_change_changes_the_hash(rows, schema.columns, hashing)
+
+
+def test_dates_of_year_zero_count_days_as_arrow_does(mariadb: PrivateMariaDB, database: str) -> None:
+    """The server's calendar has no 29 February in year 0, the sink's (Arrow's, proleptic Gregorian)
+    has: the rendering counts days since 1970 as the sink does on either side of it."""
+    values = [
+        "0000-01-01",
+        "0000-02-28",
+        "0000-03-01",
+        "0001-01-01",
+        "1582-10-04",
+        "1969-12-31",
+        "2024-02-29",
+    ]
+    with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE days (i INT PRIMARY KEY, d DATE, dt DATETIME(6))")
+        cur.executemany(
+            "INSERT INTO days VALUES (%s, %s, %s)", [(i, v, f"{v} 01:02:03.5") for i, v in enumerate(values)]
+        )
+        (schema,) = discover(conn, [TableId(database, "days")])
+    d, dt = schema.column("d"), schema.column("dt")
+    printed = _server(mariadb, database, f"SELECT {value_sql(d)}, {value_sql(dt)} FROM days ORDER BY i")
+    dates = pa.array(values).cast(pa.date32())
+    stamps = pa.array([f"{v} 01:02:03.5" for v in values]).cast(pa.timestamp("us"))
+    assert value_renderer(d)(dates).to_pylist() == [str(row[0]) for row in printed]
+    assert value_renderer(dt)(stamps).to_pylist() == [str(row[1]) for row in printed]
 
 
 def _each_change_changes_the_hash(rows: pa.Table, columns: list[Column], hashing: Hashing) -> None:

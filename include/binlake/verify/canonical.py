@@ -12,20 +12,25 @@ SQL, over the rows as the server holds them; the sink computes it from Arrow val
 rows, and binlog images rolled forward), so a type mapping that loses anything (a DECIMAL's scale,
 a FLOAT's bits, a TIMESTAMP's zone, a BIT's width, a collation's bytes) gives another checksum.
 
-Canonical text of a value, per type (SQL rendering ↔ Python rendering of the mapped value):
+Canonical text of a value, per type (SQL rendering ↔ Python rendering of the mapped value), each
+the cheapest the server computes exactly (the demo's sums 1.5× faster on the server than with
+dates as text and binaries as hex: bench/RESULTS.md):
 
 - integers, YEAR, BIGINT UNSIGNED: decimal digits; booleans (TINYINT(1), BIT(1)): ``1`` / ``0``;
 - DECIMAL: digits with exactly the column's scale; FLOAT/DOUBLE: the server's shortest text of the
   double (FLOAT widened to DOUBLE: every bit counts), ``double_text``;
-- BIT(n): the unsigned integer; DATE ``YYYY-MM-DD``; DATETIME/TIMESTAMP (in UTC)
-  ``YYYY-MM-DD HH:MM:SS.ffffff``; zero dates are NULL (as binlake reads them); TIME: signed
-  microseconds;
-- text (CHAR … JSON, ENUM, SET): the value's UTF-8 bytes; binary and geometry (WKB): upper-case hex.
+- BIT(n): the unsigned integer; TIME: signed microseconds;
+- DATE: the server's day number (``TO_DAYS``); DATETIME and TIMESTAMP (in UTC): its
+  ``TO_SECONDS`` in microseconds plus the microseconds — integers, no formatting; zero and partly
+  zero dates are NULL there, as binlake reads them;
+- text (CHAR … JSON, ENUM, SET): the value's UTF-8 bytes; binary strings and geometry (WKB): their
+  bytes. Every one a binary string on the server: a row mixing collations would otherwise be
+  converted, binary values included.
 
-A row is one piece per column, joined by ``,``: ``N`` for NULL; a text column's value as
-``len:value`` (bytes), the length making it unambiguous whatever the text holds; any other
-column's rendering alone — digits, signs, dates, hex never hold a comma or read ``N`` — which
-spares the server computing each value twice (a third of the checksum's cost on the demo's orders).
+A row is one piece per column, joined by ``,``: ``N`` for NULL; a text or binary value as
+``len:value`` (bytes), the length making it unambiguous whatever it holds; any other column's
+rendering alone — digits and signs never hold a comma or read ``N``, nor do the members of most
+ENUMs (``_bare_members``) — which spares the server computing each value twice.
 """
 
 from __future__ import annotations
@@ -51,9 +56,15 @@ Hashing = Literal["md5", "crc"]
 CRC-32C (the module docstring)."""
 #: The session variable holding a row's text between its two CRCs.
 _ROW = "@binlake_row"
-_DATETIME = "%Y-%m-%d %H:%i:%s.%f"
-_INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint", "year", "time"}
+#: TO_DAYS('1970-01-01'), and of the first day both calendars count alike (``_server_days``).
+_EPOCH_DAYS, _MARCH_OF_YEAR_0 = 719528, -719468
+_DAY_US = 86400 * 1000000
+#: Charsets whose bytes are UTF-8 as they are (``utf8`` is ``utf8mb3``: discovery's name).
+_UTF8_CHARSETS = {"utf8mb4", "utf8mb3", "ascii"}
+#: Charsets in which an ASCII text's bytes are its ASCII bytes (those ENUMs hold).
+_ASCII_CHARSETS = _UTF8_CHARSETS | {"latin1"}
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
+_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 MASK = (1 << 64) - 1
 #: Arrow prints a decimal in scientific notation only below 1e-6 (like Java's BigDecimal): with
 #: at most 6 digits of scale it never does.
@@ -65,24 +76,28 @@ def value_sql(column: Column, expression: str | None = None) -> str:
     SQL that computes it (a transform's computed column), default the column itself."""
     c, t = f"({expression})" if expression else quote(column.name), column.data_type
     if is_bool(column):
-        return f"IF({c} IS NULL, NULL, IF({c} + 0 <> 0, '1', '0'))"
+        return f"({c} <> 0)"
     if t == "year" or t == "bit":
-        return f"CAST({c} + 0 AS CHAR)"
+        return f"({c} + 0)"
     if t == "time":
         return f"CAST(TIME_TO_SEC({c}) * 1000000 AS SIGNED)"
     if t in ("float",):
         return f"CAST(CAST({c} AS DOUBLE) AS CHAR)"
+    if t in ("double", "real"):
+        return f"CAST({c} AS CHAR)"
     if t == "date":
-        return f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, CAST({c} AS CHAR))"
+        return f"TO_DAYS({c})"  # NULL for a zero or partly zero date
     if t in ("datetime", "timestamp"):
-        return f"IF(MONTH({c}) = 0 OR DAY({c}) = 0, NULL, DATE_FORMAT({c}, '{_DATETIME}'))"
+        # A TIMESTAMP in the session's zone, UTC: no offset changes there.
+        return f"(TO_SECONDS({c}) * 1000000 + MICROSECOND({c}))"
     if t in GEOMETRY_TYPES:
-        return f"HEX(ST_AsBinary({c}))"
+        return f"ST_AsBinary({c})"
     if t in _TEXT_TYPES:
-        return c
-    if arrow_type(column) == pa.binary():
-        return f"HEX({c})"
-    return f"CAST({c} AS CHAR)"
+        # Binary, as every text: a row of several collations would convert a binary value.
+        if expression is None and (column.charset in _UTF8_CHARSETS or _bare_members(column)):
+            return f"CAST({c} AS BINARY)"  # its bytes are UTF-8 already
+        return f"CAST(CONVERT({c} USING utf8mb4) AS BINARY)"
+    return c  # integers, DECIMAL (its scale's digits), binary strings: as the server prints them
 
 
 def row_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = None) -> str:
@@ -90,17 +105,36 @@ def row_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = N
     columns by name (a transform's projection)."""
     pieces = []
     for column in columns:
-        value = value_sql(column, (expressions or {}).get(column.name))
+        expression = (expressions or {}).get(column.name)
+        value = value_sql(column, expression)
         if _length_prefixed(column):
-            value = f"CONVERT({value} USING utf8mb4)"
-            value = f"CONCAT(OCTET_LENGTH({value}), ':', {value})"
+            # The stored value's length where its bytes are the rendering's: the server computes it
+            # without copying them.
+            stored = expression is None and (
+                column.charset in _UTF8_CHARSETS or column.data_type in _BINARY_TYPES
+            )
+            value = f"CONCAT(OCTET_LENGTH({quote(column.name) if stored else value}), ':', {value})"
         pieces.append(f"IFNULL({value}, 'N')")
     return f"CONCAT_WS(',', {', '.join(pieces)})"
 
 
 def _length_prefixed(column: Column) -> bool:
-    """Whether ``column``'s canonical text may hold anything (a comma): text, JSON, ENUM, SET."""
-    return column.data_type in _TEXT_TYPES
+    """Whether ``column``'s canonical text may hold anything (a comma, an ``N``): text, JSON, SET,
+    binary strings and geometries, an ENUM whose members do."""
+    if column.data_type == "enum":
+        return not _bare_members(column)
+    binary = arrow_type(column) == pa.binary() and column.data_type != "bit"
+    return binary or column.data_type in _TEXT_TYPES
+
+
+def _bare_members(column: Column) -> bool:
+    """Whether an ENUM's members read alike in every ASCII-compatible charset and hold neither the
+    separator nor the NULL's ``N`` (its one piece is then unambiguous without a length)."""
+    return (
+        bool(column.values)
+        and column.charset in _ASCII_CHARSETS
+        and all(m.isascii() and "," not in m and m != "N" for m in column.values)
+    )
 
 
 def checksum_sql(
@@ -167,11 +201,22 @@ def _cast(values: pa.Array) -> pa.Array:
     return pc.cast(values, pa.string())
 
 
-def _timestamps(values: pa.Array) -> pa.Array:
-    # Arrow's cast prints microsecond units with their 6 digits, as the server's ``%f``, 30× faster
-    # than ``strftime``; a zoned value (in UTC) is cast as its wall time, without the zone's ``Z``.
-    wall = values.cast(pa.timestamp(values.type.unit)) if values.type.tz is not None else values
-    return pc.cast(wall, pa.string())
+def _server_count(values: pa.Array, day: int) -> pa.Array:
+    """The server's count (``TO_DAYS``, ``TO_SECONDS``…) of ``values`` since 1970 in units of which
+    ``day`` make a day: its calendar has no 29 February in year 0, Arrow's (proleptic Gregorian)
+    has, so a value before March of year 0 is one day later there."""
+    values = pc.cast(values, pa.int64())
+    earlier = pc.cast(pc.less(values, _MARCH_OF_YEAR_0 * day), pa.int64())
+    return pc.cast(pc.add(pc.add(values, _EPOCH_DAYS * day), pc.multiply(earlier, day)), pa.string())
+
+
+def _days(values: pa.Array) -> pa.Array:
+    return _server_count(pc.cast(values, pa.int32()), 1)
+
+
+def _microseconds(values: pa.Array) -> pa.Array:
+    """``TO_SECONDS(v) * 1000000 + MICROSECOND(v)`` of a timestamp (a zoned one in UTC)."""
+    return _server_count(pc.cast(values.cast(pa.timestamp("us", values.type.tz)), pa.int64()), _DAY_US)
 
 
 def _same(values: pa.Array) -> pa.Array:
@@ -185,8 +230,10 @@ def value_renderer(column: Column) -> Callable[[pa.Array], pa.Array]:
         return _booleans
     if t == "bit":
         return _python(lambda v: str(int.from_bytes(v, "big")))
-    if pa.types.is_integer(mapped) or pa.types.is_date(mapped):
+    if pa.types.is_integer(mapped):
         return _cast
+    if pa.types.is_date(mapped):
+        return _days
     if pa.types.is_decimal(mapped) and mapped.scale <= _ARROW_FIXED_SCALE:
         return _cast  # Arrow prints these in fixed notation, the scale's digits included
     if pa.types.is_decimal(mapped) or t == "decimal":
@@ -194,10 +241,8 @@ def value_renderer(column: Column) -> Callable[[pa.Array], pa.Array]:
     if pa.types.is_floating(mapped):
         return _python(lambda v: double_text(float(v)))
     if pa.types.is_timestamp(mapped):
-        return _timestamps
-    if pa.types.is_binary(mapped):
-        return _python(lambda v: v.hex().upper())
-    return _same
+        return _microseconds
+    return _same  # text and binary strings: their bytes
 
 
 def row_texts(rows: pa.Table, columns: Sequence[Column]) -> pa.Array:

@@ -34,7 +34,7 @@ from pyiceberg.manifest import DataFile
 log = logging.getLogger(__name__)
 
 #: Bumped when ``verify.canonical`` renders or hashes differently: every entry is then new.
-FORMAT = "1"
+FORMAT = "2"
 _POS, _KEY, _HASH = "pos", "key", "hash"
 
 
