@@ -56,7 +56,7 @@ Hashing = Literal["md5", "crc"]
 CRC-32C (the module docstring)."""
 #: The session variable holding a row's text between its two CRCs.
 _ROW = "@binlake_row"
-#: TO_DAYS('1970-01-01'), and of the first day both calendars count alike (``_server_days``).
+#: TO_DAYS('1970-01-01'), and the first day both calendars count alike (``_server_count``).
 _EPOCH_DAYS, _MARCH_OF_YEAR_0 = 719528, -719468
 _DAY_US = 86400 * 1000000
 #: Charsets whose bytes are UTF-8 as they are (``utf8`` is ``utf8mb3``: discovery's name).
@@ -64,7 +64,6 @@ _UTF8_CHARSETS = {"utf8mb4", "utf8mb3", "ascii"}
 #: Charsets in which an ASCII text's bytes are its ASCII bytes (those ENUMs hold).
 _ASCII_CHARSETS = _UTF8_CHARSETS | {"latin1"}
 _TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
-_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 MASK = (1 << 64) - 1
 #: Arrow prints a decimal in scientific notation only below 1e-6 (like Java's BigDecimal): with
 #: at most 6 digits of scale it never does.
@@ -110,9 +109,7 @@ def row_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = N
         if _length_prefixed(column):
             # The stored value's length where its bytes are the rendering's: the server computes it
             # without copying them.
-            stored = expression is None and (
-                column.charset in _UTF8_CHARSETS or column.data_type in _BINARY_TYPES
-            )
+            stored = expression is None and (column.charset in _UTF8_CHARSETS or _binary_string(column))
             value = f"CONCAT(OCTET_LENGTH({quote(column.name) if stored else value}), ':', {value})"
         pieces.append(f"IFNULL({value}, 'N')")
     return f"CONCAT_WS(',', {', '.join(pieces)})"
@@ -123,8 +120,13 @@ def _length_prefixed(column: Column) -> bool:
     binary strings and geometries, an ENUM whose members do."""
     if column.data_type == "enum":
         return not _bare_members(column)
-    binary = arrow_type(column) == pa.binary() and column.data_type != "bit"
-    return binary or column.data_type in _TEXT_TYPES
+    return column.data_type in _TEXT_TYPES or column.data_type in GEOMETRY_TYPES or _binary_string(column)
+
+
+def _binary_string(column: Column) -> bool:
+    """BINARY, VARBINARY, the BLOBs (not BIT, not geometry: also bytes in the sink)."""
+    t = column.data_type
+    return arrow_type(column) == pa.binary() and t != "bit" and t not in GEOMETRY_TYPES
 
 
 def _bare_members(column: Column) -> bool:
