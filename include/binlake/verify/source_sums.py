@@ -141,7 +141,7 @@ def _sum(
 ) -> tuple[int, int]:
     condition, params = range_condition(quote(key_column), chunk)
     with conn.cursor() as cur:
-        # pymysql formats the parameters in with %: the rendering's own % (DATE_FORMAT) doubled.
+        # pymysql formats the parameters in with %: a transform's own % (DATE_FORMAT's) doubled.
         cur.execute(f"SELECT {literal_percents(sql)} AND {condition}", params)
         rows, total = cur.fetchone()
     return int(rows), int(total or 0) & MASK
