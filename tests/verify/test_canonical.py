@@ -77,8 +77,9 @@ def test_edge_dates_enums_and_charsets_render_alike(
 ) -> None:
     """What the rendering's shortcuts meet: dates partly zero and before 1970; a zero TIMESTAMP;
     an ENUM of plain members (one piece without a length) beside one whose members hold the
-    separator or ``N``; text of two utf8mb4 collations, utf8mb3 and latin1 beside bytes that are
-    not UTF-8 (a row of several collations must not convert the binary values)."""
+    separator or ``N``, and a latin1 SET of such members; text of two utf8mb4 collations, utf8mb3
+    and latin1 beside bytes that are not UTF-8 (a row of several collations must not convert the
+    binary values)."""
     with contextlib.closing(mariadb.admin_connection(database)) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = ''")
         cur.execute(
@@ -86,18 +87,19 @@ def test_edge_dates_enums_and_charsets_render_alike(
             " ts TIMESTAMP(3) NULL, ts0 TIMESTAMP NULL, e ENUM('new','paid','') CHARACTER SET latin1,"
             " en ENUM('N','a,b'), a VARCHAR(20) COLLATE utf8mb4_unicode_ci,"
             " b VARCHAR(20) COLLATE utf8mb4_general_ci, m VARCHAR(20) CHARACTER SET utf8mb3,"
-            " l VARCHAR(20) CHARACTER SET latin1, bb VARBINARY(8)) DEFAULT CHARSET=utf8mb4"
+            " l VARCHAR(20) CHARACTER SET latin1, bb VARBINARY(8), s SET('N','x') CHARACTER SET latin1)"
+            " DEFAULT CHARSET=utf8mb4"
         )
         cur.execute(
             "INSERT INTO edges VALUES"
             " (0, '1000-01-01', '1969-12-31 23:59:59.999999', '1970-01-01 00:00:00', '1970-01-01 00:00:01',"
-            "  '2038-01-19 03:14:07', 'new', 'N', 'é,1:x', 'ü', 'ß', 'ç', X'FF00'),"
+            "  '2038-01-19 03:14:07', 'new', 'N', 'é,1:x', 'ü', 'ß', 'ç', X'FF00', 'N,x'),"
             " (1, '1969-12-31', '1969-12-31 23:59:59.5', '0001-01-02', '2001-02-03 04:05:06.789',"
-            "  '0000-00-00 00:00:00', '', 'a,b', 'N', '', 'N', 'N', X'2C4E'),"
+            "  '0000-00-00 00:00:00', '', 'a,b', 'N', '', 'N', 'N', X'2C4E', 'N'),"
             " (2, '2024-00-15', '2024-01-00 10:00:00.5', '0000-00-00', NULL, NULL, NULL, NULL, NULL,"
-            "  NULL, NULL, NULL, NULL),"
+            "  NULL, NULL, NULL, NULL, NULL),"
             " (3, '9999-12-31', '1000-01-01 00:00:00', '9999-12-31 23:59:59', '2038-01-19 03:14:07.999',"
-            "  '1970-01-01 00:00:01', 'paid', 'a,b', '', 'x', '', 'é', '')"
+            "  '1970-01-01 00:00:01', 'paid', 'a,b', '', 'x', '', 'é', '', '')"
         )
     with contextlib.closing(mariadb.admin_connection(database)) as conn:
         (schema,) = discover(conn, [TableId(database, "edges")])
@@ -108,7 +110,7 @@ def test_edge_dates_enums_and_charsets_render_alike(
     expected = _server(mariadb, database, f"SELECT {row_sql(schema.columns)} FROM edges ORDER BY id")
     texts = row_texts(rows, schema.columns).to_pylist()
     assert texts == [want.encode() if isinstance(want, str) else want for (want,) in expected]
-    assert texts[2] == b"2,N,N,N,N,N,N,N,N,N,N,N,N"  # partly zero dates and a zero datetime: NULL
+    assert texts[2] == b"2,N,N,N,N,N,N,N,N,N,N,N,N,N"  # partly zero dates and a zero datetime: NULL
     for hashing in ("md5", "crc"):
         query = f"SELECT {checksum_sql(schema.columns, hashing=hashing)} FROM edges"
         ((count, total),) = _server(mariadb, database, query)

@@ -93,8 +93,8 @@ def value_sql(column: Column, expression: str | None = None) -> str:
         return f"ST_AsBinary({c})"
     if t in _TEXT_TYPES:
         # Binary, as every text: a row of several collations would convert a binary value.
-        if expression is None and (column.charset in _UTF8_CHARSETS or _bare_members(column)):
-            return f"CAST({c} AS BINARY)"  # its bytes are UTF-8 already
+        if expression is None and _utf8_as_stored(column):
+            return f"CAST({c} AS BINARY)"
         return f"CAST(CONVERT({c} USING utf8mb4) AS BINARY)"
     return c  # integers, DECIMAL (its scale's digits), binary strings: as the server prints them
 
@@ -109,7 +109,7 @@ def row_sql(columns: Sequence[Column], expressions: Mapping[str, str] | None = N
         if _length_prefixed(column):
             # The stored value's length where its bytes are the rendering's: the server computes it
             # without copying them.
-            stored = expression is None and (column.charset in _UTF8_CHARSETS or _binary_string(column))
+            stored = expression is None and (_utf8_as_stored(column) or _binary_string(column))
             value = f"CONCAT(OCTET_LENGTH({quote(column.name) if stored else value}), ':', {value})"
         pieces.append(f"IFNULL({value}, 'N')")
     return f"CONCAT_WS(',', {', '.join(pieces)})"
@@ -129,12 +129,19 @@ def _binary_string(column: Column) -> bool:
     return arrow_type(column) == pa.binary() and t != "bit" and t not in GEOMETRY_TYPES
 
 
+def _utf8_as_stored(column: Column) -> bool:
+    """Whether a text column's stored bytes are its UTF-8 bytes: its charset's are, or its members
+    (ENUM, SET) are ASCII in a charset that stores ASCII as ASCII."""
+    ascii_members = bool(column.values) and all(m.isascii() for m in column.values)
+    return column.charset in _UTF8_CHARSETS or (ascii_members and column.charset in _ASCII_CHARSETS)
+
+
 def _bare_members(column: Column) -> bool:
-    """Whether an ENUM's members read alike in every ASCII-compatible charset and hold neither the
-    separator nor the NULL's ``N`` (its one piece is then unambiguous without a length)."""
+    """Whether an ENUM's values read as their UTF-8 bytes and hold neither the separator nor the
+    NULL's ``N`` (its one piece is then unambiguous without a length)."""
     return (
         bool(column.values)
-        and column.charset in _ASCII_CHARSETS
+        and _utf8_as_stored(column)
         and all(m.isascii() and "," not in m and m != "N" for m in column.values)
     )
 
